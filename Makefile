@@ -1,0 +1,162 @@
+# wsync — one Makefile, out-of-tree builds under $(BUILD).
+#   make            build everything (installs missing Debian packages first)
+#   make test       build and run the whole suite
+#   make check      the suite under ASan+UBSan (build-asan/)
+#   make demo       broker + trainer + collectors for ~10 s, then a summary
+#   make install PREFIX=/usr/local
+#   make help       this list; V=1 shows the commands
+
+PREFIX  ?= /usr/local
+BUILD   ?= build
+CC      ?= cc
+SAN     ?=
+V       ?= 0
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+VERSION := 0.1.0
+SOMAJOR := 0
+
+# Debian packages the build, the tests and the demo need.
+DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
+            libxxhash-dev libncurses-dev clang
+
+CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -fPIC -pthread \
+            -fvisibility=hidden -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+LDFLAGS  += -pthread
+
+ifeq ($(SAN),asan)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(SAN),tsan)
+CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=thread
+endif
+
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+CPPFLAGS += -DWSYNC_HAVE_CUDA_H -I$(CUDA_HOME)/include
+endif
+
+SHM_SRC    := $(sort $(wildcard shm/*.c))
+CLIENT_SRC := $(sort $(wildcard libclient/*.c))
+BROKER_SRC := $(sort $(wildcard broker/*.c))
+TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
+UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
+INTEG_SRC  := $(sort $(wildcard tests/integ/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+SHM_OBJ    := $(call obj,$(SHM_SRC))
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+BROKER_OBJ := $(call obj,$(BROKER_SRC))
+TESTLIB_OBJ:= $(call obj,$(TESTLIB_SRC))
+
+LIB_A   := $(BUILD)/lib/libwsync.a
+LIB_SO  := $(BUILD)/lib/libwsync.so.$(VERSION)
+WSYNCD  := $(BUILD)/bin/wsyncd
+DEMO    := $(BUILD)/bin/wsync-demo
+TOOLS   := $(DEMO)
+UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
+
+LIBS_CLIENT := -lxxhash -ldl -lrt
+LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
+
+.PHONY: all deps test check demo install uninstall clean help tests
+all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
+
+help:
+	@echo "targets:"
+	@echo "  make            build libwsync, wsyncd and the tools into $(BUILD)/"
+	@echo "  make test       build and run unit + integration tests"
+	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
+	@echo "  make demo       run broker, trainer and collectors for ~10 s"
+	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
+	@echo "  make deps       install missing Debian packages"
+	@echo "  make clean      remove $(BUILD)/ and build-asan/"
+	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan"
+
+# Installs only what is missing; apt-get as root or through sudo.
+deps:
+	$(Q)sh .ci/deps.sh $(DEB_PKGS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB_A): $(CLIENT_OBJ) $(SHM_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(CLIENT_OBJ) $(SHM_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libwsync.so.$(SOMAJOR) -Wl,--version-script=libclient/libwsync.map \
+		$(LDFLAGS) -o $@ $^ $(LIBS_CLIENT)
+	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so.$(SOMAJOR)
+	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so
+
+$(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
+
+$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_CLIENT) -ljemalloc
+
+# Unit tests link the pieces they test directly (shm/ and broker/ objects
+# except the broker's main), plus cmocka.
+BROKER_LIB_OBJ := $(filter-out $(BUILD)/obj/broker/main.o,$(BROKER_OBJ))
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(BROKER_LIB_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -lcmocka -luring $(LIBS_CLIENT)
+
+$(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(LIB_A) $(LIBS_CLIENT)
+
+tests: all $(UNIT_BIN) $(INTEG_BIN)
+
+test: tests
+	$(Q)BUILD=$(BUILD) sh tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+
+check: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=asan CC=clang test
+
+demo: all
+	$(Q)$(DEMO) --wsyncd $(WSYNCD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 0644 libclient/wsync.h $(DESTDIR)$(PREFIX)/include/wsync.h
+	install -m 0644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/libwsync.a
+	install -m 0755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libwsync.so.$(VERSION)
+	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so.$(SOMAJOR)
+	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so
+	install -m 0755 $(WSYNCD) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/include/wsync.h $(DESTDIR)$(PREFIX)/lib/libwsync.* \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc $(DESTDIR)$(PREFIX)/bin/wsyncd \
+		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,208 @@
+/*
+ * wsync.h — client API of wsync, a shared-memory weight broker.
+ *
+ * A trainer (publisher) writes a new version of a model's weights into a slab
+ * once and commits it; collectors (subscribers) map the slabs read-only and
+ * take the newest version in O(1), with no copy, or wait for a newer one.
+ *
+ * Conventions, for every function below:
+ *  - Return 0 on success or a negative errno value (-ETIMEDOUT, -ENOENT, ...).
+ *    Nothing fails silently. wsync_strerror() names a code; wsync_errmsg()
+ *    returns a thread-local detail string for the last failure in this thread.
+ *  - Timeouts are int64_t nanoseconds: 0 polls once, WSYNC_FOREVER waits
+ *    forever (a wait still returns -ENOTCONN when the broker goes away).
+ *  - Output structs are filled only on success.
+ *
+ * Threads: a wsync_client and everything opened through it may be used from
+ * several threads. Calls that talk to the broker are serialised by a lock in
+ * the client. wsync_sub_acquire()/wsync_sub_release() take no lock and make
+ * no system call once a slot is mapped; several threads may hold views of the
+ * same subscription at once (up to WSYNC_MAX_VIEWS per client). One wsync_pub
+ * must be driven by one thread at a time.
+ *
+ * Lifetimes: closing a handle releases what it owns. Close views before their
+ * subscription, and publishers/subscriptions before their client; a view's
+ * memory stays valid until it is released, even if the broker dies.
+ */
+#ifndef WSYNC_H
+#define WSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+#define WSYNC_VERSION_MAJOR 0
+#define WSYNC_VERSION_MINOR 1
+#define WSYNC_VERSION_PATCH 0
+
+#define WSYNC_NAME_MAX   128     /* tensor and model names, including the NUL */
+#define WSYNC_MAX_DIMS   8
+#define WSYNC_MAX_VIEWS  63      /* views held at once per client */
+#define WSYNC_ALIGN      256     /* every tensor offset is a multiple of this */
+#define WSYNC_FOREVER    ((int64_t)-1)
+
+enum wsync_dtype {
+	WSYNC_F32 = 1,
+	WSYNC_F16,
+	WSYNC_BF16,
+	WSYNC_F64,
+	WSYNC_I8,
+	WSYNC_I16,
+	WSYNC_I32,
+	WSYNC_I64,
+	WSYNC_U8,
+	WSYNC_BOOL,
+};
+
+typedef struct wsync_client wsync_client;
+typedef struct wsync_pub wsync_pub;
+typedef struct wsync_sub wsync_sub;
+
+typedef struct wsync_tensor_desc {
+	char     name[WSYNC_NAME_MAX];   /* NUL-terminated, unique in a model */
+	uint32_t dtype;                  /* enum wsync_dtype */
+	uint32_t ndim;                   /* 0 (a scalar) .. WSYNC_MAX_DIMS */
+	uint64_t shape[WSYNC_MAX_DIMS];  /* entries past ndim must be 0 */
+	uint64_t offset;                 /* byte offset in the slab; set by the
+	                                    library, ignored on input */
+} wsync_tensor_desc;
+
+typedef struct wsync_model_opts {
+	uint32_t slots;     /* slabs kept for this model: 0 = default (4),
+	                       2 .. the broker's --max-slots */
+	uint32_t flags;     /* reserved, must be 0 */
+	uint64_t reserved[6];
+} wsync_model_opts;
+
+typedef struct wsync_view {              /* filled by acquire/wait, read-only */
+	uint64_t version, step;
+	int64_t  published_ns;           /* CLOCK_REALTIME of the commit */
+	const void *base;
+	size_t   bytes, n_tensors;
+	const wsync_tensor_desc *tensors;/* n_tensors entries, in layout order */
+	/* private */
+	wsync_sub *priv_sub;
+	uint32_t  priv_slot, priv_hazard;
+} wsync_view;
+
+typedef struct wsync_slab {              /* filled by begin, writable until
+                                            commit/abort */
+	void    *base;
+	size_t   bytes, n_tensors;
+	const wsync_tensor_desc *tensors;
+	/* private */
+	wsync_pub *priv_pub;
+	uint64_t  priv_version;
+	uint32_t  priv_slot, priv_pad;
+} wsync_slab;
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* A static, human-readable name for a return code (0 or -errno). */
+const char *wsync_strerror(int err);
+/* Detail of the last failure in the calling thread ("" if none). The string
+ * stays valid until the next wsync call in this thread. */
+const char *wsync_errmsg(void);
+/* "0.1.0" */
+const char *wsync_version_string(void);
+
+/* ---- connection ------------------------------------------------------ */
+
+/* Connects to a broker. endpoint: a socket path (contains a '/'), a broker
+ * instance name ("default", "lab"), or NULL for $WSYNC_ENDPOINT or else the
+ * default broker. client_name (may be NULL) is shown by monitoring tools.
+ * Errors: -ECONNREFUSED/-ENOENT no broker there, -EPERM refused by the broker's
+ * uid/group check, -EPROTO protocol or layout version mismatch, -ENOMEM. */
+int  wsync_connect(const char *endpoint, const char *client_name,
+                   wsync_client **out);
+/* Closes the connection and every pub/sub still open on it. NULL is a no-op. */
+void wsync_close(wsync_client *c);
+/* Fills buf with the socket path that wsync_connect(NULL, ...) would use.
+ * -ENAMETOOLONG if it does not fit. */
+int  wsync_default_endpoint(char *buf, size_t len);
+
+/* ---- publisher --------------------------------------------------------- */
+
+/* Declares a model's tensor layout and becomes its publisher. The model is
+ * created if absent; if it exists its layout must be the same (names, dtypes,
+ * shapes, order), else -EEXIST with the difference in wsync_errmsg().
+ * One publisher per model at a time: -EBUSY names the current one.
+ * -EINVAL for bad names/dtypes/shapes, -ENOSPC over the broker's shm limit. */
+int  wsync_pub_open(wsync_client *c, const char *model,
+                    const wsync_tensor_desc *tensors, size_t n_tensors,
+                    const wsync_model_opts *opts, wsync_pub **out);
+/* Grants a writable slab for the next version. Waits up to timeout_ns while
+ * every slot is held by readers, then -EBUSY (wsync_errmsg() says who holds
+ * what). The slab's previous contents are unspecified. -EALREADY if a slab is
+ * already begun and not committed or aborted. */
+int  wsync_pub_begin(wsync_pub *p, int64_t timeout_ns, wsync_slab *out);
+/* Publishes the begun slab as the newest version, stamped with step and the
+ * current time; wakes every waiting collector. Returns once the broker has
+ * checked the commit. version_out may be NULL. */
+int  wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out);
+/* Like commit, but returns as soon as the version is visible to collectors
+ * (version_out is set then); the broker's confirmation is collected by
+ * wsync_pub_wait_commit() or implicitly by the next begin/commit/close. */
+int  wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out);
+/* Waits for the broker's confirmation of the last async commit. Returns its
+ * version in version_out (may be NULL), -ETIMEDOUT on time, -ENOENT if no
+ * commit is outstanding. */
+int  wsync_pub_wait_commit(wsync_pub *p, int64_t timeout_ns,
+                           uint64_t *version_out);
+/* Drops the begun slab; the latest version is unchanged. */
+int  wsync_pub_abort(wsync_pub *p);
+/* Aborts a begun slab, if any, and stops publishing. NULL is a no-op. */
+void wsync_pub_close(wsync_pub *p);
+
+/* ---- subscriber -------------------------------------------------------- */
+
+/* Subscribes to a model, which need not exist yet. -EINVAL bad name,
+ * -ENOSPC broker's model table full. */
+int  wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out);
+/* The newest version, zero copy: view->base points into a read-only mapping
+ * that does not change until wsync_sub_release(). -ENODATA if nothing was
+ * published yet, -EAGAIN if WSYNC_MAX_VIEWS views are held, -ENOTCONN if the
+ * broker has shut down. */
+int  wsync_sub_acquire(wsync_sub *s, wsync_view *out);
+/* The newest version if it is newer than after_version, waiting up to
+ * timeout_ns for one. -ETIMEDOUT on time; -ENOTCONN if the broker shuts down
+ * or dies meanwhile (noticed within 200 ms). Pass 0 to wait for any version. */
+int  wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
+                    wsync_view *out);
+/* Lets the broker reuse the view's slab. The view is cleared. */
+void wsync_sub_release(wsync_sub *s, wsync_view *v);
+/* A file descriptor that becomes readable when a version newer than the last
+ * one acquired through this subscription is committed (an eventfd; acquire and
+ * wait drain it). Owned by the subscription; do not close it. Negative errno
+ * on failure. */
+int  wsync_sub_fd(wsync_sub *s);
+/* Releases nothing held: release views first. NULL is a no-op. */
+void wsync_sub_close(wsync_sub *s);
+
+/* ---- tensors ------------------------------------------------------------ */
+
+/* Finds a tensor by name in a view or slab (O(1) average). -ENOENT if absent.
+ * data/desc may be NULL. */
+int  wsync_view_tensor(const wsync_view *v, const char *name,
+                       const void **data, const wsync_tensor_desc **desc);
+int  wsync_slab_tensor(const wsync_slab *s, const char *name,
+                       void **data, const wsync_tensor_desc **desc);
+
+/* Bytes of one element of dtype, 0 if unknown. */
+size_t      wsync_dtype_size(uint32_t dtype);
+/* "f32", "bf16", ... or "?" */
+const char *wsync_dtype_name(uint32_t dtype);
+/* Bytes of a tensor's data (product of its shape times the element size). */
+uint64_t    wsync_tensor_bytes(const wsync_tensor_desc *d);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WSYNC_H */

@@ -1,0 +1,13 @@
+/* shm/errmsg.h — the thread-local detail message behind wsync_errmsg(). */
+#ifndef WSYNC_SHM_ERRMSG_H
+#define WSYNC_SHM_ERRMSG_H
+
+#define WSYNC_ERRMSG_LEN 512
+
+/* Sets the calling thread's detail message; returns err, for
+ * `return wsync_fail(-EINVAL, "model '%s': ...", name);` */
+int wsync_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void wsync_errmsg_clear(void);
+const char *wsync_errmsg_get(void);
+
+#endif

@@ -1,0 +1,241 @@
+/*
+ * shm/layout.h — every structure that lives in shared memory, in one place.
+ *
+ * Segments of one broker instance <name> of user <uid>, generation <gen>
+ * (bumped at every broker start), as files under /dev/shm:
+ *
+ *   wsync.<uid>.<name>.ctl                 control: header, model table,
+ *                                          session table (broker writes,
+ *                                          clients map read-only)
+ *   wsync.<uid>.<name>.<gen>.m<id>.page    model page: `latest` and the futex
+ *                                          word (publisher of the model and
+ *                                          broker write, collectors read)
+ *   wsync.<uid>.<name>.<gen>.m<id>.layout  tensor layout (broker writes)
+ *   wsync.<uid>.<name>.<gen>.m<id>.s<k>    slab k: raw tensor bytes, no header
+ *   (memfd)                                session page: one per connection,
+ *                                          only that client writes it
+ *
+ * Clients never open segments by name: the broker passes file descriptors over
+ * the session socket (SCM_RIGHTS), read-only except the session page, the
+ * model page of a model the client publishes, and slabs granted to it.
+ *
+ * A new broker generation never writes an object of an older one: on restart
+ * it copies the latest version of each model into fresh objects and unlinks
+ * the old names (see broker/adopt.c), so views held across a crash stay
+ * intact and clients of the old generation see a world that no longer moves.
+ *
+ * All integers are little-endian fixed width; offsets, never pointers.
+ */
+#ifndef WSYNC_SHM_LAYOUT_H
+#define WSYNC_SHM_LAYOUT_H
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../libclient/wsync.h"
+
+#define WSYNC_CACHELINE        64
+#define WSYNC_PAGE             4096
+
+#define WSYNC_LAYOUT_VERSION   1u
+#define WSYNC_MAGIC_CTL        0x4c544353594e5357ull   /* "WSYNSCTL" */
+#define WSYNC_MAGIC_PAGE       0x4547505359534e57ull
+#define WSYNC_MAGIC_LAYOUT     0x54594c5359534e57ull
+#define WSYNC_MAGIC_SESSION    0x5353455359534e57ull
+
+#define WSYNC_MAX_MODELS       64
+#define WSYNC_MAX_SESSIONS     1024
+#define WSYNC_MAX_SLOTS        32     /* hard cap; --max-slots lowers it */
+#define WSYNC_DEFAULT_SLOTS    4
+#define WSYNC_MIN_SLOTS        2
+#define WSYNC_MAX_TENSORS      65536
+#define WSYNC_INSTANCE_MAX     64     /* broker instance and client names */
+#define WSYNC_SLOT_NONE        0xffu
+
+/* ---- latest: one atomic word, version in the high 56 bits, slot below ---- */
+
+static inline uint64_t wsync_latest_pack(uint64_t version, uint32_t slot)
+{
+	return (version << 8) | (slot & 0xffu);
+}
+static inline uint64_t wsync_latest_version(uint64_t latest) { return latest >> 8; }
+static inline uint32_t wsync_latest_slot(uint64_t latest) { return (uint32_t)(latest & 0xffu); }
+
+/* ---- control segment ---------------------------------------------------- */
+
+enum wsync_broker_state {
+	WSYNC_BROKER_STARTING = 0,
+	WSYNC_BROKER_RUNNING  = 1,
+	WSYNC_BROKER_STOPPED  = 2,   /* clean shutdown; waiters were woken */
+};
+
+enum wsync_model_state {
+	WSYNC_MODEL_FREE     = 0,    /* table entry unused */
+	WSYNC_MODEL_DECLARED = 1,    /* subscribed to, no layout yet */
+	WSYNC_MODEL_READY    = 2,    /* layout and slabs exist */
+};
+
+struct wsync_ctl_header {
+	uint64_t magic;                  /* WSYNC_MAGIC_CTL */
+	uint32_t layout_version;         /* WSYNC_LAYOUT_VERSION */
+	uint32_t header_bytes;           /* sizeof(struct wsync_ctl_header) */
+	uint64_t total_bytes;            /* size of the whole segment */
+	uint64_t generation;             /* this broker start; 1, 2, ... */
+	_Atomic uint32_t state;          /* enum wsync_broker_state */
+	uint32_t broker_pid;
+	uint32_t uid;
+	uint32_t max_slots;              /* --max-slots */
+	uint32_t max_models;             /* entries in the model table */
+	uint32_t max_sessions;           /* entries in the session table */
+	uint32_t models_offset;          /* from the segment start */
+	uint32_t sessions_offset;
+	int64_t  started_ns;             /* CLOCK_REALTIME */
+	_Atomic int64_t heartbeat_ns;    /* CLOCK_REALTIME, every housekeeping tick */
+	uint64_t shm_limit;              /* bytes of slabs allowed */
+	_Atomic uint64_t shm_used;
+	_Atomic uint64_t sessions_total; /* accepted since start */
+	_Atomic uint64_t messages;       /* handled since start */
+	_Atomic uint64_t bad_messages;   /* answered with an error or a close */
+	char     name[WSYNC_INSTANCE_MAX];
+	uint8_t  reserved[WSYNC_PAGE - 184];
+};
+static_assert(sizeof(struct wsync_ctl_header) == WSYNC_PAGE, "ctl header is one page");
+static_assert(offsetof(struct wsync_ctl_header, state) == 32, "ctl state offset");
+static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset");
+
+/* Slot states kept by the broker in the model table (books, for monitors). */
+enum wsync_slot_state {
+	WSYNC_SLOT_FREE    = 0,      /* never written */
+	WSYNC_SLOT_OLD     = 1,      /* holds an older version; reusable when unpinned */
+	WSYNC_SLOT_LATEST  = 2,
+	WSYNC_SLOT_GRANTED = 3,      /* being written by the publisher */
+};
+
+struct wsync_ctl_model {
+	_Atomic uint32_t state;          /* enum wsync_model_state */
+	uint32_t id;                     /* index in the table */
+	char     name[WSYNC_NAME_MAX];
+	uint64_t bytes;                  /* slab size (page multiple) */
+	uint32_t n_tensors;
+	uint32_t n_slots;
+	uint64_t layout_hash;            /* xxh64 of the descriptor array */
+	_Atomic uint64_t hwm_version;    /* highest version ever granted; a new
+	                                    generation starts above it */
+	_Atomic uint64_t latest;         /* the broker's last validated latest */
+	_Atomic uint64_t commits;
+	_Atomic uint64_t aborts;
+	_Atomic uint64_t busy;           /* begins refused with -EBUSY */
+	_Atomic uint64_t last_step;
+	_Atomic int64_t  last_commit_ns; /* CLOCK_REALTIME */
+	_Atomic uint32_t publisher;      /* session id, 0 = none */
+	_Atomic uint32_t subscribers;
+	_Atomic uint8_t  slot_state[WSYNC_MAX_SLOTS];  /* enum wsync_slot_state */
+};
+static_assert(sizeof(struct wsync_ctl_model) == 256, "ctl model entry size");
+static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
+static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
+static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
+
+enum wsync_session_role {
+	WSYNC_ROLE_PUB = 1u << 0,
+	WSYNC_ROLE_SUB = 1u << 1,
+	WSYNC_ROLE_MONITOR = 1u << 2,
+};
+
+struct wsync_ctl_session {
+	_Atomic uint32_t id;             /* 0 = entry unused */
+	uint32_t pid;
+	uint32_t uid;
+	_Atomic uint32_t roles;          /* enum wsync_session_role */
+	int64_t  connected_ns;           /* CLOCK_REALTIME */
+	_Atomic uint64_t models;         /* bit i = model i opened */
+	char     name[WSYNC_INSTANCE_MAX];
+	uint8_t  reserved[32];
+};
+static_assert(sizeof(struct wsync_ctl_session) == 128, "ctl session entry size");
+
+/* ---- model page: what collectors poll and sleep on ----------------------- */
+
+struct wsync_slot_meta {
+	_Atomic uint64_t version;        /* version this slot holds, 0 = none */
+	_Atomic uint64_t step;
+	_Atomic int64_t  published_ns;   /* CLOCK_REALTIME of the commit */
+	uint64_t reserved;
+};
+static_assert(sizeof(struct wsync_slot_meta) == 32, "slot meta size");
+
+enum wsync_page_flags {
+	WSYNC_PAGE_CLOSED = 1u << 0,     /* broker shut down: waiters return */
+};
+
+struct wsync_model_page {
+	uint64_t magic;                  /* WSYNC_MAGIC_PAGE */
+	uint32_t layout_version;
+	uint32_t model_id;
+	uint64_t generation;
+	uint8_t  pad0[WSYNC_CACHELINE - 24];
+	/* line 1: the hot words, alone on their line */
+	_Atomic uint64_t latest;         /* wsync_latest_pack(version, slot) */
+	_Atomic uint32_t seq;            /* futex word: +1 per commit and at close */
+	_Atomic uint32_t flags;          /* enum wsync_page_flags */
+	uint8_t  pad1[WSYNC_CACHELINE - 16];
+	struct wsync_slot_meta slots[WSYNC_MAX_SLOTS];
+	uint8_t  reserved[WSYNC_PAGE - 2 * WSYNC_CACHELINE - WSYNC_MAX_SLOTS * 32];
+};
+static_assert(sizeof(struct wsync_model_page) == WSYNC_PAGE, "model page is one page");
+static_assert(offsetof(struct wsync_model_page, latest) == 64, "latest on its own line");
+static_assert(offsetof(struct wsync_model_page, seq) == 72, "futex word offset");
+static_assert(offsetof(struct wsync_model_page, slots) == 128, "slot meta offset");
+
+/* ---- layout segment: header then n_tensors descriptors --------------------- */
+
+struct wsync_layout_header {
+	uint64_t magic;                  /* WSYNC_MAGIC_LAYOUT */
+	uint32_t layout_version;
+	uint32_t n_tensors;
+	uint64_t bytes;                  /* slab size */
+	uint64_t hash;                   /* xxh64 of the descriptor array */
+	uint8_t  reserved[32];
+	/* wsync_tensor_desc tensors[n_tensors]; */
+};
+static_assert(sizeof(struct wsync_layout_header) == 64, "layout header size");
+static_assert(sizeof(wsync_tensor_desc) == 208, "tensor descriptor size");
+static_assert(offsetof(wsync_tensor_desc, offset) == 200, "descriptor offset field");
+
+/* ---- session page: the only memory a collector writes ------------------------ */
+
+/* A hazard says "this session reads slot <slot> of model <model>": the broker
+ * never rewrites a pinned slot. pin = 0 is empty. */
+static inline uint64_t wsync_pin_pack(uint32_t model_id, uint32_t slot)
+{
+	return ((uint64_t)(model_id + 1) << 32) | slot;
+}
+static inline uint32_t wsync_pin_model(uint64_t pin) { return (uint32_t)(pin >> 32) - 1; }
+static inline uint32_t wsync_pin_slot(uint64_t pin) { return (uint32_t)pin; }
+
+struct wsync_hazard {
+	_Atomic uint64_t pin;            /* wsync_pin_pack(), 0 = free */
+	_Atomic uint64_t version;        /* informational: version held */
+	_Atomic int64_t  since_ns;       /* informational: CLOCK_MONOTONIC */
+	uint8_t  pad[WSYNC_CACHELINE - 24];
+};
+static_assert(sizeof(struct wsync_hazard) == WSYNC_CACHELINE, "one hazard per line");
+
+struct wsync_session_page {
+	uint64_t magic;                  /* WSYNC_MAGIC_SESSION */
+	uint32_t layout_version;
+	uint32_t session_id;
+	/* counters the client keeps for monitors; never trusted by the broker */
+	_Atomic uint64_t acquires;
+	_Atomic uint64_t waits;
+	_Atomic uint64_t timeouts;
+	_Atomic uint64_t last_version;
+	uint8_t  pad[WSYNC_CACHELINE - 48];
+	struct wsync_hazard hazards[WSYNC_MAX_VIEWS];
+};
+static_assert(sizeof(struct wsync_session_page) == WSYNC_PAGE, "session page is one page");
+static_assert(offsetof(struct wsync_session_page, hazards) == WSYNC_CACHELINE, "hazards offset");
+
+#endif /* WSYNC_SHM_LAYOUT_H */

@@ -1,0 +1,306 @@
+/*
+ * shm/proto.h — the session protocol between libwsync and wsyncd.
+ *
+ * Transport: one AF_UNIX SOCK_SEQPACKET connection per client; one datagram
+ * = one message; file descriptors travel as SCM_RIGHTS ancillary data of the
+ * message that names them. Every message is a fixed-size struct per type,
+ * little-endian, starting with struct wsync_msg_hdr. A message whose length,
+ * magic, version or fields do not validate (wsync_msg_validate) is answered
+ * with WSYNC_MSG_ERROR; a client that keeps doing it, sends fds where none
+ * belong, or stops reading its socket is disconnected.
+ *
+ * Every client message is a request; the broker answers each with exactly
+ * one reply carrying the same hdr.seq: the *_OK type listed below or
+ * WSYNC_MSG_ERROR. The client numbers its requests; replies arrive in
+ * request order (one socket, one broker thread).
+ *
+ *   request         reply            fds client->broker   fds broker->client
+ *   HELLO           HELLO_OK         -                    ctl (ro), session page (rw)
+ *   PUB_OPEN        PUB_OPEN_OK      layout memfd         model page (rw)
+ *   SUB_OPEN        SUB_OPEN_OK      -                    model page (ro) [+ layout (ro),
+ *                                                         slab 0..n-1 (ro) if READY]
+ *   ATTACH          ATTACH_OK        -                    layout (ro), slab 0..n-1 (ro)
+ *   BEGIN           GRANT            -                    slab (rw) if GRANT_HAS_FD
+ *   COMMIT          COMMIT_OK        -                    next slab (rw) if NEXT_HAS_FD
+ *   ABORT           ABORT_OK         -                    -
+ *   NOTIFY          NOTIFY_OK        eventfd              -
+ *   CLOSE           CLOSE_OK         -                    -
+ *
+ * Order rules (else -EPROTO): HELLO first and once; BEGIN/COMMIT/ABORT only
+ * by the model's publisher; COMMIT/ABORT only for the slot and version of the
+ * current grant; BEGIN while a grant is outstanding returns that same grant.
+ *
+ * Commit path (one hop to collectors): the publisher holds a grant {slot,
+ * version}. It writes the slab, fills page->slots[slot] (version, step,
+ * published_ns), stores page->latest = pack(version, slot) (seq_cst),
+ * increments page->seq and FUTEX_WAKEs all waiters — collectors run now —
+ * and then sends COMMIT. The broker checks that latest is exactly the granted
+ * pair, updates its books, signals NOTIFY eventfds, and in COMMIT_OK already
+ * grants the next slot when one is free (prefetch), so the next BEGIN is
+ * local. If the check fails the broker restores latest to its last validated
+ * value under a fresh version, replies -EPROTO and disconnects the publisher.
+ *
+ * A publisher whose socket closes (exit, crash, kill -9) loses its grant: if
+ * it had already stored latest = its grant, the broker books it as committed
+ * (and wakes waiters again); otherwise the slot is free again.
+ */
+#ifndef WSYNC_SHM_PROTO_H
+#define WSYNC_SHM_PROTO_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+#define WSYNC_PROTO_MAGIC     0x31595357u   /* "WSY1" */
+#define WSYNC_PROTO_VERSION   1u
+#define WSYNC_MSG_MAX_FDS     (3 + WSYNC_MAX_SLOTS)
+#define WSYNC_ERRMSG_MAX      480
+
+enum wsync_msg_type {
+	WSYNC_MSG_HELLO = 1,
+	WSYNC_MSG_HELLO_OK,
+	WSYNC_MSG_PUB_OPEN,
+	WSYNC_MSG_PUB_OPEN_OK,
+	WSYNC_MSG_SUB_OPEN,
+	WSYNC_MSG_SUB_OPEN_OK,
+	WSYNC_MSG_ATTACH,
+	WSYNC_MSG_ATTACH_OK,
+	WSYNC_MSG_BEGIN,
+	WSYNC_MSG_GRANT,
+	WSYNC_MSG_COMMIT,
+	WSYNC_MSG_COMMIT_OK,
+	WSYNC_MSG_ABORT,
+	WSYNC_MSG_ABORT_OK,
+	WSYNC_MSG_NOTIFY,
+	WSYNC_MSG_NOTIFY_OK,
+	WSYNC_MSG_CLOSE,
+	WSYNC_MSG_CLOSE_OK,
+	WSYNC_MSG_ERROR,
+	WSYNC_MSG_TYPE_END,
+};
+
+struct wsync_msg_hdr {
+	uint32_t magic;          /* WSYNC_PROTO_MAGIC */
+	uint16_t type;           /* enum wsync_msg_type */
+	uint16_t version;        /* WSYNC_PROTO_VERSION */
+	uint32_t len;            /* whole message, == wsync_msg_size(type) */
+	uint32_t seq;            /* request number; a reply repeats it */
+};
+static_assert(sizeof(struct wsync_msg_hdr) == 16, "header size");
+
+/* client -> broker */
+struct wsync_msg_hello {
+	struct wsync_msg_hdr hdr;
+	uint32_t layout_version;         /* WSYNC_LAYOUT_VERSION of the client */
+	uint32_t pid;                    /* informational; the broker uses SO_PEERCRED */
+	char     name[WSYNC_INSTANCE_MAX];
+};
+/* broker -> client; fds: ctl (ro), session page (rw) */
+struct wsync_msg_hello_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t session_id;
+	uint32_t max_slots;
+	uint64_t generation;
+	uint64_t ctl_bytes;
+	uint32_t broker_pid;
+	uint32_t reserved;
+};
+
+struct wsync_model_ref {                 /* names a model in a request */
+	uint32_t model_id;
+	uint32_t reserved;
+};
+
+/* client -> broker; fd: a memfd holding n_tensors wsync_tensor_desc with the
+ * offsets that wsync_layout_compute() gives (the broker recomputes them). */
+struct wsync_msg_pub_open {
+	struct wsync_msg_hdr hdr;
+	char     model[WSYNC_NAME_MAX];
+	uint32_t n_tensors;
+	uint32_t slots;                  /* 0 = default */
+	uint64_t bytes;                  /* slab size the client computed */
+	uint64_t layout_hash;            /* wsync_layout_hash() of the descriptors */
+	uint32_t flags;                  /* 0 */
+	uint32_t reserved;
+};
+/* broker -> client; fd: model page (rw) */
+struct wsync_msg_pub_open_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t n_slots;
+	uint64_t bytes;
+	uint64_t generation;
+};
+
+struct wsync_msg_sub_open {
+	struct wsync_msg_hdr hdr;
+	char     model[WSYNC_NAME_MAX];
+};
+/* broker -> client; fds: model page (ro), then if state == READY the layout
+ * (ro) and n_slots slabs (ro), as in ATTACH_OK */
+struct wsync_msg_sub_open_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t state;                  /* enum wsync_model_state */
+	uint32_t n_slots;
+	uint32_t n_tensors;
+	uint64_t bytes;
+	uint64_t layout_bytes;           /* size of the layout segment */
+};
+
+/* client -> broker: send me the layout and slabs of a model I subscribed to */
+struct wsync_msg_attach {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+};
+/* broker -> client; fds: layout (ro), slab 0..n_slots-1 (ro) */
+struct wsync_msg_attach_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t n_slots;
+	uint32_t n_tensors;
+	uint32_t reserved;
+	uint64_t bytes;
+	uint64_t layout_bytes;
+};
+
+struct wsync_msg_begin {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+};
+enum wsync_grant_flags {
+	WSYNC_GRANT_HAS_FD = 1u << 0,    /* the slab's rw fd is attached: map it
+	                                    (again), any earlier mapping of this
+	                                    slot is stale */
+};
+/* broker -> client; fd: slab (rw) if WSYNC_GRANT_HAS_FD. A busy model is
+ * answered with WSYNC_MSG_ERROR -EBUSY saying who pins which slot. */
+struct wsync_msg_grant {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t slot;
+	uint64_t version;                /* the version this slab will carry */
+	uint32_t flags;
+	uint32_t reserved;
+};
+
+struct wsync_msg_commit {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+	uint32_t slot;
+	uint32_t reserved;
+	uint64_t version;
+	uint64_t step;
+};
+enum wsync_commit_ok_flags {
+	WSYNC_NEXT_GRANTED = 1u << 0,    /* next_slot/next_version are a grant */
+	WSYNC_NEXT_HAS_FD  = 1u << 1,    /* and its rw fd is attached */
+};
+struct wsync_msg_commit_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t flags;                  /* enum wsync_commit_ok_flags */
+	uint64_t version;                /* the version committed */
+	uint32_t next_slot;
+	uint32_t reserved;
+	uint64_t next_version;
+};
+
+struct wsync_msg_abort {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+	uint32_t slot;
+	uint32_t reserved;
+	uint64_t version;
+};
+struct wsync_msg_abort_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t reserved;
+};
+
+/* client -> broker; fd: an eventfd the broker writes 1 to at every commit */
+struct wsync_msg_notify {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+};
+struct wsync_msg_notify_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t reserved;
+};
+
+/* close this session's publisher or subscription of a model */
+enum wsync_close_what { WSYNC_CLOSE_PUB = 1, WSYNC_CLOSE_SUB = 2 };
+struct wsync_msg_close {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+	uint32_t what;                   /* enum wsync_close_what */
+	uint32_t reserved;
+};
+struct wsync_msg_close_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t reserved;
+};
+
+struct wsync_msg_error {
+	struct wsync_msg_hdr hdr;
+	int32_t  err;                    /* negative errno */
+	uint16_t req_type;               /* type of the request refused */
+	uint16_t reserved;
+	uint32_t reserved2[2];
+	char     msg[WSYNC_ERRMSG_MAX];  /* NUL-terminated detail */
+};
+
+union wsync_msg_any {
+	struct wsync_msg_hdr hdr;
+	struct wsync_msg_hello hello;
+	struct wsync_msg_hello_ok hello_ok;
+	struct wsync_msg_pub_open pub_open;
+	struct wsync_msg_pub_open_ok pub_open_ok;
+	struct wsync_msg_sub_open sub_open;
+	struct wsync_msg_sub_open_ok sub_open_ok;
+	struct wsync_msg_attach attach;
+	struct wsync_msg_attach_ok attach_ok;
+	struct wsync_msg_begin begin;
+	struct wsync_msg_grant grant;
+	struct wsync_msg_commit commit;
+	struct wsync_msg_commit_ok commit_ok;
+	struct wsync_msg_abort abort;
+	struct wsync_msg_abort_ok abort_ok;
+	struct wsync_msg_notify notify;
+	struct wsync_msg_notify_ok notify_ok;
+	struct wsync_msg_close close;
+	struct wsync_msg_close_ok close_ok;
+	struct wsync_msg_error error;
+};
+
+static_assert(sizeof(struct wsync_msg_hello) == 88, "hello size");
+static_assert(sizeof(struct wsync_msg_pub_open) == 176, "pub_open size");
+static_assert(sizeof(struct wsync_msg_commit) == 48, "commit size");
+static_assert(sizeof(struct wsync_msg_error) == 512, "error size");
+static_assert(sizeof(union wsync_msg_any) == 512, "largest message");
+
+/* Exact size of a message of this type, 0 for an unknown type. */
+size_t wsync_msg_size(uint32_t type);
+/* A short name ("COMMIT"), "?" for an unknown type. */
+const char *wsync_msg_name(uint32_t type);
+/* Fills the header of a message to send. */
+void wsync_msg_init(struct wsync_msg_hdr *h, uint32_t type, uint32_t seq);
+/*
+ * Checks a received message of len bytes: magic, version, a known type,
+ * len == hdr.len == wsync_msg_size(type), NUL-terminated names that are valid
+ * (wsync_name_valid), reserved fields zero, small integers in range. Does not
+ * check state (who may send what when). Returns 0 or -EPROTO / -EINVAL and
+ * writes a reason into why (size whylen) when why != NULL.
+ */
+int wsync_msg_validate(const void *buf, size_t len, char *why, size_t whylen);
+/* Model and client names: 1..max-1 bytes of [A-Za-z0-9._:/-], NUL inside
+ * max, not starting with '.' or '/'. Tensor names allow any printable ASCII. */
+int wsync_name_valid(const char *name, size_t max);
+int wsync_tensor_name_valid(const char *name);
+
+#endif /* WSYNC_SHM_PROTO_H */
