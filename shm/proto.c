@@ -1,0 +1,225 @@
+/*
+ * shm/proto.c — sizes, names and static validation of protocol messages.
+ *
+ * Validation here is everything that can be judged from one message alone;
+ * whether the sender may send it now is the broker's (or client's) business.
+ */
+#include "proto.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	const char *name;
+	uint32_t size;
+} msg_types[WSYNC_MSG_TYPE_END] = {
+	[WSYNC_MSG_HELLO]       = { "HELLO", sizeof(struct wsync_msg_hello) },
+	[WSYNC_MSG_HELLO_OK]    = { "HELLO_OK", sizeof(struct wsync_msg_hello_ok) },
+	[WSYNC_MSG_PUB_OPEN]    = { "PUB_OPEN", sizeof(struct wsync_msg_pub_open) },
+	[WSYNC_MSG_PUB_OPEN_OK] = { "PUB_OPEN_OK", sizeof(struct wsync_msg_pub_open_ok) },
+	[WSYNC_MSG_SUB_OPEN]    = { "SUB_OPEN", sizeof(struct wsync_msg_sub_open) },
+	[WSYNC_MSG_SUB_OPEN_OK] = { "SUB_OPEN_OK", sizeof(struct wsync_msg_sub_open_ok) },
+	[WSYNC_MSG_ATTACH]      = { "ATTACH", sizeof(struct wsync_msg_attach) },
+	[WSYNC_MSG_ATTACH_OK]   = { "ATTACH_OK", sizeof(struct wsync_msg_attach_ok) },
+	[WSYNC_MSG_BEGIN]       = { "BEGIN", sizeof(struct wsync_msg_begin) },
+	[WSYNC_MSG_GRANT]       = { "GRANT", sizeof(struct wsync_msg_grant) },
+	[WSYNC_MSG_COMMIT]      = { "COMMIT", sizeof(struct wsync_msg_commit) },
+	[WSYNC_MSG_COMMIT_OK]   = { "COMMIT_OK", sizeof(struct wsync_msg_commit_ok) },
+	[WSYNC_MSG_ABORT]       = { "ABORT", sizeof(struct wsync_msg_abort) },
+	[WSYNC_MSG_ABORT_OK]    = { "ABORT_OK", sizeof(struct wsync_msg_abort_ok) },
+	[WSYNC_MSG_NOTIFY]      = { "NOTIFY", sizeof(struct wsync_msg_notify) },
+	[WSYNC_MSG_NOTIFY_OK]   = { "NOTIFY_OK", sizeof(struct wsync_msg_notify_ok) },
+	[WSYNC_MSG_CLOSE]       = { "CLOSE", sizeof(struct wsync_msg_close) },
+	[WSYNC_MSG_CLOSE_OK]    = { "CLOSE_OK", sizeof(struct wsync_msg_close_ok) },
+	[WSYNC_MSG_ERROR]       = { "ERROR", sizeof(struct wsync_msg_error) },
+};
+
+size_t wsync_msg_size(uint32_t type)
+{
+	return type < WSYNC_MSG_TYPE_END ? msg_types[type].size : 0;
+}
+
+const char *wsync_msg_name(uint32_t type)
+{
+	return wsync_msg_size(type) ? msg_types[type].name : "?";
+}
+
+void wsync_msg_init(struct wsync_msg_hdr *h, uint32_t type, uint32_t seq)
+{
+	memset(h, 0, wsync_msg_size(type) ? wsync_msg_size(type) : sizeof(*h));
+	h->magic = WSYNC_PROTO_MAGIC;
+	h->type = (uint16_t)type;
+	h->version = WSYNC_PROTO_VERSION;
+	h->len = (uint32_t)wsync_msg_size(type);
+	h->seq = seq;
+}
+
+int wsync_name_valid(const char *name, size_t max)
+{
+	size_t n = strnlen(name, max);
+
+	if (n == 0 || n == max || name[0] == '.' || name[0] == '/')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+		      c == ':' || c == '/'))
+			return 0;
+	}
+	return 1;
+}
+
+int wsync_tensor_name_valid(const char *name)
+{
+	size_t n = strnlen(name, WSYNC_NAME_MAX);
+
+	if (n == 0 || n == WSYNC_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (name[i] < 0x20 || name[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+static int bad(char *why, size_t whylen, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int bad(char *why, size_t whylen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && whylen) {
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+#define CHECK(cond, ...) do { if (!(cond)) return bad(why, whylen, -EINVAL, __VA_ARGS__); } while (0)
+
+static int model_ref_ok(const struct wsync_model_ref *m, char *why, size_t whylen)
+{
+	CHECK(m->model_id < WSYNC_MAX_MODELS, "model id %u out of range", m->model_id);
+	CHECK(m->reserved == 0, "reserved field not zero");
+	return 0;
+}
+
+static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
+{
+	switch (m->hdr.type) {
+	case WSYNC_MSG_HELLO:
+		CHECK(wsync_name_valid(m->hello.name, sizeof(m->hello.name)),
+		      "client name invalid");
+		return 0;
+	case WSYNC_MSG_HELLO_OK:
+		CHECK(m->hello_ok.max_slots >= WSYNC_MIN_SLOTS &&
+		      m->hello_ok.max_slots <= WSYNC_MAX_SLOTS, "max_slots out of range");
+		return 0;
+	case WSYNC_MSG_PUB_OPEN:
+		CHECK(wsync_name_valid(m->pub_open.model, sizeof(m->pub_open.model)),
+		      "model name invalid (1..%d of [A-Za-z0-9._:/-], not starting with '.' or '/')",
+		      WSYNC_NAME_MAX - 1);
+		CHECK(m->pub_open.n_tensors >= 1 && m->pub_open.n_tensors <= WSYNC_MAX_TENSORS,
+		      "n_tensors %u out of range 1..%d", m->pub_open.n_tensors, WSYNC_MAX_TENSORS);
+		CHECK(m->pub_open.slots <= WSYNC_MAX_SLOTS, "slots %u over %d",
+		      m->pub_open.slots, WSYNC_MAX_SLOTS);
+		CHECK(m->pub_open.bytes > 0, "bytes is zero");
+		CHECK(m->pub_open.flags == 0 && m->pub_open.reserved == 0,
+		      "flags or reserved field not zero");
+		return 0;
+	case WSYNC_MSG_PUB_OPEN_OK:
+		CHECK(m->pub_open_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK(m->pub_open_ok.n_slots >= WSYNC_MIN_SLOTS &&
+		      m->pub_open_ok.n_slots <= WSYNC_MAX_SLOTS, "n_slots out of range");
+		return 0;
+	case WSYNC_MSG_SUB_OPEN:
+		CHECK(wsync_name_valid(m->sub_open.model, sizeof(m->sub_open.model)),
+		      "model name invalid (1..%d of [A-Za-z0-9._:/-], not starting with '.' or '/')",
+		      WSYNC_NAME_MAX - 1);
+		return 0;
+	case WSYNC_MSG_SUB_OPEN_OK:
+		CHECK(m->sub_open_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK(m->sub_open_ok.state <= WSYNC_MODEL_READY, "model state out of range");
+		CHECK(m->sub_open_ok.n_slots <= WSYNC_MAX_SLOTS, "n_slots out of range");
+		CHECK(m->sub_open_ok.n_tensors <= WSYNC_MAX_TENSORS, "n_tensors out of range");
+		return 0;
+	case WSYNC_MSG_ATTACH:
+		return model_ref_ok(&m->attach.m, why, whylen);
+	case WSYNC_MSG_ATTACH_OK:
+		CHECK(m->attach_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK(m->attach_ok.n_slots >= WSYNC_MIN_SLOTS &&
+		      m->attach_ok.n_slots <= WSYNC_MAX_SLOTS, "n_slots out of range");
+		CHECK(m->attach_ok.n_tensors >= 1 &&
+		      m->attach_ok.n_tensors <= WSYNC_MAX_TENSORS, "n_tensors out of range");
+		return 0;
+	case WSYNC_MSG_BEGIN:
+		return model_ref_ok(&m->begin.m, why, whylen);
+	case WSYNC_MSG_GRANT:
+		CHECK(m->grant.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK(m->grant.slot < WSYNC_MAX_SLOTS, "slot out of range");
+		CHECK(m->grant.version > 0, "version is zero");
+		CHECK((m->grant.flags & ~(uint32_t)WSYNC_GRANT_HAS_FD) == 0, "unknown flags");
+		return 0;
+	case WSYNC_MSG_COMMIT:
+		CHECK(m->commit.slot < WSYNC_MAX_SLOTS, "slot %u out of range", m->commit.slot);
+		CHECK(m->commit.version > 0, "version is zero");
+		CHECK(m->commit.reserved == 0, "reserved field not zero");
+		return model_ref_ok(&m->commit.m, why, whylen);
+	case WSYNC_MSG_COMMIT_OK:
+		CHECK(m->commit_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK((m->commit_ok.flags & ~(uint32_t)(WSYNC_NEXT_GRANTED | WSYNC_NEXT_HAS_FD)) == 0,
+		      "unknown flags");
+		CHECK(!(m->commit_ok.flags & WSYNC_NEXT_GRANTED) ||
+		      m->commit_ok.next_slot < WSYNC_MAX_SLOTS, "next slot out of range");
+		return 0;
+	case WSYNC_MSG_ABORT:
+		CHECK(m->abort.slot < WSYNC_MAX_SLOTS, "slot %u out of range", m->abort.slot);
+		CHECK(m->abort.reserved == 0, "reserved field not zero");
+		return model_ref_ok(&m->abort.m, why, whylen);
+	case WSYNC_MSG_NOTIFY:
+		return model_ref_ok(&m->notify.m, why, whylen);
+	case WSYNC_MSG_CLOSE:
+		CHECK(m->close.what == WSYNC_CLOSE_PUB || m->close.what == WSYNC_CLOSE_SUB,
+		      "close of %u: neither publisher nor subscription", m->close.what);
+		CHECK(m->close.reserved == 0, "reserved field not zero");
+		return model_ref_ok(&m->close.m, why, whylen);
+	case WSYNC_MSG_ABORT_OK:
+	case WSYNC_MSG_NOTIFY_OK:
+	case WSYNC_MSG_CLOSE_OK:
+		CHECK(m->abort_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		return 0;
+	case WSYNC_MSG_ERROR:
+		CHECK(m->error.err < 0, "error code %d not negative", m->error.err);
+		CHECK(memchr(m->error.msg, '\0', sizeof(m->error.msg)) != NULL,
+		      "error text unterminated");
+		return 0;
+	}
+	return bad(why, whylen, -EPROTO, "unknown message type %u", m->hdr.type);
+}
+
+int wsync_msg_validate(const void *buf, size_t len, char *why, size_t whylen)
+{
+	union wsync_msg_any m;
+	size_t want;
+
+	if (len < sizeof(struct wsync_msg_hdr))
+		return bad(why, whylen, -EPROTO, "message of %zu bytes is shorter than a header", len);
+	memcpy(&m.hdr, buf, sizeof(m.hdr));
+	if (m.hdr.magic != WSYNC_PROTO_MAGIC)
+		return bad(why, whylen, -EPROTO, "bad magic 0x%08x", m.hdr.magic);
+	if (m.hdr.version != WSYNC_PROTO_VERSION)
+		return bad(why, whylen, -EPROTO, "protocol version %u, expected %u",
+		           m.hdr.version, WSYNC_PROTO_VERSION);
+	want = wsync_msg_size(m.hdr.type);
+	if (!want)
+		return bad(why, whylen, -EPROTO, "unknown message type %u", m.hdr.type);
+	if (len != want || m.hdr.len != want)
+		return bad(why, whylen, -EPROTO, "%s of %zu bytes (header says %u), expected %zu",
+		           wsync_msg_name(m.hdr.type), len, m.hdr.len, want);
+	memcpy(&m, buf, want);
+	return body_validate(&m, why, whylen);
+}
