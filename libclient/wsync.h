@@ -23,6 +23,17 @@
  * Lifetimes: closing a handle releases what it owns. Close views before their
  * subscription, and publishers/subscriptions before their client; a view's
  * memory stays valid until it is released, even if the broker dies.
+ *
+ * When the broker goes away: after a crash, acquire still returns the last
+ * version (nothing can change it any more); waits and every call that talks
+ * to the broker return -ENOTCONN. After a clean shutdown acquire returns
+ * -ENOTCONN too. A broker that does not answer a request within 30 s
+ * ($WSYNC_REPLY_TIMEOUT_MS) gives -ETIMEDOUT and leaves the client unusable.
+ * In every case: wsync_close() and connect again; a restarted broker serves
+ * the same models at the same or newer versions.
+ *
+ * fork(): do not use one client in both parent and child; connect anew in
+ * the child.
  */
 #ifndef WSYNC_H
 #define WSYNC_H
@@ -154,7 +165,8 @@ int  wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out);
  * commit is outstanding. */
 int  wsync_pub_wait_commit(wsync_pub *p, int64_t timeout_ns,
                            uint64_t *version_out);
-/* Drops the begun slab; the latest version is unchanged. */
+/* Drops the begun slab; the latest version is unchanged. -EINVAL if no slab
+ * is begun. The version number granted to it is not reused. */
 int  wsync_pub_abort(wsync_pub *p);
 /* Aborts a begun slab, if any, and stops publishing. NULL is a no-op. */
 void wsync_pub_close(wsync_pub *p);

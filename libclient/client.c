@@ -1,0 +1,234 @@
+/*
+ * libclient/client.c — connecting to a broker and closing the connection.
+ *
+ * HELLO is the first request; its reply brings the control segment (mapped
+ * read-only, for the broker's state) and this session's page (mapped
+ * read-write: the hazard records the broker scans before it reuses a slot).
+ *
+ * Do not use one client in both the parent and the child of a fork().
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm/errmsg.h"
+
+static int64_t reply_timeout_ns(void)
+{
+	const char *env = getenv("WSYNC_REPLY_TIMEOUT_MS");
+	char *end;
+	long long ms;
+
+	if (!env || !*env)
+		return (int64_t)WSYNC_REPLY_TIMEOUT_MS_DEFAULT * 1000000;
+	errno = 0;
+	ms = strtoll(env, &end, 10);
+	if (errno || *end || ms <= 0 || ms > INT64_MAX / 1000000)
+		return (int64_t)WSYNC_REPLY_TIMEOUT_MS_DEFAULT * 1000000;
+	return (int64_t)ms * 1000000;
+}
+
+static bool name_char_ok(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-' ||
+	       ch == ':' || ch == '/';
+}
+
+/* A name the broker accepts: "pid-<pid>" by default, else the given one
+ * truncated, with characters outside [A-Za-z0-9._:/-] replaced by '_'. */
+static void client_name_make(const char *in, char out[WSYNC_INSTANCE_MAX])
+{
+	size_t n = 0;
+
+	if (in)
+		for (; in[n] && n < WSYNC_INSTANCE_MAX - 1; n++)
+			out[n] = name_char_ok(in[n]) ? in[n] : '_';
+	out[n] = '\0';
+	if (n == 0) {
+		snprintf(out, WSYNC_INSTANCE_MAX, "pid-%d", (int)getpid());
+		return;
+	}
+	if (out[0] == '.' || out[0] == '/')
+		out[0] = '_';
+}
+
+static int client_socket_connect(struct wsync_client *c)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, err;
+
+	if (strlen(c->endpoint) >= sizeof(sa.sun_path))
+		return wsync_fail(-ENAMETOOLONG, "socket path '%s' is too long", c->endpoint);
+	memcpy(sa.sun_path, c->endpoint, strlen(c->endpoint) + 1);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return wsync_fail(-errno, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = -errno;
+		close(fd);
+		if (err == -ENOENT || err == -ECONNREFUSED)
+			return wsync_fail(err, "no broker at %s (is wsyncd running?)", c->endpoint);
+		return wsync_fail(err, "connect to %s: %s", c->endpoint, strerror(-err));
+	}
+	c->sock = fd;
+	return 0;
+}
+
+static int ctl_check(const struct wsync_client *c, const struct wsync_msg_hello_ok *ok)
+{
+	const struct wsync_ctl_header *h = c->ctl;
+
+	if (h->magic != WSYNC_MAGIC_CTL)
+		return wsync_fail(-EPROTO, "control segment of %s has a bad magic", c->endpoint);
+	if (h->layout_version != WSYNC_LAYOUT_VERSION)
+		return wsync_fail(-EPROTO, "broker at %s uses layout version %u, this library %u",
+		                  c->endpoint, h->layout_version, WSYNC_LAYOUT_VERSION);
+	if (h->header_bytes != sizeof(*h) || h->generation != ok->generation)
+		return wsync_fail(-EPROTO, "control segment of %s does not match the broker's "
+		                  "answer (header %u bytes, generation %llu vs %llu)", c->endpoint,
+		                  h->header_bytes, (unsigned long long)h->generation,
+		                  (unsigned long long)ok->generation);
+	return 0;
+}
+
+static int session_check(const struct wsync_client *c)
+{
+	const struct wsync_session_page *sp = c->session;
+
+	if (sp->magic != WSYNC_MAGIC_SESSION || sp->layout_version != WSYNC_LAYOUT_VERSION ||
+	    sp->session_id != c->session_id)
+		return wsync_fail(-EPROTO, "session page from %s does not match (magic, layout "
+		                  "version %u, session %u, expected %u)", c->endpoint,
+		                  sp->layout_version, sp->session_id, c->session_id);
+	for (uint32_t i = 0; i < WSYNC_MAX_VIEWS; i++)
+		if (atomic_load_explicit(&sp->hazards[i].pin, memory_order_relaxed))
+			return wsync_fail(-EPROTO, "session page from %s arrives with hazard %u set",
+			                  c->endpoint, i);
+	return 0;
+}
+
+/* HELLO -> HELLO_OK: maps the control segment and the session page. */
+static int client_hello(struct wsync_client *c, const char *client_name)
+{
+	const struct wsync_msg_hello_ok *ok;
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	void *addr;
+	int err;
+
+	wsync_msg_init(&m.hdr, WSYNC_MSG_HELLO, 0);
+	m.hello.layout_version = WSYNC_LAYOUT_VERSION;
+	m.hello.pid = (uint32_t)getpid();
+	client_name_make(client_name, m.hello.name);
+	err = wsync_conn_call(c, &m, NULL, 0, WSYNC_MSG_HELLO_OK, &rep);
+	if (err)
+		return err;
+	ok = &rep.msg.hello_ok;
+	if (rep.n_fds < 2 || ok->ctl_bytes < sizeof(struct wsync_ctl_header)) {
+		err = wsync_fail(-EPROTO, "HELLO_OK from %s with %d fds and a control segment of "
+		                 "%llu bytes", c->endpoint, rep.n_fds,
+		                 (unsigned long long)ok->ctl_bytes);
+		goto out_close;
+	}
+	c->session_id = ok->session_id;
+	c->max_slots = ok->max_slots;
+	c->broker_pid = ok->broker_pid;
+	c->generation = ok->generation;
+	err = wsync_map_fd(rep.fds[0], ok->ctl_bytes, 0, 0, "control segment", &addr);
+	if (err)
+		goto out_close;
+	c->ctl = addr;
+	c->ctl_bytes = ok->ctl_bytes;
+	err = ctl_check(c, ok);
+	if (err)
+		goto out_close;
+	err = wsync_map_fd(rep.fds[1], sizeof(*c->session), 1, 0, "session page", &addr);
+	if (err)
+		goto out_close;
+	c->session = addr;
+	err = session_check(c);
+out_close:
+	wsync_reply_close_fds(&rep, 0);
+	return err;
+}
+
+static void client_free(struct wsync_client *c)
+{
+	if (c->session)
+		munmap(c->session, sizeof(*c->session));
+	if (c->ctl)
+		munmap((void *)c->ctl, c->ctl_bytes);
+	if (c->sock >= 0)
+		close(c->sock);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+int wsync_connect(const char *endpoint, const char *client_name, wsync_client **out)
+{
+	struct wsync_client *c;
+	int err;
+
+	if (!out)
+		return wsync_fail(-EINVAL, "wsync_connect: out must not be NULL");
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return wsync_fail(-ENOMEM, "wsync_connect: out of memory");
+	c->sock = -1;
+	c->next_seq = 1;
+	c->reply_timeout_ns = reply_timeout_ns();
+	err = pthread_mutex_init(&c->lock, NULL);
+	if (err) {
+		free(c);
+		return wsync_fail(-err, "wsync_connect: mutex: %s", strerror(err));
+	}
+	err = wsync_endpoint_resolve(endpoint, c->endpoint, sizeof(c->endpoint));
+	if (err)
+		goto out_free;
+	err = client_socket_connect(c);
+	if (err)
+		goto out_free;
+	err = client_hello(c, client_name);
+	if (err)
+		goto out_free;
+	*out = c;
+	return 0;
+
+out_free:
+	client_free(c);
+	return err;
+}
+
+void wsync_close(wsync_client *c)
+{
+	if (!c)
+		return;
+	for (;;) {
+		struct wsync_pub *p;
+
+		client_lock(c);
+		p = c->pubs;
+		client_unlock(c);
+		if (!p)
+			break;
+		wsync_pub_close(p);
+	}
+	for (;;) {
+		struct wsync_sub *s;
+
+		client_lock(c);
+		s = c->subs;
+		client_unlock(c);
+		if (!s)
+			break;
+		wsync_sub_close(s);
+	}
+	client_free(c);
+}

@@ -1,0 +1,204 @@
+/*
+ * libclient/client_internal.h — what the files of libwsync share.
+ *
+ * Ownership: a wsync_client owns its socket, the control and session page
+ * mappings, and the lists of publishers and subscriptions opened through it.
+ * Everything that touches the socket, the lists, or a publisher's stored
+ * commit acknowledgement runs under client->lock. The subscriber fast path
+ * (acquire, release, the wait loop) never takes it.
+ *
+ * A client is not usable in both parent and child after fork(): they would
+ * share one session socket and one set of hazard records.
+ */
+#ifndef WSYNC_CLIENT_INTERNAL_H
+#define WSYNC_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/layout.h"
+#include "shm/proto.h"
+#include "shm/tensor_layout.h"
+#include "wsync.h"
+
+#define WSYNC_REPLY_TIMEOUT_MS_DEFAULT 30000
+#define WSYNC_DEAD_WHY_MAX 160
+
+/* Hazard records are one bit each in a 64-bit word; the top bit never is. */
+#define WSYNC_HZ_ALL ((UINT64_C(1) << WSYNC_MAX_VIEWS) - 1)
+_Static_assert(WSYNC_MAX_VIEWS < 64, "hazard bitmap is one word");
+
+struct wsync_client {
+	int sock;
+	pthread_mutex_t lock;            /* socket, seq, lists, pub acks */
+	uint32_t next_seq;
+	int64_t reply_timeout_ns;
+	_Atomic int dead;                /* 0 alive, 2 being marked, 1 dead */
+	char dead_why[WSYNC_DEAD_WHY_MAX];
+
+	const struct wsync_ctl_header *ctl;
+	size_t ctl_bytes;
+	struct wsync_session_page *session;
+	uint32_t session_id, max_slots, broker_pid;
+	uint64_t generation;
+
+	_Atomic uint64_t hz_used;        /* bit i: hazards[i] is taken */
+	_Atomic(struct wsync_sub *) hz_owner[WSYNC_MAX_VIEWS];
+
+	struct wsync_pub *pubs;          /* under lock */
+	struct wsync_sub *subs;          /* under lock */
+	char endpoint[108];
+};
+
+/* One received message and the fds that came with it. */
+struct conn_reply {
+	union wsync_msg_any msg;
+	int fds[WSYNC_MSG_MAX_FDS];
+	int n_fds;
+};
+
+/* A grant {slot, version}: held by a begun slab, or prefetched from a
+ * COMMIT_OK with the slab's fd when the broker sent one. */
+struct pub_grant {
+	bool     valid;
+	uint32_t slot;
+	uint64_t version;
+	int      fd;                     /* -1 = map the cached slot */
+};
+
+struct wsync_pub {
+	struct wsync_client *c;
+	struct wsync_pub *next_pub;      /* in c->pubs */
+	char model[WSYNC_NAME_MAX];
+	uint32_t model_id, n_slots;
+	uint64_t bytes;
+	size_t n_tensors;
+	wsync_tensor_desc *tensors;      /* canonical, with offsets */
+	struct wsync_name_index index;
+	struct wsync_model_page *page;   /* rw */
+	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
+
+	uint64_t last_committed;         /* grants must carry a newer version */
+	bool     begun;
+	struct pub_grant cur;            /* the begun slab's grant */
+
+	/* under c->lock: the outstanding async commit and what came back */
+	uint32_t ack_seq;                /* 0 = none outstanding */
+	uint64_t ack_version;            /* version the async commit carries */
+	bool     ack_ready;
+	struct conn_reply ack;           /* COMMIT_OK or ERROR, with its fds */
+	struct pub_grant next;           /* prefetched grant */
+};
+
+/* Immutable once published in sub->maps: layout copy and slab mappings. */
+struct sub_maps {
+	uint32_t n_slots;
+	uint64_t bytes;
+	size_t n_tensors;
+	wsync_tensor_desc *tensors;      /* private, validated copy */
+	struct wsync_name_index index;
+	const void *slabs[WSYNC_MAX_SLOTS];
+};
+
+struct wsync_sub {
+	struct wsync_client *c;
+	struct wsync_sub *next_sub;      /* in c->subs */
+	char model[WSYNC_NAME_MAX];
+	uint32_t model_id;
+	const struct wsync_model_page *page;  /* ro */
+	_Atomic(struct sub_maps *) maps;      /* NULL until the model is READY */
+	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
+	_Atomic uint64_t last_version;        /* newest version acquired */
+};
+
+/* ---- conn.c: the session socket ---------------------------------------- */
+
+static inline void client_lock(struct wsync_client *c) { pthread_mutex_lock(&c->lock); }
+static inline void client_unlock(struct wsync_client *c) { pthread_mutex_unlock(&c->lock); }
+
+static inline bool client_is_dead(struct wsync_client *c)
+{
+	return atomic_load_explicit(&c->dead, memory_order_acquire) != 0;
+}
+
+/* Marks the connection unusable; later requests fail with -ENOTCONN. */
+void wsync_conn_mark_dead(struct wsync_client *c, const char *why);
+/* -ENOTCONN with the reason the client died. Caller holds the lock. */
+int wsync_conn_fail_dead(struct wsync_client *c);
+/* Next request number (never 0). Caller holds the lock. */
+uint32_t wsync_conn_next_seq(struct wsync_client *c);
+/* Sends a request whose header is filled (wsync_msg_init), with fds. */
+int wsync_conn_send(struct wsync_client *c, const union wsync_msg_any *req,
+                    const int *fds, int n_fds);
+/*
+ * Receives until the reply of seq arrives or deadline_ns (CLOCK_MONOTONIC;
+ * -1 = the client's reply limit) passes. Acknowledgements of async commits
+ * found on the way are stored in their publishers. An ERROR reply becomes its
+ * error code and message, with its fds closed. A reply of another type than
+ * want, or any other unexpected message, is -EPROTO. When the wait ends on
+ * the client's reply limit rather than on deadline_ns, the connection is
+ * marked dead. Caller holds the lock.
+ */
+int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
+                    int64_t deadline_ns, struct conn_reply *rep);
+/* send + recv of the reply, under the lock the caller holds. */
+int wsync_conn_call(struct wsync_client *c, union wsync_msg_any *req,
+                    const int *fds, int n_fds, uint32_t want,
+                    struct conn_reply *rep);
+/* Closes rep->fds[from..]. */
+void wsync_reply_close_fds(struct conn_reply *rep, int from);
+/* Converts an ERROR message into its error code and detail message. */
+int wsync_conn_error(const struct wsync_msg_error *e, uint32_t req_type);
+
+/* ---- maps.c: mapping fds the broker sent ----------------------------------- */
+
+/*
+ * Maps bytes of fd after checking the object is at least that large (so a
+ * short object is an -EPROTO now, not a SIGBUS later). Does not close fd.
+ */
+int wsync_map_fd(int fd, uint64_t bytes, int writable, int populate,
+                 const char *what, void **out);
+/* Checks a model page's magic, layout version and model id. */
+int wsync_page_check(const struct wsync_model_page *pg, uint32_t model_id,
+                     const char *model);
+
+/* ---- endpoint.c ------------------------------------------------------------ */
+
+/* Resolves endpoint (see wsync_connect) to a socket path. */
+int wsync_endpoint_resolve(const char *endpoint, char *buf, size_t len);
+
+/* ---- pub.c / sub.c: hooks the connection and the client call ------------------ */
+
+/* Stores an async commit's reply (msg + fds) in the publisher that waits for
+ * seq; returns false if none does. Caller holds the lock. */
+bool wsync_pub_take_ack(struct wsync_client *c, uint32_t seq, struct conn_reply *rep);
+/* -ENOTCONN if the broker shut down (page CLOSED) or the client is dead:
+ * nothing may be published into a generation that no longer has a broker. */
+int wsync_pub_gone(struct wsync_pub *p);
+/* Checks a COMMIT_OK for version and keeps its prefetched grant; consumes
+ * rep's fds. Caller holds the lock. */
+int wsync_pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct conn_reply *rep);
+/* Collects the outstanding async commit's acknowledgement by deadline_ns
+ * (-1: the reply limit); its version into *version (may be NULL). An
+ * -ETIMEDOUT on deadline_ns leaves it outstanding. Caller holds the lock. */
+int wsync_pub_ack_collect(struct wsync_pub *p, int64_t deadline_ns, uint64_t *version);
+
+/* sub_attach.c: maps the layout and slabs; fds[0] = layout, then n_slots
+ * slabs. Consumes (closes) every fd in fds on every path. */
+int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tensors,
+                         uint64_t bytes, uint64_t layout_bytes,
+                         int *fds, int n_fds);
+/* ATTACH round trip; takes the lock. */
+int wsync_sub_attach(struct wsync_sub *s);
+void wsync_sub_maps_free(struct sub_maps *m);
+
+/* Hazard record of index i in the client's session page. */
+static inline struct wsync_hazard *client_hazard(struct wsync_client *c, uint32_t i)
+{
+	return &c->session->hazards[i];
+}
+
+#endif /* WSYNC_CLIENT_INTERNAL_H */

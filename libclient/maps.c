@@ -1,0 +1,40 @@
+/* libclient/maps.c — mapping the segments the broker hands over. */
+#include <errno.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "shm/errmsg.h"
+#include "shm/segment.h"
+
+int wsync_map_fd(int fd, uint64_t bytes, int writable, int populate,
+                 const char *what, void **out)
+{
+	int64_t size = wsync_seg_size(fd);
+	int err;
+
+	if (size < 0)
+		return wsync_fail((int)size, "%s: fstat: %s", what, strerror((int)-size));
+	/* A mapping past the object's end would raise SIGBUS on first touch. */
+	if ((uint64_t)size < bytes)
+		return wsync_fail(-EPROTO, "%s: segment of %lld bytes, expected %llu",
+		                  what, (long long)size, (unsigned long long)bytes);
+	err = wsync_seg_map(fd, bytes, writable, populate, out);
+	if (err)
+		return wsync_fail(err, "%s: mmap of %llu bytes: %s", what,
+		                  (unsigned long long)bytes, strerror(-err));
+	return 0;
+}
+
+int wsync_page_check(const struct wsync_model_page *pg, uint32_t model_id,
+                     const char *model)
+{
+	if (pg->magic != WSYNC_MAGIC_PAGE)
+		return wsync_fail(-EPROTO, "model '%s': page has a bad magic", model);
+	if (pg->layout_version != WSYNC_LAYOUT_VERSION)
+		return wsync_fail(-EPROTO, "model '%s': page layout version %u, library %u",
+		                  model, pg->layout_version, WSYNC_LAYOUT_VERSION);
+	if (pg->model_id != model_id)
+		return wsync_fail(-EPROTO, "model '%s': page of model %u, expected %u",
+		                  model, pg->model_id, model_id);
+	return 0;
+}

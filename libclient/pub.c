@@ -1,0 +1,418 @@
+/*
+ * libclient/pub.c — publishing a model: open, commit, abort, close.
+ *
+ * The invariant served here is the first of the design: the bytes of a view
+ * never change while a reader holds it. The broker keeps it by granting a
+ * slot for writing only when the slot is not `latest` and no hazard pins it;
+ * the publisher keeps its part by writing nothing but
+ *
+ *   - the slab of its current grant (mapped writable only while granted:
+ *     commit and abort mprotect it read-only again, so a stray write after
+ *     commit faults in the trainer instead of changing a published version),
+ *   - page->slots[slot] of that grant, then
+ *   - page->latest = pack(granted version, granted slot), then page->seq.
+ *
+ * The broker writes `latest` only to restore it after a bad commit, and seq
+ * and flags at shutdown; collectors never write the page (their mapping is
+ * read-only).
+ *
+ * Order of a commit, and why:
+ *   1. slot metadata (version, step, time), relaxed: published by step 2.
+ *   2. latest, seq_cst store: it is also a release, so a collector whose
+ *      acquire load sees the new latest sees the slab bytes and the metadata.
+ *      Being seq_cst it takes part in the single order that the hazard
+ *      argument uses (see sub.c and broker/slots.h).
+ *   3. seq += 1, then FUTEX_WAKE all: a waiter reads seq before it checks
+ *      latest (sub_wait.c), so it either sees the new latest or sleeps on a
+ *      seq value that no longer matches and returns at once; the wake cannot
+ *      be lost. Collectors run from here: one hop.
+ *   4. COMMIT to the broker, which checks that latest is exactly our grant,
+ *      books it and usually returns the next grant already (prefetch), so the
+ *      next begin makes no round trip.
+ *
+ * A crash at any point leaves a state the broker repairs from what it sees
+ * when our socket closes: before step 2 the grant is simply freed; from step
+ * 2 on, latest equals the grant and the commit is booked. The metadata is
+ * complete before latest names the slot, so either state is consistent.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm/clock.h"
+#include "shm/errmsg.h"
+#include "shm/futex.h"
+#include "shm/segment.h"
+
+static int opts_check(const struct wsync_client *c, const char *model,
+                      const wsync_model_opts *o)
+{
+	if (!o)
+		return 0;
+	if (o->flags)
+		return wsync_fail(-EINVAL, "model '%s': opts.flags must be 0, not 0x%x",
+		                  model, o->flags);
+	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		if (o->reserved[i])
+			return wsync_fail(-EINVAL, "model '%s': opts.reserved[%zu] must be 0",
+			                  model, i);
+	if (o->slots && (o->slots < WSYNC_MIN_SLOTS || o->slots > c->max_slots))
+		return wsync_fail(-EINVAL, "model '%s': %u slots, the broker allows %d..%u",
+		                  model, o->slots, WSYNC_MIN_SLOTS, c->max_slots);
+	return 0;
+}
+
+/* The layout memfd the broker reads the descriptors from. */
+static int layout_memfd(const struct wsync_pub *p)
+{
+	size_t len = p->n_tensors * sizeof(wsync_tensor_desc), done = 0;
+	const char *src = (const char *)p->tensors;
+	int fd = wsync_memfd_create("wsync-layout", len), err;
+
+	if (fd < 0)
+		return wsync_fail(fd, "model '%s': layout memfd: %s", p->model, strerror(-fd));
+	while (done < len) {
+		ssize_t r = pwrite(fd, src + done, len - done, (off_t)done);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			err = r < 0 ? -errno : -EIO;
+			close(fd);
+			return wsync_fail(err, "model '%s': writing the layout memfd: %s",
+			                  p->model, strerror(-err));
+		}
+		done += (size_t)r;
+	}
+	return fd;
+}
+
+static void pub_free(struct wsync_pub *p)
+{
+	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
+		if (p->slabs[i])
+			munmap(p->slabs[i], p->bytes);
+	if (p->page)
+		munmap(p->page, sizeof(*p->page));
+	if (p->next.valid && p->next.fd >= 0)
+		close(p->next.fd);
+	wsync_reply_close_fds(&p->ack, 0);
+	wsync_name_index_free(&p->index);
+	free(p->tensors);
+	free(p);
+}
+
+/* CLOSE(pub), best effort: the broker also drops us when the socket closes. */
+static void pub_close_remote(struct wsync_pub *p)
+{
+	union wsync_msg_any m;
+	struct conn_reply rep;
+
+	if (client_is_dead(p->c))
+		return;
+	wsync_msg_init(&m.hdr, WSYNC_MSG_CLOSE, 0);
+	m.close.m.model_id = p->model_id;
+	m.close.what = WSYNC_CLOSE_PUB;
+	if (wsync_conn_call(p->c, &m, NULL, 0, WSYNC_MSG_CLOSE_OK, &rep) == 0)
+		wsync_reply_close_fds(&rep, 0);
+}
+
+/* PUB_OPEN with the layout memfd; maps the model page from the reply. */
+static int pub_declare(struct wsync_pub *p, uint32_t slots)
+{
+	struct wsync_client *c = p->c;
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	const struct wsync_msg_pub_open_ok *ok = &rep.msg.pub_open_ok;
+	void *page;
+	int fd, err;
+
+	fd = layout_memfd(p);
+	if (fd < 0)
+		return fd;
+	wsync_msg_init(&m.hdr, WSYNC_MSG_PUB_OPEN, 0);
+	memcpy(m.pub_open.model, p->model, sizeof(m.pub_open.model));
+	m.pub_open.n_tensors = (uint32_t)p->n_tensors;
+	m.pub_open.slots = slots;
+	m.pub_open.bytes = p->bytes;
+	m.pub_open.layout_hash = wsync_layout_hash(p->tensors, p->n_tensors);
+
+	client_lock(c);
+	err = wsync_conn_call(c, &m, &fd, 1, WSYNC_MSG_PUB_OPEN_OK, &rep);
+	close(fd);
+	if (err)
+		goto out_unlock;
+	if (ok->bytes != p->bytes || rep.n_fds < 1) {
+		err = wsync_fail(-EPROTO, "model '%s': PUB_OPEN_OK with %llu bytes and %d fds, "
+		                 "expected %llu bytes and the model page", p->model,
+		                 (unsigned long long)ok->bytes, rep.n_fds,
+		                 (unsigned long long)p->bytes);
+		goto out_close_remote;
+	}
+	p->model_id = ok->model_id;
+	p->n_slots = ok->n_slots;
+	err = wsync_map_fd(rep.fds[0], sizeof(*p->page), 1, 0, "model page", &page);
+	if (err)
+		goto out_close_remote;
+	p->page = page;
+	err = wsync_page_check(p->page, p->model_id, p->model);
+	if (err)
+		goto out_close_remote;
+	wsync_reply_close_fds(&rep, 0);
+	p->next_pub = c->pubs;
+	c->pubs = p;
+	client_unlock(c);
+	return 0;
+
+out_close_remote:
+	wsync_reply_close_fds(&rep, 0);
+	pub_close_remote(p);
+out_unlock:
+	client_unlock(c);
+	return err;
+}
+
+int wsync_pub_open(wsync_client *c, const char *model,
+                   const wsync_tensor_desc *tensors, size_t n_tensors,
+                   const wsync_model_opts *opts, wsync_pub **out)
+{
+	char why[WSYNC_ERRMSG_LEN - 160];
+	struct wsync_pub *p;
+	int err;
+
+	if (!c || !model || !tensors || !out)
+		return wsync_fail(-EINVAL, "wsync_pub_open: client, model, tensors and out "
+		                  "must not be NULL");
+	if (!wsync_name_valid(model, WSYNC_NAME_MAX))
+		return wsync_fail(-EINVAL, "model name '%.128s' is invalid (1..%d of "
+		                  "[A-Za-z0-9._:/-], not starting with '.' or '/')",
+		                  model, WSYNC_NAME_MAX - 1);
+	if (n_tensors == 0 || n_tensors > WSYNC_MAX_TENSORS)
+		return wsync_fail(-EINVAL, "model '%s': %zu tensors, allowed 1..%d",
+		                  model, n_tensors, WSYNC_MAX_TENSORS);
+	err = opts_check(c, model, opts);
+	if (err)
+		return err;
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory", model);
+	p->c = c;
+	p->cur.fd = p->next.fd = -1;
+	snprintf(p->model, sizeof(p->model), "%s", model);
+	p->n_tensors = n_tensors;
+	p->tensors = calloc(n_tensors, sizeof(*p->tensors));
+	if (!p->tensors) {
+		err = wsync_fail(-ENOMEM, "model '%s': out of memory for %zu descriptors",
+		                 model, n_tensors);
+		goto out_free;
+	}
+	err = wsync_layout_compute(tensors, n_tensors, p->tensors, &p->bytes, why, sizeof(why));
+	if (err) {
+		err = wsync_fail(err, "model '%s': %s", model, why);
+		goto out_free;
+	}
+	err = wsync_name_index_build(&p->index, p->tensors, n_tensors);
+	if (err) {
+		err = wsync_fail(err, "model '%s': tensor name index: %s", model, strerror(-err));
+		goto out_free;
+	}
+	err = pub_declare(p, opts ? opts->slots : 0);
+	if (err)
+		goto out_free;
+	*out = p;
+	return 0;
+
+out_free:
+	pub_free(p);
+	return err;
+}
+
+/* Steps 1-3 of the commit order (see the top of this file). */
+static void pub_publish(struct wsync_pub *p, uint64_t step)
+{
+	struct wsync_model_page *pg = p->page;
+	struct wsync_slot_meta *meta = &pg->slots[p->cur.slot];
+	uint64_t version = p->cur.version;
+
+	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
+	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
+	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
+	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
+	atomic_fetch_add(&pg->seq, 1);
+	wsync_futex_wake(&pg->seq, INT32_MAX);
+	/* Only a guard against stray writes: a failure here (VMA limit) does
+	 * not make the published version any less valid. */
+	(void)mprotect(p->slabs[p->cur.slot], p->bytes, PROT_READ);
+	p->begun = false;
+	p->last_committed = version;
+}
+
+static int pub_check_begun(struct wsync_pub *p, const char *what)
+{
+	if (!p)
+		return wsync_fail(-EINVAL, "%s: publisher is NULL", what);
+	if (!p->begun)
+		return wsync_fail(-EINVAL, "model '%s': %s without a begun slab", p->model, what);
+	return 0;
+}
+
+/* Commit refused before anything is published: the broker shut down or the
+ * connection is gone, and
+ * collectors of a generation whose broker died must see a world that no
+ * longer moves. The slab is dropped (the broker, if alive, frees the grant
+ * when it notices the session is gone). */
+static int pub_check_alive(struct wsync_pub *p)
+{
+	int err = wsync_pub_gone(p);
+
+	if (!err)
+		return 0;
+	(void)mprotect(p->slabs[p->cur.slot], p->bytes, PROT_READ);
+	p->begun = false;
+	return err;
+}
+
+int wsync_pub_gone(struct wsync_pub *p)
+{
+	if (atomic_load_explicit(&p->page->flags, memory_order_acquire) & WSYNC_PAGE_CLOSED)
+		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", p->model);
+	if (client_is_dead(p->c))
+		return wsync_conn_fail_dead(p->c);
+	return 0;
+}
+
+/* Step 4: tells the broker; returns the request's seq in *seq. */
+static int pub_send_commit(struct wsync_pub *p, uint64_t version, uint32_t slot,
+                           uint64_t step, uint32_t *seq)
+{
+	union wsync_msg_any m;
+
+	if (client_is_dead(p->c))
+		return wsync_conn_fail_dead(p->c);
+	*seq = wsync_conn_next_seq(p->c);
+	wsync_msg_init(&m.hdr, WSYNC_MSG_COMMIT, *seq);
+	m.commit.m.model_id = p->model_id;
+	m.commit.slot = slot;
+	m.commit.version = version;
+	m.commit.step = step;
+	return wsync_conn_send(p->c, &m, NULL, 0);
+}
+
+int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
+{
+	struct conn_reply rep;
+	uint64_t version;
+	uint32_t slot, seq = 0;
+	int err;
+
+	err = pub_check_begun(p, "wsync_pub_commit");
+	if (!err)
+		err = pub_check_alive(p);
+	if (err)
+		return err;
+	version = p->cur.version;
+	slot = p->cur.slot;
+	pub_publish(p, step);
+
+	client_lock(p->c);
+	err = pub_send_commit(p, version, slot, step, &seq);
+	if (!err)
+		err = wsync_conn_recv(p->c, seq, WSYNC_MSG_COMMIT_OK, -1, &rep);
+	if (!err)
+		err = wsync_pub_apply_commit_ok(p, version, &rep);
+	client_unlock(p->c);
+	if (err)
+		return err;
+	if (version_out)
+		*version_out = version;
+	return 0;
+}
+
+int wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out)
+{
+	uint64_t version;
+	uint32_t slot, seq = 0;
+	int err;
+
+	err = pub_check_begun(p, "wsync_pub_commit_async");
+	if (!err)
+		err = pub_check_alive(p);
+	if (err)
+		return err;
+	version = p->cur.version;
+	slot = p->cur.slot;
+	pub_publish(p, step);
+
+	client_lock(p->c);
+	err = pub_send_commit(p, version, slot, step, &seq);
+	if (!err) {
+		p->ack_seq = seq;
+		p->ack_version = version;
+		p->ack_ready = false;
+	}
+	client_unlock(p->c);
+	if (err)
+		return err;
+	if (version_out)
+		*version_out = version;
+	return 0;
+}
+
+int wsync_pub_abort(wsync_pub *p)
+{
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	int err;
+
+	err = pub_check_begun(p, "wsync_pub_abort");
+	if (err)
+		return err;
+	(void)mprotect(p->slabs[p->cur.slot], p->bytes, PROT_READ);
+	/* Whatever the broker answers, the slab is no longer ours to write: a
+	 * grant it still holds for us comes back from the next BEGIN. */
+	p->begun = false;
+
+	wsync_msg_init(&m.hdr, WSYNC_MSG_ABORT, 0);
+	m.abort.m.model_id = p->model_id;
+	m.abort.slot = p->cur.slot;
+	m.abort.version = p->cur.version;
+	client_lock(p->c);
+	err = wsync_conn_call(p->c, &m, NULL, 0, WSYNC_MSG_ABORT_OK, &rep);
+	if (!err) {
+		wsync_reply_close_fds(&rep, 0);
+		if (rep.msg.abort_ok.model_id != p->model_id)
+			err = wsync_fail(-EPROTO, "model '%s': ABORT_OK names model %u, not %u",
+			                 p->model, rep.msg.abort_ok.model_id, p->model_id);
+	}
+	client_unlock(p->c);
+	return err;
+}
+
+void wsync_pub_close(wsync_pub *p)
+{
+	struct wsync_client *c;
+
+	if (!p)
+		return;
+	c = p->c;
+	if (p->begun)
+		(void)wsync_pub_abort(p);
+	client_lock(c);
+	if (p->ack_seq || p->ack_ready)
+		(void)wsync_pub_ack_collect(p, -1, NULL);
+	pub_close_remote(p);
+	for (struct wsync_pub **pp = &c->pubs; *pp; pp = &(*pp)->next_pub) {
+		if (*pp == p) {
+			*pp = p->next_pub;
+			break;
+		}
+	}
+	client_unlock(c);
+	pub_free(p);
+}

@@ -1,0 +1,323 @@
+/*
+ * libclient/pub_grant.c — grants: begin, the prefetched next grant, and the
+ * acknowledgements of commits that carry it.
+ *
+ * A grant {slot, version} comes either from GRANT (a BEGIN round trip) or,
+ * usually, from the previous COMMIT_OK (prefetch), so begin is local. The
+ * broker attaches the slab's fd the first time it grants a slot to us (or
+ * when the object behind the slot changed); otherwise the cached mapping is
+ * reused and only made writable again.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm/clock.h"
+#include "shm/errmsg.h"
+
+#define BUSY_BACKOFF_MIN_NS  50000        /* 50 µs */
+#define BUSY_BACKOFF_MAX_NS  2000000      /* 2 ms */
+
+bool wsync_pub_take_ack(struct wsync_client *c, uint32_t seq, struct conn_reply *rep)
+{
+	uint32_t type = rep->msg.hdr.type;
+
+	if (type != WSYNC_MSG_COMMIT_OK && type != WSYNC_MSG_ERROR)
+		return false;
+	for (struct wsync_pub *p = c->pubs; p; p = p->next_pub) {
+		if (p->ack_seq != seq || p->ack_ready)
+			continue;
+		p->ack = *rep;
+		rep->n_fds = 0;
+		p->ack_ready = true;
+		return true;
+	}
+	return false;
+}
+
+static void grant_drop(struct pub_grant *g)
+{
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	g->valid = false;
+}
+
+int wsync_pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct conn_reply *rep)
+{
+	const struct wsync_msg_commit_ok *ok = &rep->msg.commit_ok;
+	bool granted = ok->flags & WSYNC_NEXT_GRANTED, has_fd = ok->flags & WSYNC_NEXT_HAS_FD;
+	int err = 0;
+
+	if (ok->model_id != p->model_id || ok->version != version) {
+		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK for model %u v%llu, expected "
+		                 "model %u v%llu", p->model, ok->model_id,
+		                 (unsigned long long)ok->version, p->model_id,
+		                 (unsigned long long)version);
+	} else if (has_fd && !granted) {
+		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK has a slab fd but no grant",
+		                 p->model);
+	} else if (granted && (ok->next_slot >= p->n_slots || ok->next_version <= version ||
+	                       (has_fd && rep->n_fds < 1))) {
+		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK grants slot %u v%llu with %d fds "
+		                 "(%u slots, committed v%llu)", p->model, ok->next_slot,
+		                 (unsigned long long)ok->next_version, rep->n_fds,
+		                 p->n_slots, (unsigned long long)version);
+	} else if (granted) {
+		grant_drop(&p->next);
+		p->next.valid = true;
+		p->next.slot = ok->next_slot;
+		p->next.version = ok->next_version;
+		p->next.fd = -1;
+		if (has_fd) {
+			p->next.fd = rep->fds[0];
+			rep->fds[0] = -1;
+		}
+	}
+	wsync_reply_close_fds(rep, 0);
+	return err;
+}
+
+int wsync_pub_ack_collect(struct wsync_pub *p, int64_t deadline_ns, uint64_t *version)
+{
+	uint64_t v = p->ack_version;
+	struct conn_reply rep;
+	int err;
+
+	if (p->ack_ready) {
+		rep = p->ack;
+		p->ack.n_fds = 0;
+		p->ack_ready = false;
+		p->ack_seq = 0;
+	} else if (p->ack_seq) {
+		err = wsync_conn_recv(p->c, p->ack_seq, WSYNC_MSG_COMMIT_OK, deadline_ns, &rep);
+		if (err == -ETIMEDOUT && !client_is_dead(p->c))
+			return err;             /* still outstanding */
+		p->ack_seq = 0;
+		if (err)
+			return err;
+	} else {
+		return wsync_fail(-ENOENT, "model '%s': no async commit outstanding", p->model);
+	}
+	if (rep.msg.hdr.type == WSYNC_MSG_ERROR) {
+		wsync_reply_close_fds(&rep, 0);
+		return wsync_conn_error(&rep.msg.error, WSYNC_MSG_COMMIT);
+	}
+	err = wsync_pub_apply_commit_ok(p, v, &rep);
+	if (!err && version)
+		*version = v;
+	return err;
+}
+
+static int grant_from_reply(struct wsync_pub *p, struct conn_reply *rep, struct pub_grant *g)
+{
+	const struct wsync_msg_grant *gr = &rep->msg.grant;
+	bool has_fd = gr->flags & WSYNC_GRANT_HAS_FD;
+	int err = 0;
+
+	g->fd = -1;
+	if (gr->model_id != p->model_id || (has_fd && rep->n_fds < 1)) {
+		err = wsync_fail(-EPROTO, "model '%s': GRANT for model %u with %d fds, "
+		                 "expected model %u%s", p->model, gr->model_id, rep->n_fds,
+		                 p->model_id, has_fd ? " and the slab fd" : "");
+	} else {
+		g->valid = true;
+		g->slot = gr->slot;
+		g->version = gr->version;
+		if (has_fd) {
+			g->fd = rep->fds[0];
+			rep->fds[0] = -1;
+		}
+	}
+	wsync_reply_close_fds(rep, 0);
+	return err;
+}
+
+static void sleep_ns(int64_t ns)
+{
+	struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* BEGIN until granted; -EBUSY (all slots held) is retried with backoff until
+ * deadline_ns, without holding the lock while asleep. Caller holds the lock. */
+static int pub_request_grant(struct wsync_pub *p, int64_t deadline_ns, struct pub_grant *g)
+{
+	int64_t backoff = BUSY_BACKOFF_MIN_NS;
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	int err;
+
+	for (;;) {
+		int64_t now, nap;
+
+		wsync_msg_init(&m.hdr, WSYNC_MSG_BEGIN, 0);
+		m.begin.m.model_id = p->model_id;
+		err = wsync_conn_call(p->c, &m, NULL, 0, WSYNC_MSG_GRANT, &rep);
+		if (!err)
+			return grant_from_reply(p, &rep, g);
+		if (err != -EBUSY)
+			return err;
+		/* the broker's message (who holds what) stays in wsync_errmsg */
+		now = wsync_mono_ns();
+		if (deadline_ns >= 0 && now >= deadline_ns)
+			return err;
+		nap = backoff;
+		if (deadline_ns >= 0 && deadline_ns - now < nap)
+			nap = deadline_ns - now;
+		client_unlock(p->c);
+		sleep_ns(nap);
+		client_lock(p->c);
+		backoff = backoff * 2 > BUSY_BACKOFF_MAX_NS ? BUSY_BACKOFF_MAX_NS : backoff * 2;
+	}
+}
+
+static int grant_check(const struct wsync_pub *p, const struct pub_grant *g)
+{
+	if (g->slot >= p->n_slots)
+		return wsync_fail(-EPROTO, "model '%s': granted slot %u of %u", p->model,
+		                  g->slot, p->n_slots);
+	if (g->version <= p->last_committed)
+		return wsync_fail(-EPROTO, "model '%s': granted v%llu, not above the last "
+		                  "commit v%llu", p->model, (unsigned long long)g->version,
+		                  (unsigned long long)p->last_committed);
+	if (g->fd < 0 && !p->slabs[g->slot])
+		return wsync_fail(-EPROTO, "model '%s': grant of slot %u without its fd, and "
+		                  "that slot was never mapped", p->model, g->slot);
+	return 0;
+}
+
+/* Makes the granted slab writable: a fresh mapping when the fd came with the
+ * grant (an older mapping of the slot is stale), else the cached one. */
+static int grant_map(struct wsync_pub *p, struct pub_grant *g)
+{
+	void *addr;
+	int err;
+
+	if (g->fd >= 0) {
+		if (p->slabs[g->slot]) {
+			munmap(p->slabs[g->slot], p->bytes);
+			p->slabs[g->slot] = NULL;
+		}
+		err = wsync_map_fd(g->fd, p->bytes, 1, 1, "slab", &addr);
+		close(g->fd);
+		g->fd = -1;
+		if (err)
+			return err;
+		p->slabs[g->slot] = addr;
+		return 0;
+	}
+	if (mprotect(p->slabs[g->slot], p->bytes, PROT_READ | PROT_WRITE) < 0)
+		return wsync_fail(-errno, "model '%s': making slot %u writable: %s",
+		                  p->model, g->slot, strerror(errno));
+	return 0;
+}
+
+/* Gives a grant we cannot use back to the broker, best effort. */
+static void grant_return(struct wsync_pub *p, const struct pub_grant *g)
+{
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	char keep[WSYNC_ERRMSG_LEN];
+
+	snprintf(keep, sizeof(keep), "%s", wsync_errmsg_get());
+	wsync_msg_init(&m.hdr, WSYNC_MSG_ABORT, 0);
+	m.abort.m.model_id = p->model_id;
+	m.abort.slot = g->slot;
+	m.abort.version = g->version;
+	client_lock(p->c);
+	if (wsync_conn_call(p->c, &m, NULL, 0, WSYNC_MSG_ABORT_OK, &rep) == 0)
+		wsync_reply_close_fds(&rep, 0);
+	client_unlock(p->c);
+	wsync_fail(0, "%s", keep);
+}
+
+int wsync_pub_begin(wsync_pub *p, int64_t timeout_ns, wsync_slab *out)
+{
+	struct pub_grant g = { .fd = -1 };
+	int64_t deadline;
+	int err;
+
+	if (!p || !out)
+		return wsync_fail(-EINVAL, "wsync_pub_begin: publisher and out must not be NULL");
+	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
+		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
+		                  p->model, (long long)timeout_ns);
+	if (p->begun)
+		return wsync_fail(-EALREADY, "model '%s': slab v%llu is already begun",
+		                  p->model, (unsigned long long)p->cur.version);
+	/* a prefetched grant would still work locally, but a world whose
+	 * broker is gone must not move any more */
+	err = wsync_pub_gone(p);
+	if (err)
+		return err;
+	deadline = wsync_deadline(timeout_ns);
+
+	client_lock(p->c);
+	if (p->ack_seq || p->ack_ready) {
+		err = wsync_pub_ack_collect(p, -1, NULL);
+		if (err)
+			goto out_unlock;
+	}
+	if (p->next.valid) {
+		g = p->next;
+		p->next.valid = false;
+		p->next.fd = -1;
+	} else {
+		err = pub_request_grant(p, deadline, &g);
+		if (err)
+			goto out_unlock;
+	}
+	client_unlock(p->c);
+
+	err = grant_check(p, &g);
+	if (err)
+		goto out_drop;
+	err = grant_map(p, &g);
+	if (err)
+		goto out_return;
+	p->cur = g;
+	p->begun = true;
+	out->base = p->slabs[g.slot];
+	out->bytes = p->bytes;
+	out->n_tensors = p->n_tensors;
+	out->tensors = p->tensors;
+	out->priv_pub = p;
+	out->priv_version = g.version;
+	out->priv_slot = g.slot;
+	out->priv_pad = 0;
+	return 0;
+
+out_return:
+	grant_return(p, &g);
+out_drop:
+	grant_drop(&g);
+	return err;
+out_unlock:
+	client_unlock(p->c);
+	return err;
+}
+
+int wsync_pub_wait_commit(wsync_pub *p, int64_t timeout_ns, uint64_t *version_out)
+{
+	int err;
+
+	if (!p)
+		return wsync_fail(-EINVAL, "wsync_pub_wait_commit: publisher is NULL");
+	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
+		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
+		                  p->model, (long long)timeout_ns);
+	client_lock(p->c);
+	if (!p->ack_seq && !p->ack_ready)
+		err = wsync_fail(-ENOENT, "model '%s': no async commit outstanding", p->model);
+	else
+		err = wsync_pub_ack_collect(p, wsync_deadline(timeout_ns), version_out);
+	client_unlock(p->c);
+	return err;
+}

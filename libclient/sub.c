@@ -1,0 +1,331 @@
+/*
+ * libclient/sub.c — subscriptions: open, acquire, release, close.
+ *
+ * The invariant: the bytes of a view never change while it is held. A view
+ * is a pinned slot; the broker never grants a pinned slot for writing.
+ *
+ * Who writes which word:
+ *   page->latest    the model's publisher (its granted pair, at commit) and
+ *                   the broker (restores); collectors only read it.
+ *   page->slots[k]  the publisher holding the grant of slot k, before latest
+ *                   names k; read here only while k is pinned.
+ *   hazard[i].pin   this client only (its session page); the broker reads it.
+ *
+ * Why a pinned slot is safe: acquire stores the pin (seq_cst) and then loads
+ * latest again (seq_cst), retrying if latest moved. The broker, before it
+ * grants a slot, loads latest (seq_cst) and then the pins (seq_cst); it never
+ * grants the slot its latest load names. All four accesses are in one total
+ * order. Either the broker's pin load comes after our pin store, and it sees
+ * the pin and skips the slot; or it comes before, and then so did its load of
+ * latest, which for the slot to be a candidate already showed latest moved
+ * away from our pair; our re-load comes later still, sees a newer latest, and
+ * we retry without touching the slot. Versions only grow, so latest never
+ * returns to an old word (no ABA). Cost: one seq_cst store and two loads; no
+ * lock, no system call. (broker/slots.h states the broker's side.)
+ *
+ * Hazard records (WSYNC_MAX_VIEWS per client, one cache line each) are
+ * claimed through a bitmap word with compare-and-swap, so threads acquiring
+ * at once never share a record. A record's pin is cleared with a release
+ * store when the view is released: every read of the slab by the holder
+ * happens before the broker can see the slot unpinned.
+ *
+ * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm/clock.h"
+#include "shm/errmsg.h"
+
+/* Claims a free hazard record: the lowest zero bit of the bitmap. */
+static int hz_take(struct wsync_client *c, uint32_t *idx)
+{
+	uint64_t used = atomic_load_explicit(&c->hz_used, memory_order_relaxed);
+
+	for (;;) {
+		uint64_t free_bits = ~used & WSYNC_HZ_ALL;
+		uint32_t i;
+
+		if (!free_bits)
+			return -EAGAIN;
+		i = (uint32_t)__builtin_ctzll(free_bits);
+		if (atomic_compare_exchange_weak_explicit(&c->hz_used, &used,
+		                                          used | (UINT64_C(1) << i),
+		                                          memory_order_acquire,
+		                                          memory_order_relaxed)) {
+			*idx = i;
+			return 0;
+		}
+	}
+}
+
+static void hz_put(struct wsync_client *c, uint32_t idx)
+{
+	struct wsync_hazard *hz = client_hazard(c, idx);
+
+	atomic_store_explicit(&hz->pin, 0, memory_order_release);
+	atomic_store_explicit(&hz->version, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->hz_owner[idx], NULL, memory_order_relaxed);
+	atomic_fetch_and_explicit(&c->hz_used, ~(UINT64_C(1) << idx), memory_order_release);
+}
+
+static bool sub_broker_closed(const struct wsync_sub *s)
+{
+	return (atomic_load_explicit(&s->page->flags, memory_order_acquire) & WSYNC_PAGE_CLOSED) ||
+	       atomic_load_explicit(&s->c->ctl->state, memory_order_relaxed) == WSYNC_BROKER_STOPPED;
+}
+
+/* Empties the notification eventfd before latest is read: a commit after
+ * this point writes it again, so no notification of a newer version is
+ * lost to the drain. */
+static void sub_drain_fd(struct wsync_sub *s)
+{
+	int efd = atomic_load_explicit(&s->efd, memory_order_acquire);
+	uint64_t n;
+
+	if (efd >= 0)
+		while (read(efd, &n, sizeof(n)) < 0 && errno == EINTR)
+			;
+}
+
+/* Pins the slot latest names; returns 0 with *latest and *maps, or an error
+ * with the record still claimed (the caller frees it). */
+static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz,
+                          uint64_t *latest, struct sub_maps **maps)
+{
+	const struct wsync_model_page *pg = s->page;
+
+	for (;;) {
+		uint64_t l = atomic_load_explicit(&pg->latest, memory_order_acquire);
+		uint32_t slot = wsync_latest_slot(l);
+		struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
+		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS;
+		int err;
+
+		if (slot == WSYNC_SLOT_NONE)
+			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
+		if (slot >= n_slots || wsync_latest_version(l) == 0)
+			return wsync_fail(-EPROTO, "model '%s': latest names slot %u v%llu of %u "
+			                  "slots", s->model, slot,
+			                  (unsigned long long)wsync_latest_version(l), n_slots);
+		atomic_store(&hz->pin, wsync_pin_pack(s->model_id, slot));
+		if (atomic_load(&pg->latest) != l)
+			continue;
+		if (m) {
+			*latest = l;
+			*maps = m;
+			return 0;
+		}
+		/* The model became READY after sub_open. The pin is already set,
+		 * so the slot stays ours while we map; then start over to check
+		 * the slot against the real slot count. */
+		err = wsync_sub_attach(s);
+		if (err)
+			return err;
+	}
+}
+
+int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
+{
+	const struct wsync_slot_meta *meta;
+	struct wsync_client *c;
+	struct wsync_hazard *hz;
+	struct sub_maps *m = NULL;
+	uint64_t l = 0, version;
+	uint32_t idx, slot;
+	int err;
+
+	if (!s || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_acquire: subscription and out must not be NULL");
+	c = s->c;
+	if (sub_broker_closed(s))
+		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+	sub_drain_fd(s);
+	if (hz_take(c, &idx))
+		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
+		                  s->model, WSYNC_MAX_VIEWS);
+	atomic_store_explicit(&c->hz_owner[idx], s, memory_order_relaxed);
+	hz = client_hazard(c, idx);
+	err = sub_pin_latest(s, hz, &l, &m);
+	if (err) {
+		hz_put(c, idx);
+		return err;
+	}
+	slot = wsync_latest_slot(l);
+	version = wsync_latest_version(l);
+	meta = &s->page->slots[slot];
+	out->version = version;
+	out->step = atomic_load_explicit(&meta->step, memory_order_relaxed);
+	out->published_ns = atomic_load_explicit(&meta->published_ns, memory_order_relaxed);
+	out->base = m->slabs[slot];
+	out->bytes = m->bytes;
+	out->n_tensors = m->n_tensors;
+	out->tensors = m->tensors;
+	out->priv_sub = s;
+	out->priv_slot = slot;
+	out->priv_hazard = idx;
+
+	atomic_store_explicit(&hz->version, version, memory_order_relaxed);
+	/* informational (monitors show long holders): the coarse clock is a
+	 * few ns instead of a few tens on the fast path */
+	atomic_store_explicit(&hz->since_ns, wsync_clock_ns(CLOCK_MONOTONIC_COARSE),
+	                      memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->session->acquires, 1, memory_order_relaxed);
+	atomic_store_explicit(&c->session->last_version, version, memory_order_relaxed);
+	if (version > atomic_load_explicit(&s->last_version, memory_order_relaxed))
+		atomic_store_explicit(&s->last_version, version, memory_order_relaxed);
+	return 0;
+}
+
+void wsync_sub_release(wsync_sub *s, wsync_view *v)
+{
+	uint32_t idx;
+
+	if (!s || !v) {
+		wsync_fail(-EINVAL, "wsync_sub_release: subscription or view is NULL");
+		return;
+	}
+	if (!v->priv_sub)
+		return;                          /* already released */
+	idx = v->priv_hazard;
+	if (v->priv_sub != s || idx >= WSYNC_MAX_VIEWS ||
+	    atomic_load_explicit(&s->c->hz_owner[idx], memory_order_relaxed) != s) {
+		wsync_fail(-EINVAL, "model '%s': view released through another subscription, "
+		           "or not a live view", s->model);
+		return;
+	}
+	hz_put(s->c, idx);
+	memset(v, 0, sizeof(*v));
+}
+
+static void sub_free(struct wsync_sub *s)
+{
+	int efd = atomic_load(&s->efd);
+
+	wsync_sub_maps_free(atomic_load(&s->maps));
+	if (s->page)
+		munmap((void *)s->page, sizeof(*s->page));
+	if (efd >= 0)
+		close(efd);
+	free(s);
+}
+
+static void sub_close_remote(struct wsync_sub *s)
+{
+	union wsync_msg_any m;
+	struct conn_reply rep;
+
+	if (client_is_dead(s->c))
+		return;
+	wsync_msg_init(&m.hdr, WSYNC_MSG_CLOSE, 0);
+	m.close.m.model_id = s->model_id;
+	m.close.what = WSYNC_CLOSE_SUB;
+	if (wsync_conn_call(s->c, &m, NULL, 0, WSYNC_MSG_CLOSE_OK, &rep) == 0)
+		wsync_reply_close_fds(&rep, 0);
+}
+
+/* Maps what SUB_OPEN_OK brought: the page, and if READY the layout and slabs. */
+static int sub_map_open(struct wsync_sub *s, struct conn_reply *rep)
+{
+	const struct wsync_msg_sub_open_ok *ok = &rep->msg.sub_open_ok;
+	bool ready = ok->state == WSYNC_MODEL_READY;
+	int want = ready ? 2 + (int)ok->n_slots : 1, err;
+	void *page;
+
+	if (rep->n_fds < want) {
+		err = wsync_fail(-EPROTO, "model '%s': SUB_OPEN_OK (%s) with %d fds, expected %d",
+		                 s->model, ready ? "ready" : "declared", rep->n_fds, want);
+		goto out_close;
+	}
+	wsync_reply_close_fds(rep, want);
+	s->model_id = ok->model_id;
+	err = wsync_map_fd(rep->fds[0], sizeof(*s->page), 0, 0, "model page", &page);
+	if (err)
+		goto out_close;
+	s->page = page;
+	err = wsync_page_check(s->page, s->model_id, s->model);
+	if (err)
+		goto out_close;
+	close(rep->fds[0]);
+	rep->fds[0] = -1;
+	if (!ready)
+		return 0;
+	return wsync_sub_attach_fds(s, ok->n_slots, ok->n_tensors, ok->bytes,
+	                            ok->layout_bytes, rep->fds + 1, want - 1);
+
+out_close:
+	wsync_reply_close_fds(rep, 0);
+	return err;
+}
+
+int wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out)
+{
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	struct wsync_sub *s;
+	int err;
+
+	if (!c || !model || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_open: client, model and out must not be NULL");
+	if (!wsync_name_valid(model, WSYNC_NAME_MAX))
+		return wsync_fail(-EINVAL, "model name '%.128s' is invalid (1..%d of "
+		                  "[A-Za-z0-9._:/-], not starting with '.' or '/')",
+		                  model, WSYNC_NAME_MAX - 1);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory", model);
+	s->c = c;
+	atomic_init(&s->efd, -1);
+	snprintf(s->model, sizeof(s->model), "%s", model);
+
+	wsync_msg_init(&m.hdr, WSYNC_MSG_SUB_OPEN, 0);
+	memcpy(m.sub_open.model, s->model, sizeof(m.sub_open.model));
+	client_lock(c);
+	err = wsync_conn_call(c, &m, NULL, 0, WSYNC_MSG_SUB_OPEN_OK, &rep);
+	if (err)
+		goto out_unlock;
+	err = sub_map_open(s, &rep);
+	if (err)
+		goto out_close_remote;
+	s->next_sub = c->subs;
+	c->subs = s;
+	client_unlock(c);
+	*out = s;
+	return 0;
+
+out_close_remote:
+	sub_close_remote(s);
+out_unlock:
+	client_unlock(c);
+	sub_free(s);
+	return err;
+}
+
+void wsync_sub_close(wsync_sub *s)
+{
+	struct wsync_client *c;
+
+	if (!s)
+		return;
+	c = s->c;
+	client_lock(c);
+	sub_close_remote(s);
+	for (struct wsync_sub **pp = &c->subs; *pp; pp = &(*pp)->next_sub) {
+		if (*pp == s) {
+			*pp = s->next_sub;
+			break;
+		}
+	}
+	client_unlock(c);
+	/* Views still held are a caller bug; unpin them so the broker can
+	 * reuse their slots, since their memory goes away with the mappings. */
+	for (uint32_t i = 0; i < WSYNC_MAX_VIEWS; i++)
+		if (atomic_load_explicit(&c->hz_owner[i], memory_order_relaxed) == s)
+			hz_put(c, i);
+	sub_free(s);
+}

@@ -1,0 +1,203 @@
+/*
+ * libclient/sub_attach.c — mapping a model's layout and slabs for reading.
+ *
+ * Done once per subscription: at sub_open if the model is READY, else by the
+ * first acquire that finds a version (one ATTACH round trip). The layout is
+ * copied out of shared memory and checked against the canonical placement,
+ * so no offset written by another process can point a view outside its slab.
+ * The result is published in sub->maps with a release store and never
+ * changes until sub_close, so readers use it without a lock.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm/errmsg.h"
+
+void wsync_sub_maps_free(struct sub_maps *m)
+{
+	if (!m)
+		return;
+	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
+		if (m->slabs[i])
+			munmap((void *)m->slabs[i], m->bytes);
+	wsync_name_index_free(&m->index);
+	free(m->tensors);
+	free(m);
+}
+
+/* The descriptors must be exactly what wsync_layout_compute places. */
+static int layout_verify(const struct wsync_sub *s, struct sub_maps *m)
+{
+	char why[WSYNC_ERRMSG_LEN - 160];
+	wsync_tensor_desc *canon;
+	uint64_t bytes;
+	int err;
+
+	canon = calloc(m->n_tensors, sizeof(*canon));
+	if (!canon)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory for the layout", s->model);
+	err = wsync_layout_compute(m->tensors, m->n_tensors, canon, &bytes, why, sizeof(why));
+	if (err) {
+		err = wsync_fail(-EPROTO, "model '%s': layout from the broker is invalid: %s",
+		                 s->model, why);
+		goto out_free;
+	}
+	if (bytes != m->bytes) {
+		err = wsync_fail(-EPROTO, "model '%s': layout needs %llu bytes, slabs have %llu",
+		                 s->model, (unsigned long long)bytes,
+		                 (unsigned long long)m->bytes);
+		goto out_free;
+	}
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		if (canon[i].offset != m->tensors[i].offset) {
+			err = wsync_fail(-EPROTO, "model '%s': tensor %zu at offset %llu, "
+			                 "expected %llu", s->model, i,
+			                 (unsigned long long)m->tensors[i].offset,
+			                 (unsigned long long)canon[i].offset);
+			goto out_free;
+		}
+	}
+	err = 0;
+out_free:
+	free(canon);
+	return err;
+}
+
+/* Copies the descriptors out of the layout segment behind fd. */
+static int layout_load(const struct wsync_sub *s, struct sub_maps *m, int fd,
+                       uint64_t layout_bytes)
+{
+	const struct wsync_layout_header *h;
+	size_t need = sizeof(*h) + m->n_tensors * sizeof(wsync_tensor_desc);
+	void *addr;
+	int err;
+
+	if (layout_bytes < need)
+		return wsync_fail(-EPROTO, "model '%s': layout of %llu bytes cannot hold %zu "
+		                  "tensors", s->model, (unsigned long long)layout_bytes,
+		                  m->n_tensors);
+	err = wsync_map_fd(fd, need, 0, 0, "layout", &addr);
+	if (err)
+		return err;
+	h = addr;
+	if (h->magic != WSYNC_MAGIC_LAYOUT || h->layout_version != WSYNC_LAYOUT_VERSION ||
+	    h->n_tensors != m->n_tensors || h->bytes != m->bytes) {
+		err = wsync_fail(-EPROTO, "model '%s': layout header does not match (magic, "
+		                 "version %u, %u tensors, %llu bytes)", s->model,
+		                 h->layout_version, h->n_tensors, (unsigned long long)h->bytes);
+		goto out_unmap;
+	}
+	m->tensors = malloc(m->n_tensors * sizeof(*m->tensors));
+	if (!m->tensors) {
+		err = wsync_fail(-ENOMEM, "model '%s': out of memory for the layout", s->model);
+		goto out_unmap;
+	}
+	memcpy(m->tensors, h + 1, m->n_tensors * sizeof(*m->tensors));
+	if (wsync_layout_hash(m->tensors, m->n_tensors) != h->hash) {
+		err = wsync_fail(-EPROTO, "model '%s': layout hash does not match its "
+		                 "descriptors", s->model);
+		goto out_unmap;
+	}
+	err = 0;
+out_unmap:
+	munmap(addr, need);
+	return err;
+}
+
+static int slabs_map(const struct wsync_sub *s, struct sub_maps *m, const int *fds)
+{
+	for (uint32_t i = 0; i < m->n_slots; i++) {
+		void *addr;
+		int err = wsync_map_fd(fds[i], m->bytes, 0, 1, "slab", &addr);
+
+		if (err)
+			return wsync_fail(err, "model '%s': slot %u: %s", s->model, i,
+			                  wsync_errmsg_get());
+		m->slabs[i] = addr;
+	}
+	return 0;
+}
+
+int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tensors,
+                         uint64_t bytes, uint64_t layout_bytes,
+                         int *fds, int n_fds)
+{
+	struct sub_maps *m;
+	int err;
+
+	if (n_slots < WSYNC_MIN_SLOTS || n_slots > WSYNC_MAX_SLOTS || n_tensors == 0 ||
+	    n_tensors > WSYNC_MAX_TENSORS || bytes == 0 || bytes % WSYNC_PAGE ||
+	    (uint64_t)n_fds < 1 + (uint64_t)n_slots) {
+		err = wsync_fail(-EPROTO, "model '%s': %u slots, %u tensors, %llu bytes with %d "
+		                 "fds from the broker", s->model, n_slots, n_tensors,
+		                 (unsigned long long)bytes, n_fds);
+		goto out_close;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		err = wsync_fail(-ENOMEM, "model '%s': out of memory", s->model);
+		goto out_close;
+	}
+	m->n_slots = n_slots;
+	m->n_tensors = n_tensors;
+	m->bytes = bytes;
+	err = layout_load(s, m, fds[0], layout_bytes);
+	if (!err)
+		err = layout_verify(s, m);
+	if (!err) {
+		err = wsync_name_index_build(&m->index, m->tensors, m->n_tensors);
+		if (err)
+			err = wsync_fail(err == -EEXIST ? -EPROTO : err, "model '%s': tensor name "
+			                 "index: %s", s->model, strerror(-err));
+	}
+	if (!err)
+		err = slabs_map(s, m, fds + 1);
+	if (err) {
+		wsync_sub_maps_free(m);
+		goto out_close;
+	}
+	atomic_store_explicit(&s->maps, m, memory_order_release);
+out_close:
+	for (int i = 0; i < n_fds; i++)
+		close(fds[i]);
+	return err;
+}
+
+int wsync_sub_attach(struct wsync_sub *s)
+{
+	struct wsync_client *c = s->c;
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	const struct wsync_msg_attach_ok *ok = &rep.msg.attach_ok;
+	int err;
+
+	client_lock(c);
+	/* another thread may have attached while we waited for the lock */
+	if (atomic_load_explicit(&s->maps, memory_order_acquire)) {
+		client_unlock(c);
+		return 0;
+	}
+	wsync_msg_init(&m.hdr, WSYNC_MSG_ATTACH, 0);
+	m.attach.m.model_id = s->model_id;
+	err = wsync_conn_call(c, &m, NULL, 0, WSYNC_MSG_ATTACH_OK, &rep);
+	if (!err && ok->model_id != s->model_id) {
+		wsync_reply_close_fds(&rep, 0);
+		err = wsync_fail(-EPROTO, "model '%s': ATTACH_OK names model %u, not %u",
+		                 s->model, ok->model_id, s->model_id);
+	}
+	if (!err) {
+		int want = 1 + (int)ok->n_slots;
+
+		if (rep.n_fds > want)
+			wsync_reply_close_fds(&rep, want);
+		err = wsync_sub_attach_fds(s, ok->n_slots, ok->n_tensors, ok->bytes,
+		                           ok->layout_bytes, rep.fds, rep.n_fds);
+	}
+	client_unlock(c);
+	return err;
+}

@@ -1,0 +1,160 @@
+/*
+ * libclient/sub_wait.c — waiting for a newer version, and the notify eventfd.
+ *
+ * Why a commit cannot be missed: the publisher stores latest, then
+ * increments page->seq, then wakes. The wait reads seq first and latest
+ * second, and sleeps only while seq still holds the value read. If our latest
+ * load misses the new version, our seq load came before the increment too
+ * (the increment follows the latest store), so the futex compares against a
+ * value that has changed by then, or will change and wake us.
+ *
+ * A broker that shuts down cleanly sets WSYNC_PAGE_CLOSED, bumps seq and
+ * wakes everyone. One that dies wakes nobody, so the sleep is cut into
+ * slices of 200 ms and the session socket is checked for a hang-up between
+ * slices: a dead broker is noticed within 200 ms even with WSYNC_FOREVER.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm/clock.h"
+#include "shm/errmsg.h"
+#include "shm/futex.h"
+
+#define WAIT_SLICE_NS 200000000          /* 200 ms */
+
+static bool broker_hung_up(struct wsync_client *c)
+{
+	struct pollfd pfd = { .fd = c->sock, .events = POLLRDHUP };
+
+	if (poll(&pfd, 1, 0) <= 0)
+		return false;
+	return pfd.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL);
+}
+
+static bool broker_shut_down(const struct wsync_sub *s)
+{
+	return (atomic_load_explicit(&s->page->flags, memory_order_acquire) & WSYNC_PAGE_CLOSED) ||
+	       atomic_load_explicit(&s->c->ctl->state, memory_order_relaxed) == WSYNC_BROKER_STOPPED;
+}
+
+static int wait_timed_out(struct wsync_sub *s, uint64_t after, int64_t timeout_ns)
+{
+	atomic_fetch_add_explicit(&s->c->session->timeouts, 1, memory_order_relaxed);
+	return wsync_fail(-ETIMEDOUT, "model '%s': no version after v%llu within %lld ns",
+	                  s->model, (unsigned long long)after, (long long)timeout_ns);
+}
+
+int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
+                   wsync_view *out)
+{
+	/* the futex only reads the word; the page is mapped read-only */
+	_Atomic uint32_t *seqw;
+	int64_t deadline, checked;
+	struct wsync_client *c;
+
+	if (!s || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_wait: subscription and out must not be NULL");
+	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
+		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
+		                  s->model, (long long)timeout_ns);
+	c = s->c;
+	seqw = (_Atomic uint32_t *)&s->page->seq;
+	deadline = wsync_deadline(timeout_ns);
+	/* the first time the fast path fails, look at the socket at once */
+	checked = wsync_mono_ns() - WAIT_SLICE_NS;
+	atomic_fetch_add_explicit(&c->session->waits, 1, memory_order_relaxed);
+
+	for (;;) {
+		uint32_t seq = atomic_load_explicit(seqw, memory_order_acquire);
+		uint64_t l = atomic_load(&s->page->latest);
+		int64_t now, until;
+		int err;
+
+		if (wsync_latest_version(l) > after_version &&
+		    wsync_latest_slot(l) != WSYNC_SLOT_NONE) {
+			err = wsync_sub_acquire(s, out);
+			if (err)
+				return err;
+			if (out->version > after_version)
+				return 0;
+			/* latest moved back under us (a restored commit): wait on */
+			wsync_sub_release(s, out);
+			continue;
+		}
+		if (broker_shut_down(s))
+			return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+		if (client_is_dead(c))
+			return wsync_conn_fail_dead(c);
+		now = wsync_mono_ns();
+		if (now - checked >= WAIT_SLICE_NS) {
+			checked = now;
+			if (broker_hung_up(c)) {
+				wsync_conn_mark_dead(c, "broker went away");
+				return wsync_fail(-ENOTCONN, "model '%s': broker went away", s->model);
+			}
+		}
+		if (deadline >= 0 && now >= deadline)
+			return wait_timed_out(s, after_version, timeout_ns);
+		until = now + WAIT_SLICE_NS;
+		if (deadline >= 0 && deadline < until)
+			until = deadline;
+		err = wsync_futex_wait(seqw, seq, until);
+		if (err && err != -ETIMEDOUT && err != -EINTR)
+			return wsync_fail(err, "model '%s': futex wait: %s", s->model, strerror(-err));
+	}
+}
+
+int wsync_sub_fd(wsync_sub *s)
+{
+	struct wsync_client *c;
+	union wsync_msg_any m;
+	struct conn_reply rep;
+	int efd, err;
+
+	if (!s)
+		return wsync_fail(-EINVAL, "wsync_sub_fd: subscription is NULL");
+	efd = atomic_load_explicit(&s->efd, memory_order_acquire);
+	if (efd >= 0)
+		return efd;
+	c = s->c;
+	client_lock(c);
+	efd = atomic_load_explicit(&s->efd, memory_order_acquire);
+	if (efd >= 0)
+		goto out_unlock;
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (efd < 0) {
+		err = wsync_fail(-errno, "model '%s': eventfd: %s", s->model, strerror(errno));
+		goto out_err;
+	}
+	wsync_msg_init(&m.hdr, WSYNC_MSG_NOTIFY, 0);
+	m.notify.m.model_id = s->model_id;
+	err = wsync_conn_call(c, &m, &efd, 1, WSYNC_MSG_NOTIFY_OK, &rep);
+	if (err)
+		goto out_close;
+	wsync_reply_close_fds(&rep, 0);
+	if (rep.msg.notify_ok.model_id != s->model_id) {
+		err = wsync_fail(-EPROTO, "model '%s': NOTIFY_OK names model %u, not %u",
+		                 s->model, rep.msg.notify_ok.model_id, s->model_id);
+		goto out_close;
+	}
+	atomic_store_explicit(&s->efd, efd, memory_order_release);
+	/* A version committed before the broker knew the fd must not go
+	 * unnoticed: signal it now. */
+	if (wsync_latest_version(atomic_load(&s->page->latest)) >
+	    atomic_load_explicit(&s->last_version, memory_order_relaxed))
+		(void)eventfd_write(efd, 1);
+out_unlock:
+	client_unlock(c);
+	return efd;
+
+out_close:
+	close(efd);
+out_err:
+	client_unlock(c);
+	return err;
+}
