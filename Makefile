@@ -63,14 +63,17 @@ LIB_A   := $(BUILD)/lib/libwsync.a
 LIB_SO  := $(BUILD)/lib/libwsync.so.$(VERSION)
 WSYNCD  := $(BUILD)/bin/wsyncd
 DEMO    := $(BUILD)/bin/wsync-demo
-TOOLS   := $(DEMO)
+BENCH   := $(BUILD)/bin/wsync-bench
+# tools/X.c is the main of wsync-X; tools/X_*.c are its other files.
+TOOL_MAINS := $(sort $(foreach f,$(wildcard tools/*.c),$(if $(findstring _,$(notdir $(f))),,$(f))))
+TOOLS   := $(patsubst tools/%.c,$(BUILD)/bin/wsync-%,$(TOOL_MAINS))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 
 LIBS_CLIENT := -lxxhash -ldl -lrt
 LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
 
-.PHONY: all deps test check demo install uninstall clean help tests
+.PHONY: all deps test check demo bench install uninstall clean help tests
 all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
 
 help:
@@ -79,6 +82,7 @@ help:
 	@echo "  make test       build and run unit + integration tests"
 	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
 	@echo "  make demo       run broker, trainer and collectors for ~10 s"
+	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run)"
 	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
 	@echo "  make deps       install missing Debian packages"
 	@echo "  make clean      remove $(BUILD)/ and build-asan/"
@@ -111,10 +115,11 @@ $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
-$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $(LIB_A)
+.SECONDEXPANSION:
+$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $$(call obj,$$(wildcard tools/$$*_*.c)) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LIBS_CLIENT) -ljemalloc
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LIBS_CLIENT) -ljemalloc -lm
 
 # Unit tests link the pieces they test directly (shm/ and broker/ objects
 # except the broker's main), plus cmocka.
@@ -140,6 +145,12 @@ check: deps
 demo: all
 	$(Q)$(DEMO) --wsyncd $(WSYNCD)
 
+# The peer comparison needs Debian's torch; only the bench installs it.
+BENCH_PKGS := python3-torch python3-numpy
+bench: all
+	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
+	$(Q)$(BENCH) --wsyncd $(WSYNCD) $(BENCH_ARGS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 libclient/wsync.h $(DESTDIR)$(PREFIX)/include/wsync.h
@@ -157,6 +168,6 @@ uninstall:
 		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-clang
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

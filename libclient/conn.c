@@ -268,6 +268,14 @@ int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
 			return err;
 		if (rep->msg.hdr.seq == seq)
 			break;
+		/* seq 0 is never a request's: the broker refuses this session
+		 * (not admitted, table full) before it read our request. */
+		if (rep->msg.hdr.seq == 0 && rep->msg.hdr.type == WSYNC_MSG_ERROR) {
+			wsync_reply_close_fds(rep, 0);
+			err = wsync_conn_error(&rep->msg.error, rep->msg.error.req_type);
+			wsync_conn_mark_dead(c, "refused by the broker");
+			return err;
+		}
 		if (wsync_pub_take_ack(c, rep->msg.hdr.seq, rep))
 			continue;
 		snprintf(why, sizeof(why), "unexpected %s with seq %u while waiting for %s seq %u",

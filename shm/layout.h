@@ -107,7 +107,7 @@ static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset")
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {
-	WSYNC_SLOT_FREE    = 0,      /* never written */
+	WSYNC_SLOT_FREE    = 0,      /* holds no version (never written, or aborted) */
 	WSYNC_SLOT_OLD     = 1,      /* holds an older version; reusable when unpinned */
 	WSYNC_SLOT_LATEST  = 2,
 	WSYNC_SLOT_GRANTED = 3,      /* being written by the publisher */

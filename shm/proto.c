@@ -116,6 +116,7 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		      "client name invalid");
 		return 0;
 	case WSYNC_MSG_HELLO_OK:
+		CHECK(m->hello_ok.reserved == 0, "reserved field not zero");
 		CHECK(m->hello_ok.max_slots >= WSYNC_MIN_SLOTS &&
 		      m->hello_ok.max_slots <= WSYNC_MAX_SLOTS, "max_slots out of range");
 		return 0;
@@ -150,6 +151,7 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 	case WSYNC_MSG_ATTACH:
 		return model_ref_ok(&m->attach.m, why, whylen);
 	case WSYNC_MSG_ATTACH_OK:
+		CHECK(m->attach_ok.reserved == 0, "reserved field not zero");
 		CHECK(m->attach_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		CHECK(m->attach_ok.n_slots >= WSYNC_MIN_SLOTS &&
 		      m->attach_ok.n_slots <= WSYNC_MAX_SLOTS, "n_slots out of range");
@@ -159,6 +161,7 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 	case WSYNC_MSG_BEGIN:
 		return model_ref_ok(&m->begin.m, why, whylen);
 	case WSYNC_MSG_GRANT:
+		CHECK(m->grant.reserved == 0, "reserved field not zero");
 		CHECK(m->grant.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		CHECK(m->grant.slot < WSYNC_MAX_SLOTS, "slot out of range");
 		CHECK(m->grant.version > 0, "version is zero");
@@ -170,6 +173,7 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		CHECK(m->commit.reserved == 0, "reserved field not zero");
 		return model_ref_ok(&m->commit.m, why, whylen);
 	case WSYNC_MSG_COMMIT_OK:
+		CHECK(m->commit_ok.reserved == 0, "reserved field not zero");
 		CHECK(m->commit_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		CHECK((m->commit_ok.flags & ~(uint32_t)(WSYNC_NEXT_GRANTED | WSYNC_NEXT_HAS_FD)) == 0,
 		      "unknown flags");
@@ -190,10 +194,14 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 	case WSYNC_MSG_ABORT_OK:
 	case WSYNC_MSG_NOTIFY_OK:
 	case WSYNC_MSG_CLOSE_OK:
+		/* the three share one shape */
 		CHECK(m->abort_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK(m->abort_ok.reserved == 0, "reserved field not zero");
 		return 0;
 	case WSYNC_MSG_ERROR:
 		CHECK(m->error.err < 0, "error code %d not negative", m->error.err);
+		CHECK(m->error.reserved == 0 && m->error.reserved2[0] == 0 &&
+		      m->error.reserved2[1] == 0, "reserved field not zero");
 		CHECK(memchr(m->error.msg, '\0', sizeof(m->error.msg)) != NULL,
 		      "error text unterminated");
 		return 0;

@@ -1,0 +1,147 @@
+/* broker/broker.c — startup and clean shutdown, in that order of steps. */
+#include "broker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "adopt.h"
+#include "ctl.h"
+#include "guard.h"
+#include "log.h"
+#include "loop.h"
+#include "model.h"
+#include "rundir.h"
+#include "state.h"
+#include "shm/clock.h"
+
+static void startup_fail(const char *msg)
+{
+	fprintf(stderr, "wsyncd: %s\n", msg);
+}
+
+static void units(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const suffix[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	unsigned i = 0;
+	double v = (double)bytes;
+
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, suffix[i]);
+}
+
+int broker_start(struct broker *b, const struct config *cfg)
+{
+	char err[PATH_MAX + 512], limit[32];
+	int adopted, e;
+
+	memset(b, 0, sizeof(*b));
+	b->cfg = *cfg;
+	b->uid = geteuid();
+	b->pid = getpid();
+	b->started_ns = wsync_real_ns();
+	b->ctl_fd = b->ctl_ro_fd = b->lock_fd = b->listen_fd = -1;
+	if (snprintf(b->lock_path, sizeof(b->lock_path), "%s/%s.lock", cfg->rundir,
+	             cfg->name) >= (int)sizeof(b->lock_path) ||
+	    snprintf(b->versions_path, sizeof(b->versions_path), "%s/%s.versions",
+	             cfg->rundir, cfg->name) >= (int)sizeof(b->versions_path)) {
+		startup_fail("run directory path too long");
+		return -ENAMETOOLONG;
+	}
+
+	e = guard_init();
+	if (e) {
+		snprintf(err, sizeof(err), "cannot install the SIGBUS guard: %s", strerror(-e));
+		goto out_fail;
+	}
+	e = rundir_prepare(cfg, err, sizeof(err));
+	if (e)
+		goto out_fail;
+	e = rundir_lock(b->lock_path, cfg->name, err, sizeof(err));
+	if (e < 0)
+		goto out_fail;
+	b->lock_fd = e;
+	e = state_load(b->versions_path, &b->floors);
+	if (e == -ENOMEM) {
+		snprintf(err, sizeof(err), "out of memory reading %s", b->versions_path);
+		goto out_unlock;
+	}
+	/* The socket first: connections wait in its backlog until the loop
+	 * runs, and a bad --socket fails before any segment is touched. */
+	e = rundir_listen(cfg, err, sizeof(err));
+	if (e < 0)
+		goto out_floors;
+	b->listen_fd = e;
+	adopted = adopt_start(b, err, sizeof(err));
+	if (adopted < 0) {
+		e = adopted;
+		goto out_close_listen;
+	}
+	e = loop_init(b);
+	if (e) {
+		snprintf(err, sizeof(err), "cannot set up io_uring: %s", strerror(-e));
+		goto out_segments;
+	}
+	atomic_store(&b->ctl->state, WSYNC_BROKER_RUNNING);
+	units(cfg->shm_limit, limit, sizeof(limit));
+	log_info("broker '%s' started: socket %s, generation %" PRIu64 ", shm limit %s "
+	         "(%" PRIu64 " bytes), max %u slots per model, %d model(s) adopted%s%s%s",
+	         cfg->name, cfg->socket_path, b->generation, limit, cfg->shm_limit,
+	         cfg->max_slots, adopted, cfg->has_group ? ", group " : "",
+	         cfg->has_group ? cfg->group : "", cfg->keep ? ", --keep" : "");
+	return 0;
+
+out_segments:
+	/* Adopted models stay for the next start: no data is lost. */
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
+		if (b->models[i])
+			model_destroy(b, b->models[i], false);
+	ctl_destroy(b, adopted == 0);
+out_close_listen:
+	close(b->listen_fd);
+	unlink(cfg->socket_path);
+out_floors:
+	state_free(b->floors);
+out_unlock:
+	unlink(b->lock_path);
+	close(b->lock_fd);
+out_fail:
+	startup_fail(err);
+	return e;
+}
+
+void broker_stop(struct broker *b)
+{
+	bool keep = b->cfg.keep;
+	int err;
+
+	/* Waiters first: every wait returns now, with the page CLOSED. */
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
+		if (b->models[i])
+			model_close_page(b->models[i]);
+	atomic_store(&b->ctl->state, WSYNC_BROKER_STOPPED);
+	/* Reaping settles outstanding grants (and may version a restore), so
+	 * the versions file is written after it. */
+	loop_shutdown(b);
+	err = state_save(b->versions_path, b);
+	if (err)
+		log_error("cannot write %s: %s; the next start relies on the control "
+		          "segment for version numbers", b->versions_path, strerror(-err));
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
+		if (b->models[i])
+			model_destroy(b, b->models[i], !keep);
+	ctl_destroy(b, !keep);
+	loop_exit(b);
+	close(b->listen_fd);
+	unlink(b->cfg.socket_path);
+	state_free(b->floors);
+	log_info("broker '%s' stopped%s", b->cfg.name,
+	         keep ? "; segments kept for the next start" : "");
+	unlink(b->lock_path);
+	close(b->lock_fd);
+}

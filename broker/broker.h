@@ -1,0 +1,57 @@
+/*
+ * broker/broker.h — the broker's state, passed to every part as `b`.
+ *
+ * One thread owns all of it; nothing here is shared with another thread.
+ * What clients see of it is mirrored into the control segment (ctl.h).
+ */
+#ifndef WSYNC_BROKER_BROKER_H
+#define WSYNC_BROKER_BROKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "shm/layout.h"
+
+struct session;
+struct model;
+struct loop;
+struct hwm_floors;
+
+struct broker {
+	struct config cfg;
+	uid_t    uid;
+	pid_t    pid;
+	uint64_t generation;
+	int64_t  started_ns;
+
+	/* control segment: broker writes, clients map read-only */
+	int      ctl_fd, ctl_ro_fd;
+	struct wsync_ctl_header *ctl;
+
+	struct model   *models[WSYNC_MAX_MODELS];
+	uint64_t        shm_used;              /* slab bytes of all models */
+
+	struct session *sessions[WSYNC_MAX_SESSIONS];  /* admitted, by table index */
+	uint32_t        n_sessions;            /* entries in use in sessions[] */
+	uint32_t        next_session_id;       /* never reused in a generation */
+	struct session *all_sessions;          /* every allocated session */
+	uint32_t        n_rejected;            /* refused peers awaiting their answer */
+
+	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
+
+	struct loop *loop;
+	int      lock_fd, listen_fd;
+	char     versions_path[PATH_MAX];
+	char     lock_path[PATH_MAX];
+};
+
+/* Startup through a listening socket and a running event loop; on failure a
+ * message was printed and everything undone. */
+int  broker_start(struct broker *b, const struct config *cfg);
+/* Clean shutdown: wake all waiters, save versions, release everything. */
+void broker_stop(struct broker *b);
+
+#endif

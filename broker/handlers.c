@@ -1,0 +1,760 @@
+/*
+ * broker/handlers.c — requests: checks first, then one handler per type.
+ *
+ * Every message is validated statically (wsync_msg_validate) and then
+ * against the session's state; a handler either sends its *_OK reply and
+ * returns 0, or returns -errno with the reason in req.why, and the
+ * dispatcher sends the ERROR. Protocol violations are counted; the 16th, a
+ * message before HELLO, a truncated message or fds where none belong end
+ * the session.
+ *
+ * The commit path (handle_commit) is the one place where the broker meets
+ * a value the publisher wrote without asking: page->latest. It is loaded
+ * once, seq_cst, and only compared: either it is exactly the grant (booked)
+ * or the model's latest is put back and the publisher is cut off
+ * (publish.c explains the invariants).
+ */
+#include "handlers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "log.h"
+#include "loop.h"
+#include "model.h"
+#include "publish.h"
+#include "session.h"
+#include "state.h"
+#include "shm/clock.h"
+#include "shm/proto.h"
+#include "shm/tensor_layout.h"
+
+struct req {
+	struct broker *b;
+	struct session *s;
+	const union wsync_msg_any *m;
+	int     *fds;
+	int      n_fds;
+	bool     disconnect;             /* end the session after the reply */
+	char     why[WSYNC_ERRMSG_MAX];
+};
+
+static int req_fail(struct req *r, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int req_fail(struct req *r, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->why, sizeof(r->why), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* Takes ownership of the one fd the request carries, or -1. */
+static int req_take_fd(struct req *r)
+{
+	int fd;
+
+	if (r->n_fds < 1 || r->fds[0] < 0)
+		return -1;
+	fd = r->fds[0];
+	r->fds[0] = -1;
+	return fd;
+}
+
+static void reply(struct req *r, union wsync_msg_any *msg, uint32_t type,
+                  const int *fds, int n_fds)
+{
+	msg->hdr.magic = WSYNC_PROTO_MAGIC;
+	msg->hdr.type = (uint16_t)type;
+	msg->hdr.version = WSYNC_PROTO_VERSION;
+	msg->hdr.len = (uint32_t)wsync_msg_size(type);
+	msg->hdr.seq = r->m->hdr.seq;
+	loop_send(r->b, r->s, msg, fds, n_fds);
+}
+
+static void send_error(struct broker *b, struct session *s, uint32_t seq,
+                       uint32_t req_type, int err, const char *why)
+{
+	union wsync_msg_any e;
+
+	wsync_msg_init(&e.hdr, WSYNC_MSG_ERROR, seq);
+	e.error.err = err;
+	e.error.req_type = (uint16_t)(wsync_msg_size(req_type) ? req_type : 0);
+	snprintf(e.error.msg, sizeof(e.error.msg), "%s", why);
+	loop_send(b, s, &e, NULL, 0);
+}
+
+void handle_refusal(struct broker *b, struct session *s, uint32_t seq, uint32_t req_type)
+{
+	send_error(b, s, seq, req_type, s->reject_err, s->reject_why);
+	session_disconnect(b, s, s->reject_why);
+}
+
+/* The model named by a request's model id, if this session opened it. */
+static struct model *req_model(struct req *r, uint32_t id)
+{
+	struct model *m = model_get(r->b, id);
+
+	if (!m || !(r->s->models & (UINT64_C(1) << id)))
+		return NULL;
+	return m;
+}
+
+static struct model *req_published(struct req *r, uint32_t id)
+{
+	struct model *m = req_model(r, id);
+
+	return m && m->pub == r->s && m->state == WSYNC_MODEL_READY ? m : NULL;
+}
+
+static int declare(struct req *r, const char *name, struct model **out)
+{
+	return model_declare(r->b, name, -1, state_floor(r->b->floors, name), out,
+	                     r->why, sizeof(r->why));
+}
+
+/* ---- HELLO ----------------------------------------------------------------- */
+
+static int handle_hello(struct req *r)
+{
+	const struct wsync_msg_hello *h = &r->m->hello;
+	struct broker *b = r->b;
+	union wsync_msg_any ok;
+	int fds[2], err;
+
+	if (h->layout_version != WSYNC_LAYOUT_VERSION) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "client has shared-memory layout version %u, "
+		                "broker '%s' has %u", h->layout_version, b->cfg.name,
+		                WSYNC_LAYOUT_VERSION);
+	}
+	err = session_hello(b, r->s, h->name, r->why, sizeof(r->why));
+	if (err) {
+		r->disconnect = true;
+		return err;
+	}
+	memset(&ok, 0, sizeof(ok));
+	ok.hello_ok.session_id = r->s->id;
+	ok.hello_ok.max_slots = b->cfg.max_slots;
+	ok.hello_ok.generation = b->generation;
+	ok.hello_ok.ctl_bytes = CTL_BYTES;
+	ok.hello_ok.broker_pid = (uint32_t)b->pid;
+	fds[0] = b->ctl_ro_fd;
+	fds[1] = r->s->page_fd;
+	reply(r, &ok, WSYNC_MSG_HELLO_OK, fds, 2);
+	return 0;
+}
+
+/* ---- PUB_OPEN -------------------------------------------------------------- */
+
+/* Copies the publisher's descriptors out of its memfd, once. */
+static int layout_read(struct req *r, int fd, uint32_t n, wsync_tensor_desc **out)
+{
+	size_t want = (size_t)n * sizeof(wsync_tensor_desc), done = 0;
+	struct statfs sfs;
+	struct stat st;
+	char *buf;
+
+	/* Only tmpfs/hugetlbfs: a read from them cannot block the broker. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &sfs) < 0 ||
+	    (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
+		return req_fail(r, -EINVAL, "the layout fd is not a memfd");
+	if ((uint64_t)st.st_size != want)
+		return req_fail(r, -EINVAL, "the layout memfd holds %lld bytes; %u tensors "
+		                "need exactly %zu", (long long)st.st_size, n, want);
+	buf = malloc(want);
+	if (!buf)
+		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors", n);
+	while (done < want) {
+		ssize_t k = pread(fd, buf + done, want - done, (off_t)done);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			free(buf);
+			return req_fail(r, -EINVAL, "reading the layout memfd: %s",
+			                k < 0 ? strerror(errno) : "it shrank");
+		}
+		done += (size_t)k;
+	}
+	*out = (wsync_tensor_desc *)buf;
+	return 0;
+}
+
+/* Recomputes the canonical layout from the copy; it must be exactly what
+ * the client computed. On success *canon is the broker's own array. */
+static int layout_check(struct req *r, const wsync_tensor_desc *in,
+                        wsync_tensor_desc **canon, uint64_t *hash)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+	char why[WSYNC_ERRMSG_MAX - 160];
+	wsync_tensor_desc *out;
+	uint64_t bytes;
+	int err;
+
+	out = malloc((size_t)p->n_tensors * sizeof(*out));
+	if (!out)
+		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors",
+		                p->n_tensors);
+	err = wsync_layout_compute(in, p->n_tensors, out, &bytes, why, sizeof(why));
+	if (err) {
+		err = req_fail(r, -EINVAL, "model '%s': %s", p->model, why);
+		goto out_free;
+	}
+	for (uint32_t i = 0; i < p->n_tensors; i++) {
+		if (in[i].offset != out[i].offset) {
+			err = req_fail(r, -EINVAL, "model '%s': tensor %u '%.64s' is at offset "
+			               "%llu, the canonical layout puts it at %llu", p->model,
+			               i, out[i].name, (unsigned long long)in[i].offset,
+			               (unsigned long long)out[i].offset);
+			goto out_free;
+		}
+	}
+	if (bytes != p->bytes) {
+		err = req_fail(r, -EINVAL, "model '%s': the client computed %llu bytes per "
+		               "slab, the canonical layout needs %llu", p->model,
+		               (unsigned long long)p->bytes, (unsigned long long)bytes);
+		goto out_free;
+	}
+	*hash = wsync_layout_hash(out, p->n_tensors);
+	if (*hash != p->layout_hash) {
+		err = req_fail(r, -EINVAL, "model '%s': layout hash 0x%016llx differs from "
+		               "the canonical 0x%016llx", p->model,
+		               (unsigned long long)p->layout_hash, (unsigned long long)*hash);
+		goto out_free;
+	}
+	*canon = out;
+	return 0;
+
+out_free:
+	free(out);
+	return err;
+}
+
+static int handle_pub_open(struct req *r)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+	struct broker *b = r->b;
+	struct session *s = r->s;
+	wsync_tensor_desc *in = NULL, *canon = NULL;
+	uint32_t n_slots = p->slots;
+	bool declared_here = false;
+	union wsync_msg_any ok;
+	struct model *m;
+	uint64_t hash = 0;
+	int fd, err;
+
+	fd = req_take_fd(r);
+	if (fd < 0)
+		return req_fail(r, -EINVAL, "PUB_OPEN of '%s' came without its layout memfd",
+		                p->model);
+	if (n_slots == 0)
+		n_slots = WSYNC_DEFAULT_SLOTS < b->cfg.max_slots ? WSYNC_DEFAULT_SLOTS
+		                                                 : b->cfg.max_slots;
+	if (n_slots < WSYNC_MIN_SLOTS || n_slots > b->cfg.max_slots) {
+		close(fd);
+		return req_fail(r, -EINVAL, "model '%s': %u slots asked, broker '%s' allows "
+		                "%d..%u", p->model, p->slots, b->cfg.name, WSYNC_MIN_SLOTS,
+		                b->cfg.max_slots);
+	}
+	err = layout_read(r, fd, p->n_tensors, &in);
+	close(fd);
+	if (err || !in)
+		return err ? err : -EINVAL;
+	err = layout_check(r, in, &canon, &hash);
+	free(in);
+	if (err)
+		return err;
+
+	m = model_find(b, p->model);
+	if (m && m->state == WSYNC_MODEL_READY) {
+		char diff[WSYNC_ERRMSG_MAX - 160];
+
+		if (wsync_layout_diff(canon, p->n_tensors, m->tensors, m->n_tensors,
+		                      diff, sizeof(diff))) {
+			err = req_fail(r, -EEXIST, "model '%s': layout differs from the existing "
+			               "one: %s", p->model, diff);
+			goto out_free;
+		}
+	}
+	if (m && m->pub) {
+		err = req_fail(r, -EBUSY, "model '%s' is already published by session %u "
+		               "'%s' (pid %d)", p->model, m->pub->id, m->pub->name,
+		               (int)m->pub->pid);
+		goto out_free;
+	}
+	if (!m) {
+		err = declare(r, p->model, &m);
+		if (err)
+			goto out_free;
+		declared_here = true;
+	}
+	if (m->state == WSYNC_MODEL_DECLARED) {
+		err = model_make_ready(b, m, canon, p->n_tensors, p->bytes, hash, n_slots,
+		                       r->why, sizeof(r->why));
+		if (err)
+			goto out_undeclare;
+		canon = NULL;                 /* the model's now */
+	}
+	err = session_open_model(b, s, m);
+	if (err) {
+		err = req_fail(r, err, "model '%s': too many sessions", p->model);
+		goto out_undeclare;
+	}
+	m->pub = s;
+	s->m[m->id].pub = true;
+	s->m[m->id].fds_sent = 0;
+	atomic_store(&m->ctl->publisher, s->id);
+	session_mirror(b, s);
+	free(canon);
+	log_info("model '%s': publisher is session %u '%s' pid %d", m->name, s->id,
+	         s->name, (int)s->pid);
+
+	memset(&ok, 0, sizeof(ok));
+	ok.pub_open_ok.model_id = m->id;
+	ok.pub_open_ok.n_slots = m->books.n_slots;
+	ok.pub_open_ok.bytes = m->bytes;
+	ok.pub_open_ok.generation = b->generation;
+	reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, &m->page_fd, 1);
+	return 0;
+
+out_undeclare:
+	if (declared_here && !m->n_members)
+		model_undeclare(b, m, "its first PUB_OPEN failed");
+out_free:
+	free(canon);
+	return err;
+}
+
+/* ---- SUB_OPEN, ATTACH ------------------------------------------------------- */
+
+/* Layout then slabs, read-only; returns how many fds were written. */
+static int ready_fds(const struct model *m, int *fds)
+{
+	int n = 0;
+
+	fds[n++] = m->layout_ro_fd;
+	for (uint32_t k = 0; k < m->books.n_slots; k++)
+		fds[n++] = m->slab_ro_fd[k];
+	return n;
+}
+
+static int handle_sub_open(struct req *r)
+{
+	const struct wsync_msg_sub_open *p = &r->m->sub_open;
+	struct session *s = r->s;
+	int fds[WSYNC_MSG_MAX_FDS], n_fds = 0, err;
+	union wsync_msg_any ok;
+	struct session_model *sm;
+	struct model *m;
+
+	m = model_find(r->b, p->model);
+	if (!m) {
+		err = declare(r, p->model, &m);
+		if (err)
+			return err;
+	}
+	err = session_open_model(r->b, s, m);
+	if (err) {
+		model_drop_if_unused(r->b, m);
+		return req_fail(r, err, "model '%s': too many sessions", p->model);
+	}
+	sm = &s->m[m->id];
+	if (sm->subs++ == 0) {
+		m->subscribers++;
+		atomic_store(&m->ctl->subscribers, m->subscribers);
+	}
+	session_mirror(r->b, s);
+	log_debug("session %u '%s': subscribed to '%s'", s->id, s->name, m->name);
+
+	memset(&ok, 0, sizeof(ok));
+	ok.sub_open_ok.model_id = m->id;
+	ok.sub_open_ok.state = m->state;
+	fds[n_fds++] = m->page_ro_fd;
+	if (m->state == WSYNC_MODEL_READY) {
+		ok.sub_open_ok.n_slots = m->books.n_slots;
+		ok.sub_open_ok.n_tensors = m->n_tensors;
+		ok.sub_open_ok.bytes = m->bytes;
+		ok.sub_open_ok.layout_bytes = m->layout_bytes;
+		n_fds += ready_fds(m, fds + n_fds);
+	}
+	reply(r, &ok, WSYNC_MSG_SUB_OPEN_OK, fds, n_fds);
+	return 0;
+}
+
+static int handle_attach(struct req *r)
+{
+	uint32_t id = r->m->attach.m.model_id;
+	struct model *m = req_model(r, id);
+	int fds[WSYNC_MSG_MAX_FDS], n_fds;
+	union wsync_msg_any ok;
+
+	if (!m || !r->s->m[id].subs)
+		return req_fail(r, -EPROTO, "ATTACH of model %u, which this session did not "
+		                "subscribe to", id);
+	if (m->state != WSYNC_MODEL_READY)
+		return req_fail(r, -ENODATA, "model '%s' has no layout yet (no publisher "
+		                "opened it)", m->name);
+	memset(&ok, 0, sizeof(ok));
+	ok.attach_ok.model_id = m->id;
+	ok.attach_ok.n_slots = m->books.n_slots;
+	ok.attach_ok.n_tensors = m->n_tensors;
+	ok.attach_ok.bytes = m->bytes;
+	ok.attach_ok.layout_bytes = m->layout_bytes;
+	n_fds = ready_fds(m, fds);
+	reply(r, &ok, WSYNC_MSG_ATTACH_OK, fds, n_fds);
+	return 0;
+}
+
+/* ---- BEGIN, COMMIT, ABORT --------------------------------------------------- */
+
+static void reply_grant(struct req *r, const struct model *m, const struct grant *g)
+{
+	union wsync_msg_any ok;
+
+	memset(&ok, 0, sizeof(ok));
+	ok.grant.model_id = m->id;
+	ok.grant.slot = g->slot;
+	ok.grant.version = g->version;
+	ok.grant.flags = g->has_fd ? WSYNC_GRANT_HAS_FD : 0;
+	reply(r, &ok, WSYNC_MSG_GRANT, &g->fd, g->has_fd ? 1 : 0);
+}
+
+/* `latest` moved without a commit the broker saw: put it back, cut off. */
+static int latest_tampered(struct req *r, struct model *m, uint64_t cur)
+{
+	publish_restore(r->b, m, cur);
+	r->disconnect = true;
+	return req_fail(r, -EPROTO, "model '%s': latest holds v%llu slot %u, which no "
+	                "commit validated", m->name,
+	                (unsigned long long)wsync_latest_version(cur), wsync_latest_slot(cur));
+}
+
+static int handle_begin(struct req *r)
+{
+	uint32_t id = r->m->begin.m.model_id;
+	struct model *m = req_published(r, id);
+	struct grant g;
+	uint64_t cur;
+	int err;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "BEGIN on model %u, which this session does not "
+		                "publish", id);
+	if (m->granted) {
+		publish_current(m, r->s, &g);
+		reply_grant(r, m, &g);
+		return 0;
+	}
+	cur = atomic_load(&m->page->latest);
+	if (cur != m->latest)
+		return latest_tampered(r, m, cur);
+	err = publish_grant(r->b, m, r->s, &g, r->why, sizeof(r->why));
+	if (err == -EBUSY) {
+		atomic_fetch_add(&m->ctl->busy, 1);
+		if (!m->busy_logged)         /* once per spell; the rest at debug */
+			log_info("%s", r->why);
+		m->busy_logged = true;
+		return err;
+	}
+	if (err)
+		return err;
+	m->busy_logged = false;
+	reply_grant(r, m, &g);
+	return 0;
+}
+
+static int handle_commit(struct req *r)
+{
+	const struct wsync_msg_commit *c = &r->m->commit;
+	struct model *m = req_published(r, c->m.model_id);
+	union wsync_msg_any ok;
+	struct grant g;
+	uint64_t cur, grant;
+	int64_t ns;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "COMMIT on model %u, which this session does not "
+		                "publish", c->m.model_id);
+	grant = wsync_latest_pack(m->grant_version, m->grant_slot);
+	cur = atomic_load(&m->page->latest);
+	if (!m->granted || c->slot != m->grant_slot || c->version != m->grant_version ||
+	    cur != grant) {
+		/* A grant already in `latest` is real data (booked when the session
+		 * goes); anything else unvalidated there is put back. */
+		if (!(m->granted && cur == grant) && cur != m->latest)
+			publish_restore(r->b, m, cur);
+		r->disconnect = true;
+		if (!m->granted)
+			return req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u without "
+			                "a grant", m->name, (unsigned long long)c->version, c->slot);
+		if (c->slot != m->grant_slot || c->version != m->grant_version)
+			return req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u, the "
+			                "grant is v%llu slot %u", m->name,
+			                (unsigned long long)c->version, c->slot,
+			                (unsigned long long)m->grant_version, m->grant_slot);
+		return req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u, but latest "
+		                "holds v%llu slot %u", m->name, (unsigned long long)c->version,
+		                c->slot, (unsigned long long)wsync_latest_version(cur),
+		                wsync_latest_slot(cur));
+	}
+	ns = atomic_load(&m->page->slots[c->slot].published_ns);
+	publish_book(r->b, m, c->step, ns > 0 ? ns : wsync_real_ns());
+
+	memset(&ok, 0, sizeof(ok));
+	ok.commit_ok.model_id = m->id;
+	ok.commit_ok.version = c->version;
+	g.has_fd = false;
+	g.fd = -1;
+	if (publish_grant(r->b, m, r->s, &g, NULL, 0) == 0) {
+		ok.commit_ok.flags = WSYNC_NEXT_GRANTED | (g.has_fd ? WSYNC_NEXT_HAS_FD : 0);
+		ok.commit_ok.next_slot = g.slot;
+		ok.commit_ok.next_version = g.version;
+		m->busy_logged = false;
+	}
+	reply(r, &ok, WSYNC_MSG_COMMIT_OK, &g.fd, g.has_fd ? 1 : 0);
+	return 0;
+}
+
+static int handle_abort(struct req *r)
+{
+	const struct wsync_msg_abort *a = &r->m->abort;
+	struct model *m = req_published(r, a->m.model_id);
+	union wsync_msg_any ok;
+	uint64_t cur, grant;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "ABORT on model %u, which this session does not "
+		                "publish", a->m.model_id);
+	if (!m->granted || a->slot != m->grant_slot || a->version != m->grant_version)
+		return req_fail(r, -EPROTO, "model '%s': ABORT of v%llu slot %u does not match "
+		                "the grant", m->name, (unsigned long long)a->version, a->slot);
+	grant = wsync_latest_pack(m->grant_version, m->grant_slot);
+	cur = atomic_load(&m->page->latest);
+	if (cur == grant) {
+		/* Already visible to readers: it can only be a commit now. */
+		struct wsync_slot_meta *meta = &m->page->slots[m->grant_slot];
+		int64_t ns = atomic_load(&meta->published_ns);
+
+		publish_book(r->b, m, atomic_load(&meta->step), ns > 0 ? ns : wsync_real_ns());
+		model_wake(m);
+		return req_fail(r, -EPROTO, "model '%s': v%llu was already published; "
+		                "booked as a commit", m->name, (unsigned long long)a->version);
+	}
+	if (cur != m->latest)
+		return latest_tampered(r, m, cur);
+	publish_abort(r->b, m);
+	log_debug("model '%s': v%llu slot %u aborted", m->name,
+	          (unsigned long long)a->version, a->slot);
+	memset(&ok, 0, sizeof(ok));
+	ok.abort_ok.model_id = m->id;
+	reply(r, &ok, WSYNC_MSG_ABORT_OK, NULL, 0);
+	return 0;
+}
+
+/* ---- NOTIFY, CLOSE ---------------------------------------------------------- */
+
+static bool fd_is_eventfd(int fd)
+{
+	char path[64], target[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, target, sizeof(target) - 1);
+	if (n < 0)
+		return false;
+	target[n] = '\0';
+	return !strcmp(target, "anon_inode:[eventfd]");
+}
+
+static int handle_notify(struct req *r)
+{
+	uint32_t id = r->m->notify.m.model_id;
+	struct model *m = req_model(r, id);
+	struct session_model *sm;
+	union wsync_msg_any ok;
+	struct notifier *n;
+	int fd;
+
+	if (!m || !r->s->m[id].subs)
+		return req_fail(r, -EPROTO, "NOTIFY for model %u, which this session did not "
+		                "subscribe to", id);
+	fd = req_take_fd(r);
+	if (fd < 0)
+		return req_fail(r, -EINVAL, "NOTIFY came without an eventfd");
+	if (!fd_is_eventfd(fd)) {
+		close(fd);
+		return req_fail(r, -EINVAL, "NOTIFY: the fd is not an eventfd");
+	}
+	n = notifier_new(fd);
+	if (!n) {
+		close(fd);
+		return req_fail(r, -ENOMEM, "out of memory");
+	}
+	sm = &r->s->m[id];
+	if (sm->ev)
+		loop_notifier_release(r->b, sm->ev);
+	sm->ev = n;
+	memset(&ok, 0, sizeof(ok));
+	ok.notify_ok.model_id = id;
+	reply(r, &ok, WSYNC_MSG_NOTIFY_OK, NULL, 0);
+	return 0;
+}
+
+static int handle_close(struct req *r)
+{
+	const struct wsync_msg_close *c = &r->m->close;
+	struct model *m = req_model(r, c->m.model_id);
+	struct session_model *sm;
+	union wsync_msg_any ok;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "CLOSE of model %u, which this session did not "
+		                "open", c->m.model_id);
+	sm = &r->s->m[m->id];
+	if (c->what == WSYNC_CLOSE_PUB) {
+		if (m->pub != r->s)
+			return req_fail(r, -EPROTO, "CLOSE of the publisher of '%s', which this "
+			                "session is not", m->name);
+		publish_leave(r->b, m, r->s, "closed");
+	} else {
+		if (!sm->subs)
+			return req_fail(r, -EPROTO, "CLOSE of a subscription to '%s', which this "
+			                "session does not have", m->name);
+		if (--sm->subs == 0) {
+			m->subscribers--;
+			atomic_store(&m->ctl->subscribers, m->subscribers);
+		}
+	}
+	session_release_model(r->b, r->s, m);   /* m may be gone now */
+	memset(&ok, 0, sizeof(ok));
+	ok.close_ok.model_id = c->m.model_id;
+	reply(r, &ok, WSYNC_MSG_CLOSE_OK, NULL, 0);
+	return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+typedef int (*handler_fn)(struct req *r);
+
+static const struct {
+	handler_fn fn;
+	int fds;                         /* fds the request carries */
+} handlers[WSYNC_MSG_TYPE_END] = {
+	[WSYNC_MSG_HELLO]    = { handle_hello, 0 },
+	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1 },
+	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0 },
+	[WSYNC_MSG_ATTACH]   = { handle_attach, 0 },
+	[WSYNC_MSG_BEGIN]    = { handle_begin, 0 },
+	[WSYNC_MSG_COMMIT]   = { handle_commit, 0 },
+	[WSYNC_MSG_ABORT]    = { handle_abort, 0 },
+	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1 },
+	[WSYNC_MSG_CLOSE]    = { handle_close, 0 },
+};
+
+/* Checks that need no handler; 0 or -errno with the reason in r. */
+static int req_screen(struct req *r, size_t len, int msg_flags, uint32_t type)
+{
+	struct session *s = r->s;
+	int err;
+
+	if (msg_flags & MSG_TRUNC) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "message longer than %zu bytes",
+		                sizeof(union wsync_msg_any));
+	}
+	if (msg_flags & MSG_CTRUNC) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "more than %d fds in one message", WSYNC_MSG_MAX_FDS);
+	}
+	err = wsync_msg_validate(r->m, len, r->why, sizeof(r->why));
+	if (err) {
+		if (s->state == SESSION_NEW)
+			r->disconnect = true;
+		return err;
+	}
+	if (!handlers[type].fn) {
+		if (s->state == SESSION_NEW)
+			r->disconnect = true;
+		return req_fail(r, -EPROTO, "%s is not a request", wsync_msg_name(type));
+	}
+	if (r->n_fds > handlers[type].fds) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "%s carries %d fds, expected %d",
+		                wsync_msg_name(type), r->n_fds, handlers[type].fds);
+	}
+	if (s->state == SESSION_NEW && type != WSYNC_MSG_HELLO) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "%s before HELLO", wsync_msg_name(type));
+	}
+	if (s->state != SESSION_NEW && type == WSYNC_MSG_HELLO) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "a second HELLO");
+	}
+	return 0;
+}
+
+void handle_message(struct broker *b, struct session *s, size_t len, int msg_flags,
+                    int *fds, int n_fds)
+{
+	struct req r = { .b = b, .s = s, .m = &s->rx.msg, .fds = fds, .n_fds = n_fds };
+	uint32_t seq = 0, type = 0;
+	const char *what;
+	bool violation;
+	int err;
+
+	atomic_fetch_add(&b->ctl->messages, 1);
+	if (len >= sizeof(struct wsync_msg_hdr)) {
+		seq = r.m->hdr.seq;
+		type = r.m->hdr.type;
+	}
+	if (s->state == SESSION_REJECTED) {
+		handle_refusal(b, s, seq, type);
+		goto out_close_fds;
+	}
+	r.why[0] = '\0';
+	err = req_screen(&r, len, msg_flags, type);
+	violation = err != 0;
+	if (!err) {
+		err = handlers[type].fn(&r);
+		violation = err == -EPROTO;
+	}
+	if (!err)
+		goto out_close_fds;
+
+	atomic_fetch_add(&b->ctl->bad_messages, 1);
+	what = wsync_msg_size(type) ? wsync_msg_name(type) : "a message";
+	if (!r.why[0])
+		snprintf(r.why, sizeof(r.why), "%s", strerror(-err));
+	send_error(b, s, seq, type, err, r.why);
+	if (violation || r.disconnect)
+		log_warn("session %u '%s' pid %d: %s refused: %s", s->id, s->name,
+		         (int)s->pid, what, r.why);
+	else
+		log_debug("session %u '%s' pid %d: %s refused: %s", s->id, s->name,
+		          (int)s->pid, what, r.why);
+	if (violation && ++s->invalid >= SESSION_MAX_INVALID && !r.disconnect) {
+		r.disconnect = true;
+		snprintf(r.why, sizeof(r.why), "%d invalid messages", SESSION_MAX_INVALID);
+	}
+	if (r.disconnect)
+		session_disconnect(b, s, r.why);
+
+out_close_fds:
+	for (int i = 0; i < n_fds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}

@@ -1,0 +1,73 @@
+/* broker/main.c — wsyncd: options, signals, start, run, stop. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "broker.h"
+#include "config.h"
+#include "log.h"
+#include "loop.h"
+#include "shm/layout.h"
+
+/* Each session holds its socket and session page; each model a page, a
+ * layout and two fds per slab. The usual soft limit of 1024 would stop
+ * accepting long before the session table is full. */
+static void raise_fd_limit(void)
+{
+	const rlim_t want = 2 * WSYNC_MAX_SESSIONS +
+	                    WSYNC_MAX_MODELS * (3 + 2 * WSYNC_MAX_SLOTS) + 256;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+		log_warn("open file limit %llu is below the %llu the broker may need",
+		         (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+}
+
+int main(int argc, char **argv)
+{
+	struct config cfg;
+	struct broker *b;
+	char err[512];
+	sigset_t set;
+	int r;
+
+	r = config_parse(&cfg, argc, argv, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "wsyncd: %s\nTry 'wsyncd --help'.\n", err);
+		return 2;
+	}
+	if (r == CONFIG_DONE)
+		return 0;
+	log_set_level(cfg.log_level);
+	if (config_finish(&cfg, err, sizeof(err))) {
+		fprintf(stderr, "wsyncd: %s\n", err);
+		return 1;
+	}
+	umask(077);
+	raise_fd_limit();
+	/* SIGTERM/SIGINT arrive through the signalfd in the loop. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		fprintf(stderr, "wsyncd: out of memory\n");
+		return 1;
+	}
+	if (broker_start(b, &cfg)) {
+		free(b);
+		return 1;
+	}
+	r = loop_run(b);
+	broker_stop(b);
+	free(b);
+	return r ? 1 : 0;
+}

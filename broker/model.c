@@ -1,0 +1,499 @@
+/* broker/model.c — model table entries and the segments behind them. */
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "guard.h"
+#include "log.h"
+#include "state.h"
+#include "shm/futex.h"
+#include "shm/segment.h"
+
+struct model *model_find(const struct broker *b, const char *name)
+{
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
+		if (b->models[i] && !strncmp(b->models[i]->name, name, WSYNC_NAME_MAX))
+			return b->models[i];
+	return NULL;
+}
+
+struct model *model_get(const struct broker *b, uint32_t id)
+{
+	return id < WSYNC_MAX_MODELS ? b->models[id] : NULL;
+}
+
+static int seg_name(const struct broker *b, uint32_t id, int slot_or_kind,
+                    char *buf, size_t len)
+{
+	if (slot_or_kind == -1)
+		return wsync_seg_name_page(buf, len, b->uid, b->cfg.name, b->generation, id);
+	if (slot_or_kind == -2)
+		return wsync_seg_name_layout(buf, len, b->uid, b->cfg.name, b->generation, id);
+	return wsync_seg_name_slab(buf, len, b->uid, b->cfg.name, b->generation, id,
+	                           (uint32_t)slot_or_kind);
+}
+#define SEG_PAGE   (-1)
+#define SEG_LAYOUT (-2)
+
+/* Our generation's names are ours alone; a leftover (a start that crashed
+ * half-way through adoption) is replaced. */
+static int seg_create_fresh(const char *name, uint64_t bytes)
+{
+	shm_unlink(name);
+	return wsync_seg_create(name, bytes);
+}
+
+static ssize_t pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+	const char *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, p + done, len - done, off + (off_t)done);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static struct model *model_alloc(uint32_t id, const char *name)
+{
+	struct model *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->members = calloc(WSYNC_MAX_SESSIONS, sizeof(*m->members));
+	if (!m->members) {
+		free(m);
+		return NULL;
+	}
+	m->id = id;
+	snprintf(m->name, sizeof(m->name), "%s", name);
+	m->page_fd = m->page_ro_fd = m->layout_ro_fd = -1;
+	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
+		m->slab_fd[i] = m->slab_ro_fd[i] = -1;
+	return m;
+}
+
+static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
+{
+	atomic_store(&e->state, WSYNC_MODEL_FREE);
+	e->id = id;
+	memset(e->name, 0, sizeof(e->name));
+	e->bytes = 0;
+	e->n_tensors = e->n_slots = 0;
+	e->layout_hash = 0;
+	atomic_store(&e->hwm_version, 0);
+	atomic_store(&e->latest, 0);
+	atomic_store(&e->commits, 0);
+	atomic_store(&e->aborts, 0);
+	atomic_store(&e->busy, 0);
+	atomic_store(&e->last_step, 0);
+	atomic_store(&e->last_commit_ns, 0);
+	atomic_store(&e->publisher, 0);
+	atomic_store(&e->subscribers, 0);
+	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
+		atomic_store(&e->slot_state[i], WSYNC_SLOT_FREE);
+}
+
+int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
+                  struct model **out, char *why, size_t whylen)
+{
+	char seg[WSYNC_SHM_NAME_MAX];
+	struct model *m;
+	void *map;
+	int err;
+
+	if (id < 0) {
+		for (id = 0; id < WSYNC_MAX_MODELS && b->models[id]; id++)
+			;
+		if (id == WSYNC_MAX_MODELS) {
+			snprintf(why, whylen, "model '%s': the broker's model table is full "
+			         "(%d models)", name, WSYNC_MAX_MODELS);
+			return -ENOSPC;
+		}
+	}
+	if (id >= WSYNC_MAX_MODELS || b->models[id])
+		return -EEXIST;
+	if (hwm > MODEL_VERSION_MAX)
+		hwm = MODEL_VERSION_MAX;
+	m = model_alloc((uint32_t)id, name);
+	if (!m) {
+		snprintf(why, whylen, "model '%s': out of memory", name);
+		return -ENOMEM;
+	}
+	err = seg_name(b, m->id, SEG_PAGE, seg, sizeof(seg));
+	if (err)
+		goto out_free;
+	err = seg_create_fresh(seg, WSYNC_PAGE);
+	if (err < 0)
+		goto out_free;
+	m->page_fd = err;
+	err = wsync_seg_reopen_ro(m->page_fd);
+	if (err < 0)
+		goto out_unlink;
+	m->page_ro_fd = err;
+	err = wsync_seg_map(m->page_fd, WSYNC_PAGE, 1, 1, &map);
+	if (err)
+		goto out_close_ro;
+	m->page = map;
+	if (!guard_watch(m->page, WSYNC_PAGE))
+		log_warn("model '%s': its page is not guarded against truncation", name);
+	m->page->magic = WSYNC_MAGIC_PAGE;
+	m->page->layout_version = WSYNC_LAYOUT_VERSION;
+	m->page->model_id = m->id;
+	m->page->generation = b->generation;
+	m->hwm = hwm;
+	m->latest = wsync_latest_pack(hwm, WSYNC_SLOT_NONE);
+	atomic_store(&m->page->latest, m->latest);
+
+	m->state = WSYNC_MODEL_DECLARED;
+	m->ctl = ctl_model(b, m->id);
+	ctl_entry_reset(m->ctl, m->id);
+	snprintf(m->ctl->name, sizeof(m->ctl->name), "%s", name);
+	atomic_store(&m->ctl->hwm_version, hwm);
+	atomic_store(&m->ctl->latest, m->latest);
+	atomic_store(&m->ctl->state, WSYNC_MODEL_DECLARED);
+	b->models[m->id] = m;
+	*out = m;
+	log_info("model '%s' declared (id %u, versions above %llu)", name, m->id,
+	         (unsigned long long)hwm);
+	return 0;
+
+out_close_ro:
+	close(m->page_ro_fd);
+out_unlink:
+	shm_unlink(seg);
+	close(m->page_fd);
+out_free:
+	free(m->members);
+	free(m);
+	if (err == -ENOSPC)
+		snprintf(why, whylen, "model '%s': %s is full", name, WSYNC_SHM_DIR);
+	else
+		snprintf(why, whylen, "model '%s': cannot create its model page: %s",
+		         name, strerror(-err));
+	return err;
+}
+
+static int layout_write(int fd, const wsync_tensor_desc *t, uint32_t n,
+                        uint64_t bytes, uint64_t hash)
+{
+	struct wsync_layout_header h;
+	ssize_t err;
+
+	memset(&h, 0, sizeof(h));
+	h.magic = WSYNC_MAGIC_LAYOUT;
+	h.layout_version = WSYNC_LAYOUT_VERSION;
+	h.n_tensors = n;
+	h.bytes = bytes;
+	h.hash = hash;
+	err = pwrite_all(fd, &h, sizeof(h), 0);
+	if (!err)
+		err = pwrite_all(fd, t, (size_t)n * sizeof(*t), sizeof(h));
+	return (int)err;
+}
+
+static void slabs_remove(const struct broker *b, struct model *m, uint32_t n, bool unlink_them)
+{
+	char seg[WSYNC_SHM_NAME_MAX];
+
+	for (uint32_t k = 0; k < n; k++) {
+		if (m->slab_ro_fd[k] >= 0)
+			close(m->slab_ro_fd[k]);
+		if (m->slab_fd[k] >= 0)
+			close(m->slab_fd[k]);
+		m->slab_fd[k] = m->slab_ro_fd[k] = -1;
+		if (unlink_them && !seg_name(b, m->id, (int)k, seg, sizeof(seg)))
+			shm_unlink(seg);
+	}
+}
+
+int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tensors,
+                     uint32_t n_tensors, uint64_t bytes, uint64_t hash,
+                     uint32_t n_slots, char *why, size_t whylen)
+{
+	char seg[WSYNC_SHM_NAME_MAX];
+	uint64_t need, avail, lbytes;
+	uint32_t k = 0;
+	int err, fd;
+
+	if (m->state != WSYNC_MODEL_DECLARED || n_slots < WSYNC_MIN_SLOTS ||
+	    n_slots > WSYNC_MAX_SLOTS || !n_tensors || n_tensors > WSYNC_MAX_TENSORS)
+		return -EINVAL;
+	if (bytes > UINT64_MAX / n_slots) {
+		snprintf(why, whylen, "model '%s': %u slots of %llu bytes overflow", m->name,
+		         n_slots, (unsigned long long)bytes);
+		return -EINVAL;
+	}
+	need = bytes * n_slots;
+	avail = b->cfg.shm_limit > b->shm_used ? b->cfg.shm_limit - b->shm_used : 0;
+	if (need > avail) {
+		snprintf(why, whylen, "model '%s' needs %llu bytes, %llu of the limit %llu "
+		         "are free", m->name, (unsigned long long)need,
+		         (unsigned long long)avail, (unsigned long long)b->cfg.shm_limit);
+		return -ENOSPC;
+	}
+
+	lbytes = sizeof(struct wsync_layout_header) + (uint64_t)n_tensors * sizeof(*tensors);
+	err = seg_name(b, m->id, SEG_LAYOUT, seg, sizeof(seg));
+	if (err)
+		goto out_why;
+	fd = seg_create_fresh(seg, lbytes);
+	if (fd < 0) {
+		err = fd;
+		goto out_why;
+	}
+	err = layout_write(fd, tensors, n_tensors, bytes, hash);
+	if (!err) {
+		m->layout_ro_fd = wsync_seg_reopen_ro(fd);
+		if (m->layout_ro_fd < 0)
+			err = m->layout_ro_fd;
+	}
+	close(fd);
+	if (err)
+		goto out_unlink_layout;
+
+	for (k = 0; k < n_slots; k++) {
+		err = seg_name(b, m->id, (int)k, seg, sizeof(seg));
+		if (err)
+			goto out_slabs;
+		fd = seg_create_fresh(seg, bytes);
+		if (fd < 0) {
+			err = fd;
+			goto out_slabs;
+		}
+		m->slab_fd[k] = fd;
+		m->slab_ro_fd[k] = wsync_seg_reopen_ro(fd);
+		if (m->slab_ro_fd[k] < 0) {
+			err = m->slab_ro_fd[k];
+			k++;
+			goto out_slabs;
+		}
+	}
+
+	m->tensors = tensors;
+	m->n_tensors = n_tensors;
+	m->bytes = bytes;
+	m->hash = hash;
+	m->layout_bytes = lbytes;
+	m->accounted = need;
+	memset(&m->books, 0, sizeof(m->books));
+	m->books.n_slots = n_slots;
+	b->shm_used += need;
+	atomic_store(&b->ctl->shm_used, b->shm_used);
+
+	m->ctl->bytes = bytes;
+	m->ctl->n_tensors = n_tensors;
+	m->ctl->n_slots = n_slots;
+	m->ctl->layout_hash = hash;
+	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
+		atomic_store(&m->ctl->slot_state[i], WSYNC_SLOT_FREE);
+	m->state = WSYNC_MODEL_READY;
+	atomic_store(&m->ctl->state, WSYNC_MODEL_READY);
+	log_info("model '%s' ready: %u tensors, %u slots of %llu bytes", m->name,
+	         n_tensors, n_slots, (unsigned long long)bytes);
+	return 0;
+
+out_slabs:
+	slabs_remove(b, m, k, true);
+	close(m->layout_ro_fd);
+	m->layout_ro_fd = -1;
+out_unlink_layout:
+	if (!seg_name(b, m->id, SEG_LAYOUT, seg, sizeof(seg)))
+		shm_unlink(seg);
+out_why:
+	if (err == -ENOSPC)
+		snprintf(why, whylen, "model '%s' needs %llu bytes: %s is full (%llu of "
+		         "the limit %llu are free)", m->name, (unsigned long long)need,
+		         WSYNC_SHM_DIR, (unsigned long long)avail,
+		         (unsigned long long)b->cfg.shm_limit);
+	else
+		snprintf(why, whylen, "model '%s': cannot create its segments: %s",
+		         m->name, strerror(-err));
+	return err;
+}
+
+static void model_release(struct broker *b, struct model *m, bool unlink_them)
+{
+	char seg[WSYNC_SHM_NAME_MAX];
+
+	if (m->state == WSYNC_MODEL_READY) {
+		slabs_remove(b, m, m->books.n_slots, unlink_them);
+		if (m->layout_ro_fd >= 0)
+			close(m->layout_ro_fd);
+		if (unlink_them && !seg_name(b, m->id, SEG_LAYOUT, seg, sizeof(seg)))
+			shm_unlink(seg);
+		b->shm_used -= m->accounted;
+		if (b->ctl)
+			atomic_store(&b->ctl->shm_used, b->shm_used);
+	}
+	if (m->page) {
+		guard_unwatch(m->page);
+		munmap(m->page, WSYNC_PAGE);
+	}
+	if (m->page_ro_fd >= 0)
+		close(m->page_ro_fd);
+	if (m->page_fd >= 0)
+		close(m->page_fd);
+	if (unlink_them && !seg_name(b, m->id, SEG_PAGE, seg, sizeof(seg)))
+		shm_unlink(seg);
+	if (b->models[m->id] == m)
+		b->models[m->id] = NULL;
+	free(m->tensors);
+	free(m->members);
+	free(m);
+}
+
+void model_undeclare(struct broker *b, struct model *m, const char *why)
+{
+	/* Versions handed out under this name must stay below the next ones. */
+	if (m->hwm && (!b->floors || state_floor_raise(b->floors, m->name, m->hwm)))
+		log_warn("model '%s': its version floor %llu could not be kept", m->name,
+		         (unsigned long long)m->hwm);
+	if (b->ctl)
+		ctl_entry_reset(m->ctl, m->id);
+	log_info("model '%s' removed (id %u): %s", m->name, m->id, why);
+	model_release(b, m, true);
+}
+
+bool model_drop_if_unused(struct broker *b, struct model *m)
+{
+	if (m->state != WSYNC_MODEL_DECLARED || m->n_members || m->pub)
+		return false;
+	model_undeclare(b, m, "never published and nobody has it open");
+	return true;
+}
+
+void model_destroy(struct broker *b, struct model *m, bool unlink_them)
+{
+	model_release(b, m, unlink_them);
+}
+
+void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t version)
+{
+	if (slot >= m->books.n_slots)
+		return;
+	m->books.state[slot] = (uint8_t)state;
+	m->books.version[slot] = version;
+	atomic_store(&m->ctl->slot_state[slot], (uint8_t)state);
+}
+
+void model_set_latest(struct model *m, uint64_t latest)
+{
+	m->latest = latest;
+	atomic_store(&m->ctl->latest, latest);
+}
+
+void model_set_hwm(struct model *m, uint64_t hwm)
+{
+	if (hwm > MODEL_VERSION_MAX)
+		hwm = MODEL_VERSION_MAX;
+	m->hwm = hwm;
+	atomic_store(&m->ctl->hwm_version, hwm);
+}
+
+uint64_t model_next_version(struct model *m)
+{
+	if (m->hwm >= MODEL_VERSION_MAX)
+		return 0;
+	model_set_hwm(m, m->hwm + 1);
+	return m->hwm;
+}
+
+void model_wake(struct model *m)
+{
+	atomic_fetch_add(&m->page->seq, 1);
+	wsync_futex_wake(&m->page->seq, INT32_MAX);
+}
+
+void model_close_page(struct model *m)
+{
+	atomic_fetch_or(&m->page->flags, WSYNC_PAGE_CLOSED);
+	model_wake(m);
+}
+
+int model_add_member(struct model *m, struct session *s)
+{
+	for (uint32_t i = 0; i < m->n_members; i++)
+		if (m->members[i] == s)
+			return 0;
+	if (m->n_members >= WSYNC_MAX_SESSIONS)
+		return -ENOSPC;
+	m->members[m->n_members++] = s;
+	return 0;
+}
+
+void model_remove_member(struct model *m, struct session *s)
+{
+	for (uint32_t i = 0; i < m->n_members; i++) {
+		if (m->members[i] == s) {
+			m->members[i] = m->members[--m->n_members];
+			m->members[m->n_members] = NULL;
+			return;
+		}
+	}
+}
+
+/* Rebuilds a model page a client truncated, from the broker's books. */
+static int page_repair(struct model *m, uint64_t generation)
+{
+	struct wsync_model_page *page = m->page;
+	uint32_t slot = wsync_latest_slot(m->latest);
+
+	if (ftruncate(m->page_fd, WSYNC_PAGE) < 0)
+		return -errno;
+	if (posix_fallocate(m->page_fd, 0, WSYNC_PAGE) != 0)
+		return -ENOSPC;
+	if (mmap(page, WSYNC_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+	         m->page_fd, 0) == MAP_FAILED)
+		return -errno;
+	page->magic = WSYNC_MAGIC_PAGE;
+	page->layout_version = WSYNC_LAYOUT_VERSION;
+	page->model_id = m->id;
+	page->generation = generation;
+	if (m->state == WSYNC_MODEL_READY && slot < m->books.n_slots) {
+		atomic_store(&page->slots[slot].version, m->books.version[slot]);
+		atomic_store(&page->slots[slot].step, atomic_load(&m->ctl->last_step));
+		atomic_store(&page->slots[slot].published_ns,
+		             atomic_load(&m->ctl->last_commit_ns));
+	}
+	atomic_store(&page->latest, m->latest);
+	model_wake(m);
+	return 0;
+}
+
+void model_repair_pages(struct broker *b)
+{
+	if (!guard_pending())
+		return;
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		struct model *m = b->models[i];
+		int err;
+
+		if (!m || !guard_take(m->page))
+			continue;
+		err = page_repair(m, b->generation);
+		if (err)
+			log_error("model '%s': its page was truncated by a client and cannot "
+			          "be repaired: %s", m->name, strerror(-err));
+		else
+			log_warn("model '%s': its page was truncated by a client; rebuilt "
+			         "from the broker's books (latest v%llu)", m->name,
+			         (unsigned long long)wsync_latest_version(m->latest));
+	}
+}

@@ -1,0 +1,105 @@
+/*
+ * broker/model.h — the model table.
+ *
+ * A model is DECLARED when first opened (it has a model page, so subscribers
+ * can wait on it) and READY once a publisher gave it a layout (layout
+ * segment and n_slots slabs exist). A READY model lives until the broker
+ * stops; a DECLARED one is dropped when nobody has it open any more (its
+ * hwm stays behind as the name's version floor), so names merely
+ * subscribed to cannot fill the table. Every field a client can see is
+ * mirrored into the model's ctl entry.
+ */
+#ifndef WSYNC_BROKER_MODEL_H
+#define WSYNC_BROKER_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker.h"
+#include "slots.h"
+#include "shm/layout.h"
+
+struct model {
+	uint32_t id;
+	uint32_t state;                  /* enum wsync_model_state */
+	char     name[WSYNC_NAME_MAX];
+	struct wsync_ctl_model *ctl;
+
+	int      page_fd, page_ro_fd;
+	struct wsync_model_page *page;   /* the publisher writes it too */
+
+	/* READY only */
+	int      layout_ro_fd;
+	uint64_t layout_bytes;
+	wsync_tensor_desc *tensors;      /* canonical copy */
+	uint32_t n_tensors;
+	uint64_t bytes;                  /* one slab */
+	uint64_t hash;
+	uint64_t accounted;              /* slab bytes counted against the limit */
+	struct slot_books books;
+	int      slab_fd[WSYNC_MAX_SLOTS];
+	int      slab_ro_fd[WSYNC_MAX_SLOTS];
+
+	/* publishing */
+	struct session *pub;
+	bool     granted;
+	uint32_t grant_slot;
+	uint64_t grant_version;
+	bool     busy_logged;            /* one info line per busy spell */
+	uint64_t hwm;                    /* highest version ever granted */
+	uint64_t latest;                 /* last validated value of page->latest */
+
+	struct session **members;        /* sessions that opened it, dense */
+	uint32_t n_members;
+	uint32_t subscribers;            /* sessions subscribed */
+};
+
+/* Versions fit in the 56 high bits of `latest`. */
+#define MODEL_VERSION_MAX ((UINT64_C(1) << 56) - 2)
+
+struct model *model_find(const struct broker *b, const char *name);
+/* The model with this id, or NULL (id is checked). */
+struct model *model_get(const struct broker *b, uint32_t id);
+
+/*
+ * Declares a model: table entry, model page, ctl entry. id < 0 takes the
+ * first free entry. hwm is the version floor (latest = pack(hwm, NONE)).
+ * 0 or -ENOSPC (table or /dev/shm full) / -errno, with a reason in why.
+ */
+int  model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
+                   struct model **out, char *why, size_t whylen);
+/*
+ * Gives a declared model its layout and slabs. Takes ownership of tensors
+ * (malloc'd, canonical) on success only. Slab memory is counted against the
+ * shm limit. On failure nothing created remains.
+ */
+int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tensors,
+                      uint32_t n_tensors, uint64_t bytes, uint64_t hash,
+                      uint32_t n_slots, char *why, size_t whylen);
+/* Removes a model that has no members and no layout (a failed first open,
+ * or a name only subscribed to whose last subscriber left); its hwm is kept
+ * as the name's version floor. */
+void model_undeclare(struct broker *b, struct model *m, const char *why);
+/* Undeclares m if it is DECLARED and nobody has it open; true if it did. */
+bool model_drop_if_unused(struct broker *b, struct model *m);
+/* Frees a model at shutdown, unlinking its segments when unlink_them. */
+void model_destroy(struct broker *b, struct model *m, bool unlink_them);
+
+void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t version);
+void model_set_latest(struct model *m, uint64_t latest);
+void model_set_hwm(struct model *m, uint64_t hwm);
+/* ++hwm, stored in the ctl entry before anyone hears of it; 0 if exhausted. */
+uint64_t model_next_version(struct model *m);
+/* seq + 1 and FUTEX_WAKE of every waiter. */
+void model_wake(struct model *m);
+/* Marks the page CLOSED and wakes everyone (clean shutdown). */
+void model_close_page(struct model *m);
+
+/* Rebuilds the pages a client truncated (see guard.h); cheap when none. */
+void model_repair_pages(struct broker *b);
+
+int  model_add_member(struct model *m, struct session *s);
+void model_remove_member(struct model *m, struct session *s);
+
+#endif

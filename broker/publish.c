@@ -1,0 +1,258 @@
+/*
+ * broker/publish.c — grants and commits.
+ *
+ * Who writes what: the broker alone owns the books (slot states, versions,
+ * hwm, the validated `latest`); the publisher of a model writes its slabs,
+ * slot metadata, `latest` and `seq` in the model page; readers write only
+ * their own session page's hazards.
+ *
+ * Invariants:
+ *  - A slot is granted only when the books say it is neither LATEST nor
+ *    GRANTED and no member session pins it (slots.h has the seq_cst argument:
+ *    we load `latest`, then the pins).
+ *  - Versions come from ++hwm, stored into the ctl entry before the grant
+ *    leaves the broker, so they only go up, across restarts too.
+ *  - `latest` only ever names a granted, complete slot: every COMMIT and
+ *    every publisher departure compares the page's `latest` with the grant;
+ *    anything else the page holds is replaced by the last validated value
+ *    under a fresh version (so readers that saw the bogus value still see
+ *    versions go up) and the publisher is disconnected.
+ *
+ * The page is written by a client, so every value read from it is used as a
+ * comparand or range-checked, never as an index.
+ */
+#include "publish.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "loop.h"
+#include "model.h"
+#include "session.h"
+#include "shm/clock.h"
+#include "slots.h"
+
+#define HOLDER_TEXT 160
+#define HOLDERS_NAMED 3
+
+static size_t member_pages(const struct model *m, struct wsync_session_page **pages)
+{
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < m->n_members; i++) {
+		struct session *s = m->members[i];
+
+		if (s->state == SESSION_ACTIVE && s->page)
+			pages[n++] = s->page;
+	}
+	return n;
+}
+
+/* Who pins each slot: "'collector-3' (pid 811), 'c-4' (pid 812), 2 more". */
+static void holders_describe(const struct model *m, uint32_t pinned,
+                             char (*text)[HOLDER_TEXT], const char **ptrs)
+{
+	uint32_t count[WSYNC_MAX_SLOTS] = { 0 };
+	uint32_t n_slots = m->books.n_slots;
+
+	for (uint32_t k = 0; k < WSYNC_MAX_SLOTS; k++) {
+		text[k][0] = '\0';
+		ptrs[k] = NULL;
+	}
+	for (uint32_t i = 0; i < m->n_members; i++) {
+		struct session *s = m->members[i];
+		uint32_t mine = 0;
+
+		if (s->state != SESSION_ACTIVE || !s->page)
+			continue;
+		for (uint32_t h = 0; h < WSYNC_MAX_VIEWS; h++) {
+			uint64_t pin = atomic_load(&s->page->hazards[h].pin);
+			uint32_t slot = wsync_pin_slot(pin);
+
+			if (pin && wsync_pin_model(pin) == m->id && slot < n_slots)
+				mine |= 1u << slot;
+		}
+		mine &= pinned;
+		for (uint32_t k = 0; k < n_slots; k++) {
+			size_t at;
+
+			if (!(mine & (1u << k)) || ++count[k] > HOLDERS_NAMED)
+				continue;
+			at = strlen(text[k]);
+			snprintf(text[k] + at, HOLDER_TEXT - at, "%s'%s' (pid %d)",
+			         count[k] > 1 ? ", " : "", s->name, (int)s->pid);
+		}
+	}
+	for (uint32_t k = 0; k < n_slots; k++) {
+		size_t at = strlen(text[k]);
+
+		if (count[k] > HOLDERS_NAMED)
+			snprintf(text[k] + at, HOLDER_TEXT - at, ", %u more",
+			         count[k] - HOLDERS_NAMED);
+		if (count[k])
+			ptrs[k] = text[k];
+	}
+}
+
+int publish_grant(struct broker *b, struct model *m, struct session *s,
+                  struct grant *g, char *why, size_t whylen)
+{
+	struct wsync_session_page *pages[WSYNC_MAX_SESSIONS];
+	uint32_t pinned;
+	uint64_t version;
+	size_t n;
+	int slot;
+
+	(void)b;
+	/* latest before the pins, both seq_cst: the order slots.h argues from */
+	(void)atomic_load(&m->page->latest);
+	n = member_pages(m, pages);
+	pinned = hazard_scan(m->id, m->books.n_slots, pages, n);
+	slot = slot_pick(&m->books, pinned);
+	if (slot < 0) {
+		if (why) {
+			char text[WSYNC_MAX_SLOTS][HOLDER_TEXT];
+			const char *ptrs[WSYNC_MAX_SLOTS];
+			char desc[WSYNC_ERRMSG_MAX];
+
+			holders_describe(m, pinned, text, ptrs);
+			slot_describe_busy(&m->books, pinned, ptrs, desc, sizeof(desc));
+			snprintf(why, whylen, "model '%s': no free slot: %s", m->name, desc);
+		}
+		return -EBUSY;
+	}
+	version = model_next_version(m);
+	if (!version) {
+		if (why)
+			snprintf(why, whylen, "model '%s': versions exhausted", m->name);
+		return -EOVERFLOW;
+	}
+	model_set_slot(m, (uint32_t)slot, WSYNC_SLOT_GRANTED, version);
+	m->granted = true;
+	m->grant_slot = (uint32_t)slot;
+	m->grant_version = version;
+	publish_current(m, s, g);
+	return 0;
+}
+
+void publish_current(struct model *m, struct session *s, struct grant *g)
+{
+	struct session_model *sm = &s->m[m->id];
+	uint32_t bit = 1u << m->grant_slot;
+
+	g->slot = m->grant_slot;
+	g->version = m->grant_version;
+	g->has_fd = !(sm->fds_sent & bit);
+	g->fd = g->has_fd ? m->slab_fd[m->grant_slot] : -1;
+	sm->fds_sent |= bit;
+}
+
+void publish_notify(struct broker *b, struct model *m)
+{
+	for (uint32_t i = 0; i < m->n_members; i++) {
+		struct session *s = m->members[i];
+
+		if (s->state == SESSION_ACTIVE && s->m[m->id].ev)
+			loop_notify(b, s->m[m->id].ev);
+	}
+}
+
+void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns)
+{
+	uint32_t slot = m->grant_slot;
+	uint64_t v = m->grant_version;
+
+	for (uint32_t i = 0; i < m->books.n_slots; i++)
+		if (m->books.state[i] == WSYNC_SLOT_LATEST)
+			model_set_slot(m, i, WSYNC_SLOT_OLD, m->books.version[i]);
+	model_set_slot(m, slot, WSYNC_SLOT_LATEST, v);
+	model_set_latest(m, wsync_latest_pack(v, slot));
+	m->granted = false;
+	atomic_fetch_add(&m->ctl->commits, 1);
+	atomic_store(&m->ctl->last_step, step);
+	atomic_store(&m->ctl->last_commit_ns, ns);
+	log_debug("model '%s': v%llu committed in slot %u, step %llu", m->name,
+	          (unsigned long long)v, slot, (unsigned long long)step);
+	publish_notify(b, m);
+}
+
+void publish_abort(struct broker *b, struct model *m)
+{
+	(void)b;
+	/* The slab may be half written: it holds no version any more. */
+	model_set_slot(m, m->grant_slot, WSYNC_SLOT_FREE, 0);
+	m->granted = false;
+	atomic_fetch_add(&m->ctl->aborts, 1);
+}
+
+void publish_restore(struct broker *b, struct model *m, uint64_t seen)
+{
+	uint64_t seen_v = wsync_latest_version(seen), v;
+	uint32_t slot = wsync_latest_slot(m->latest);
+	uint64_t latest;
+
+	/* Readers may have seen seen_v: the restored version goes above it. */
+	if (seen_v > m->hwm && seen_v <= MODEL_VERSION_MAX)
+		model_set_hwm(m, seen_v);
+	v = model_next_version(m);
+	if (!v)
+		v = m->hwm;
+	if (m->state == WSYNC_MODEL_READY && slot < m->books.n_slots &&
+	    m->books.state[slot] == WSYNC_SLOT_LATEST) {
+		struct wsync_slot_meta *meta = &m->page->slots[slot];
+
+		atomic_store(&meta->version, v);
+		atomic_store(&meta->step, atomic_load(&m->ctl->last_step));
+		atomic_store(&meta->published_ns, atomic_load(&m->ctl->last_commit_ns));
+		model_set_slot(m, slot, WSYNC_SLOT_LATEST, v);
+	} else {
+		slot = WSYNC_SLOT_NONE;
+	}
+	latest = wsync_latest_pack(v, slot);
+	atomic_store(&m->page->latest, latest);
+	model_set_latest(m, latest);
+	model_wake(m);
+	publish_notify(b, m);
+	log_warn("model '%s': latest held v%llu slot %u, which was never validated; "
+	         "restored slot %u under v%llu", m->name, (unsigned long long)seen_v,
+	         wsync_latest_slot(seen), slot, (unsigned long long)v);
+}
+
+/* The reap rule: a grant already stored in `latest` was published (readers
+ * may be reading it), so it is booked; any other grant is dropped. */
+static void grant_settle(struct broker *b, struct model *m)
+{
+	uint64_t cur = atomic_load(&m->page->latest);
+
+	if (m->granted && cur == wsync_latest_pack(m->grant_version, m->grant_slot)) {
+		struct wsync_slot_meta *meta = &m->page->slots[m->grant_slot];
+		int64_t ns = atomic_load(&meta->published_ns);
+
+		publish_book(b, m, atomic_load(&meta->step), ns > 0 ? ns : wsync_real_ns());
+		model_wake(m);
+		return;
+	}
+	if (m->granted) {
+		model_set_slot(m, m->grant_slot, WSYNC_SLOT_FREE, 0);
+		m->granted = false;
+	}
+	if (cur != m->latest)
+		publish_restore(b, m, cur);
+}
+
+void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why)
+{
+	if (m->pub != s)
+		return;
+	if (m->state == WSYNC_MODEL_READY)
+		grant_settle(b, m);
+	m->pub = NULL;
+	atomic_store(&m->ctl->publisher, 0);
+	s->m[m->id].pub = false;
+	s->m[m->id].fds_sent = 0;
+	log_info("model '%s': publisher session %u '%s' pid %d left (%s)", m->name,
+	         s->id, s->name, (int)s->pid, why);
+}

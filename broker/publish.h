@@ -1,0 +1,48 @@
+/*
+ * broker/publish.h — grants and commits: the broker's side of the one-hop
+ * commit path (see the essay at the top of publish.c).
+ */
+#ifndef WSYNC_BROKER_PUBLISH_H
+#define WSYNC_BROKER_PUBLISH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker.h"
+
+struct model;
+struct session;
+
+struct grant {
+	uint32_t slot;
+	uint64_t version;
+	bool     has_fd;                 /* s had not received this slab's rw fd */
+	int      fd;                     /* the slab's rw fd when has_fd */
+};
+
+/*
+ * Grants s (the publisher) the next slot: hazard scan, slot_pick, a fresh
+ * version stored in the ctl entry. 0, -EBUSY (why names the holders when
+ * why != NULL) or -EOVERFLOW (versions exhausted).
+ */
+int  publish_grant(struct broker *b, struct model *m, struct session *s,
+                   struct grant *g, char *why, size_t whylen);
+/* The outstanding grant again, for a repeated BEGIN. */
+void publish_current(struct model *m, struct session *s, struct grant *g);
+/* Books the outstanding grant as the new latest and signals NOTIFY fds. */
+void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns);
+/* Drops the outstanding grant unpublished (ABORT). */
+void publish_abort(struct broker *b, struct model *m);
+/*
+ * Puts back the last validated latest under a fresh version, after the page
+ * was found holding seen, which the broker never validated.
+ */
+void publish_restore(struct broker *b, struct model *m, uint64_t seen);
+/* The publisher leaves (CLOSE or reap): its grant is booked if it already
+ * published it, else freed; then the model has no publisher. */
+void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why);
+/* Writes 1 to the eventfd of every NOTIFY subscriber of m. */
+void publish_notify(struct broker *b, struct model *m);
+
+#endif
