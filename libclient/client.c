@@ -128,6 +128,12 @@ static int client_hello(struct wsync_client *c, const char *client_name)
 	m.hello.pid = (uint32_t)getpid();
 	client_name_make(client_name, m.hello.name);
 	err = wsync_conn_call(c, &m, NULL, 0, WSYNC_MSG_HELLO_OK, &rep);
+	/* Closed before it answered HELLO: nobody is serving this socket (a
+	 * broker that just died still completes connects while the kernel
+	 * tears it down), which to the caller is a refused connection. */
+	if (err == -ENOTCONN || err == -ECONNRESET || err == -EPIPE)
+		return wsync_fail(-ECONNREFUSED, "broker at %s closed the connection "
+		                  "before answering (it may have just exited)", c->endpoint);
 	if (err)
 		return err;
 	ok = &rep.msg.hello_ok;

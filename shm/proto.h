@@ -288,7 +288,9 @@ static_assert(sizeof(union wsync_msg_any) == 512, "largest message");
 size_t wsync_msg_size(uint32_t type);
 /* A short name ("COMMIT"), "?" for an unknown type. */
 const char *wsync_msg_name(uint32_t type);
-/* Fills the header of a message to send. */
+/* Zeroes a whole message of this type and fills its header: h must point
+ * at the start of a message of at least wsync_msg_size(type) bytes (a
+ * union wsync_msg_any is always large enough). */
 void wsync_msg_init(struct wsync_msg_hdr *h, uint32_t type, uint32_t seq);
 /*
  * Checks a received message of len bytes: magic, version, a known type,
