@@ -85,8 +85,12 @@ help:
 	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run)"
 	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
 	@echo "  make deps       install missing Debian packages"
+	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
+	@echo "  make fuzz-smoke the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
+	@echo "  make soak       crash soak: kill -9 broker/trainers/collectors for SOAK_SECONDS (120)"
+	@echo "  make check-tsan the concurrency tests under ThreadSanitizer (build-tsan/)"
 	@echo "  make clean      remove $(BUILD)/ and build-asan/"
-	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan"
+	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz"
 
 # Installs only what is missing; apt-get as root or through sudo.
 deps:
@@ -168,6 +172,61 @@ uninstall:
 		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
 
 clean:
-	rm -rf build build-asan build-tsan build-clang
+	rm -rf build build-asan build-tsan build-clang build-fuzz
+
+# ---- reliability: fuzzing, crash soak, TSan (docs/RELIABILITY.md) ----------
+FUZZ_SECONDS       ?= 60
+FUZZ_SMOKE_SECONDS ?= 15
+SOAK_SECONDS       ?= 120
+FUZZ_NAMES := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_BIN   := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
+# The tests whose processes or threads race on shared memory and sockets.
+TSAN_INTEG ?= pubsub_basic no_torn_reads wake_all wait_timeout shutdown_wakes busy \
+              kill_collector kill_trainer broker_restart sub_fd fault_eintr fault_soak_short
+TSAN_BIN   := $(UNIT_BIN) $(patsubst %,$(BUILD)/tests/integ/%,$(TSAN_INTEG))
+
+ifeq ($(SAN),fuzz)
+CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+           -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+.PHONY: fuzz fuzz-smoke fuzz-run soak check-tsan tsan-run
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BROKER_LIB_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -luring $(LIBS_CLIENT)
+
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CC=clang \
+		FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz-run
+
+fuzz-smoke:
+	$(Q)$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
+
+.SECONDARY: $(patsubst %,$(BUILD)/obj/tests/fuzz/%.o,$(FUZZ_NAMES)) \
+            $(patsubst %,$(BUILD)/obj/tests/soak/%.o,soak)
+fuzz-run: $(FUZZ_BIN)
+	$(Q)BUILD=$(BUILD) sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+$(BUILD)/tests/soak/%: $(BUILD)/obj/tests/soak/%.o $(TESTLIB_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(LIB_A) $(LIBS_CLIENT)
+
+soak: all $(BUILD)/tests/soak/soak
+	$(Q)BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) WSYNC_TEST_TIMEOUT=$$(($(SOAK_SECONDS) + 120)) \
+		sh tests/run.sh $(BUILD)/tests/soak/soak
+
+check-tsan: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SAN=tsan CC=clang tsan-run
+
+tsan-run: all $(TSAN_BIN)
+	$(Q)BUILD=$(BUILD) TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" \
+		sh tests/run.sh $(TSAN_BIN)
+
+# Keep objects of tools and tests between builds (they are intermediates of
+# pattern rules, which make would otherwise delete).
+.SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
