@@ -304,26 +304,44 @@ static int pub_send_commit(struct wsync_pub *p, uint64_t version, uint32_t slot,
 	return wsync_conn_send(p->c, &m, NULL, 0);
 }
 
-int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
+/*
+ * Steps 3 and 4 for both commit flavours: makes the begun slab the latest
+ * and sends COMMIT. On success returns with the client locked, the version
+ * in *version and the request's seq in *seq; on failure, unlocked.
+ */
+static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
+                             uint64_t *version, uint32_t *seq)
 {
-	struct conn_reply rep;
-	uint64_t version;
-	uint32_t slot, seq = 0;
+	uint32_t slot;
 	int err;
 
-	err = pub_check_begun(p, "wsync_pub_commit");
+	err = pub_check_begun(p, what);
 	if (!err)
 		err = pub_check_alive(p);
 	if (err)
 		return err;
-	version = p->cur.version;
+	*version = p->cur.version;
 	slot = p->cur.slot;
 	pub_publish(p, step);
 
 	client_lock(p->c);
-	err = pub_send_commit(p, version, slot, step, &seq);
-	if (!err)
-		err = wsync_conn_recv(p->c, seq, WSYNC_MSG_COMMIT_OK, -1, &rep);
+	err = pub_send_commit(p, *version, slot, step, seq);
+	if (err)
+		client_unlock(p->c);
+	return err;
+}
+
+int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
+{
+	struct conn_reply rep;
+	uint64_t version = 0;
+	uint32_t seq = 0;
+	int err;
+
+	err = pub_commit_locked(p, step, "wsync_pub_commit", &version, &seq);
+	if (err)
+		return err;
+	err = wsync_conn_recv(p->c, seq, WSYNC_MSG_COMMIT_OK, -1, &rep);
 	if (!err)
 		err = wsync_pub_apply_commit_ok(p, version, &rep);
 	client_unlock(p->c);
@@ -336,29 +354,17 @@ int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
 
 int wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out)
 {
-	uint64_t version;
-	uint32_t slot, seq = 0;
+	uint64_t version = 0;
+	uint32_t seq = 0;
 	int err;
 
-	err = pub_check_begun(p, "wsync_pub_commit_async");
-	if (!err)
-		err = pub_check_alive(p);
+	err = pub_commit_locked(p, step, "wsync_pub_commit_async", &version, &seq);
 	if (err)
 		return err;
-	version = p->cur.version;
-	slot = p->cur.slot;
-	pub_publish(p, step);
-
-	client_lock(p->c);
-	err = pub_send_commit(p, version, slot, step, &seq);
-	if (!err) {
-		p->ack_seq = seq;
-		p->ack_version = version;
-		p->ack_ready = false;
-	}
+	p->ack_seq = seq;
+	p->ack_version = version;
+	p->ack_ready = false;
 	client_unlock(p->c);
-	if (err)
-		return err;
 	if (version_out)
 		*version_out = version;
 	return 0;
