@@ -205,6 +205,16 @@ int  wsync_view_tensor(const wsync_view *v, const char *name,
 int  wsync_slab_tensor(const wsync_slab *s, const char *name,
                        void **data, const wsync_tensor_desc **desc);
 
+/* Copies len bytes from src into a begun slab at byte offset, split across
+ * `threads` threads (0 = one per online CPU; copies under 4 MiB per thread
+ * stay on the calling thread). Returns when the copy is complete. -EINVAL if
+ * the slab is not begun or the range runs past it. Filling a large slab this
+ * way approaches the machine's memory bandwidth rather than one core's. */
+int  wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
+                     size_t len, unsigned threads);
+/* The same for any two buffers that do not overlap. */
+int  wsync_copy(void *dst, const void *src, size_t len, unsigned threads);
+
 /* Bytes of one element of dtype, 0 if unknown. */
 size_t      wsync_dtype_size(uint32_t dtype);
 /* "f32", "bf16", ... or "?" */
