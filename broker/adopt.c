@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "ctl.h"
 #include "log.h"
 #include "model.h"
@@ -93,7 +94,7 @@ static void *old_ctl_read(const struct broker *b)
 			         name, strerror(-fd));
 		return NULL;
 	}
-	buf = malloc(CTL_BYTES);
+	buf = fault_malloc(CTL_BYTES);
 	if (!buf) {
 		close(fd);
 		return NULL;
@@ -141,8 +142,8 @@ static int old_layout_read(const struct broker *b, uint64_t old_gen, uint32_t id
 	fd = old_open(name, lbytes);
 	if (fd < 0)
 		return fd;
-	in = malloc(lbytes);
-	canon = malloc((size_t)e->n_tensors * sizeof(*canon));
+	in = fault_malloc(lbytes);
+	canon = fault_malloc((size_t)e->n_tensors * sizeof(*canon));
 	err = in && canon ? fd_read_all(fd, in, lbytes) : -ENOMEM;
 	close(fd);
 	if (err)
@@ -210,7 +211,7 @@ static int old_slab_copy(const struct broker *b, uint64_t old_gen, struct model 
 	fd = old_open(name, m->bytes);
 	if (fd < 0)
 		return fd;
-	err = wsync_seg_map(m->slab_fd[0], m->bytes, 1, 0, &dst);
+	err = fault_seg_map(m->slab_fd[0], m->bytes, 1, 0, &dst);
 	if (!err) {
 		err = fd_read_all(fd, dst, m->bytes);
 		munmap(dst, m->bytes);
@@ -273,7 +274,7 @@ static int adopt_ready(struct broker *b, uint64_t old_gen, struct model *m,
 		log_warn("%s; declared only", why);
 		return err;
 	}
-	page = aligned_alloc(WSYNC_PAGE, WSYNC_PAGE);
+	page = fault_aligned_alloc(WSYNC_PAGE, WSYNC_PAGE);
 	if (!page)
 		return -ENOMEM;
 	page_ok = old_page_read(b, old_gen, m->id, page) == 0;

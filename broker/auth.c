@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "fault.h"
+
 int auth_peer(int fd, struct ucred *cred)
 {
 	socklen_t len = sizeof(*cred);
@@ -23,7 +25,7 @@ static bool peer_in_group(int fd, gid_t gid)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
 		if (errno != ERANGE || len == 0)
 			return false;
-		groups = malloc(len);
+		groups = fault_malloc(len);
 		if (!groups)
 			return false;
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
@@ -36,7 +37,7 @@ int ctl_create(struct broker *b)
 	if (err)
 		return err;
 	shm_unlink(name);                 /* left over by a start that crashed */
-	fd = wsync_seg_create(name, CTL_BYTES);
+	fd = fault_seg_create(name, CTL_BYTES);
 	if (fd < 0)
 		return fd;
 	ro = wsync_seg_reopen_ro(fd);
@@ -44,7 +45,7 @@ int ctl_create(struct broker *b)
 		err = ro;
 		goto out_unlink;
 	}
-	err = wsync_seg_map(fd, CTL_BYTES, 1, 1, &map);
+	err = fault_seg_map(fd, CTL_BYTES, 1, 1, &map);
 	if (err)
 		goto out_close_ro;
 

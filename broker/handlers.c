@@ -29,6 +29,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "ctl.h"
 #include "log.h"
 #include "loop.h"
@@ -175,7 +176,7 @@ static int layout_read(struct req *r, int fd, uint32_t n, wsync_tensor_desc **ou
 	if ((uint64_t)st.st_size != want)
 		return req_fail(r, -EINVAL, "the layout memfd holds %lld bytes; %u tensors "
 		                "need exactly %zu", (long long)st.st_size, n, want);
-	buf = malloc(want);
+	buf = fault_malloc(want);
 	if (!buf)
 		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors", n);
 	while (done < want) {
@@ -205,7 +206,7 @@ static int layout_check(struct req *r, const wsync_tensor_desc *in,
 	uint64_t bytes;
 	int err;
 
-	out = malloc((size_t)p->n_tensors * sizeof(*out));
+	out = fault_malloc((size_t)p->n_tensors * sizeof(*out));
 	if (!out)
 		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors",
 		                p->n_tensors);

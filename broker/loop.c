@@ -38,6 +38,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "auth.h"
 #include "ctl.h"
 #include "handlers.h"
@@ -83,6 +84,7 @@ struct loop {
 	bool     stopping, stop;
 	uint32_t writes;                 /* eventfd writes in flight */
 	uint32_t cancels;                /* cancel requests in flight */
+	int64_t  hello_wait_ns;          /* LOOP_HELLO_WAIT_NS unless a test shortens it */
 };
 
 static const uint64_t eventfd_one = 1;
@@ -115,7 +117,7 @@ static struct io_uring_sqe *sqe_get(struct loop *l)
 
 struct notifier *notifier_new(int fd)
 {
-	struct notifier *n = calloc(1, sizeof(*n));
+	struct notifier *n = fault_calloc(1, sizeof(*n));
 
 	if (!n)
 		return NULL;
@@ -261,7 +263,7 @@ int loop_send(struct broker *b, struct session *s, const union wsync_msg_any *ms
 		session_disconnect(b, s, "it does not read its replies");
 		return -ENOBUFS;
 	}
-	sb = malloc(sizeof(*sb));
+	sb = fault_malloc(sizeof(*sb));
 	if (!sb) {
 		session_disconnect(b, s, "out of memory for its reply");
 		return -ENOMEM;
@@ -451,10 +453,10 @@ static void on_tick(struct broker *b, int res)
 
 		if (s->state == SESSION_REJECTED && age > LOOP_REJECT_WAIT_NS)
 			handle_refusal(b, s, 0, 0);
-		else if (s->state == SESSION_NEW && age > LOOP_HELLO_WAIT_NS) {
-			log_info("session %u pid %d sent no HELLO within 10 s: closed",
-			         s->id, (int)s->pid);
-			session_disconnect(b, s, "no HELLO within 10 s");
+		else if (s->state == SESSION_NEW && age > l->hello_wait_ns) {
+			log_info("session %u pid %d sent no HELLO within %lld ms: closed",
+			         s->id, (int)s->pid, (long long)(l->hello_wait_ns / 1000000));
+			session_disconnect(b, s, "no HELLO in time");
 		}
 	}
 	if (!l->accept_armed)
@@ -541,12 +543,13 @@ static int ring_init(struct io_uring *ring)
 
 int loop_init(struct broker *b)
 {
-	struct loop *l = calloc(1, sizeof(*l));
+	struct loop *l = fault_calloc(1, sizeof(*l));
 	sigset_t set;
 	int err;
 
 	if (!l)
 		return -ENOMEM;
+	l->hello_wait_ns = fault_hello_wait_ns(LOOP_HELLO_WAIT_NS);
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);

@@ -7,6 +7,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "fault.h"
 #include "log.h"
 #include "loop.h"
 #include "shm/layout.h"
@@ -57,7 +58,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	b = calloc(1, sizeof(*b));
+	b = fault_calloc(1, sizeof(*b));
 	if (!b) {
 		fprintf(stderr, "wsyncd: out of memory\n");
 		return 1;

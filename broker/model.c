@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "ctl.h"
 #include "guard.h"
 #include "log.h"
@@ -49,7 +50,7 @@ static int seg_name(const struct broker *b, uint32_t id, int slot_or_kind,
 static int seg_create_fresh(const char *name, uint64_t bytes)
 {
 	shm_unlink(name);
-	return wsync_seg_create(name, bytes);
+	return fault_seg_create(name, bytes);
 }
 
 static ssize_t pwrite_all(int fd, const void *buf, size_t len, off_t off)
@@ -72,11 +73,11 @@ static ssize_t pwrite_all(int fd, const void *buf, size_t len, off_t off)
 
 static struct model *model_alloc(uint32_t id, const char *name)
 {
-	struct model *m = calloc(1, sizeof(*m));
+	struct model *m = fault_calloc(1, sizeof(*m));
 
 	if (!m)
 		return NULL;
-	m->members = calloc(WSYNC_MAX_SESSIONS, sizeof(*m->members));
+	m->members = fault_calloc(WSYNC_MAX_SESSIONS, sizeof(*m->members));
 	if (!m->members) {
 		free(m);
 		return NULL;
@@ -147,7 +148,7 @@ int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 	if (err < 0)
 		goto out_unlink;
 	m->page_ro_fd = err;
-	err = wsync_seg_map(m->page_fd, WSYNC_PAGE, 1, 1, &map);
+	err = fault_seg_map(m->page_fd, WSYNC_PAGE, 1, 1, &map);
 	if (err)
 		goto out_close_ro;
 	m->page = map;

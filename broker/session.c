@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "ctl.h"
 #include "log.h"
 #include "loop.h"
@@ -20,7 +21,7 @@
 
 struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_t gid)
 {
-	struct session *s = calloc(1, sizeof(*s));
+	struct session *s = fault_calloc(1, sizeof(*s));
 
 	if (!s)
 		return NULL;
@@ -76,7 +77,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	void *map;
 	int fd, err, seals;
 
-	fd = wsync_memfd_create("wsync-session", WSYNC_PAGE);
+	fd = fault_memfd_create("wsync-session", WSYNC_PAGE);
 	if (fd < 0) {
 		snprintf(why, whylen, "cannot create a session page: %s", strerror(-fd));
 		return fd;
@@ -88,7 +89,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 		snprintf(why, whylen, "session page is not sealed against shrinking");
 		goto out_close;
 	}
-	err = wsync_seg_map(fd, WSYNC_PAGE, 1, 1, &map);
+	err = fault_seg_map(fd, WSYNC_PAGE, 1, 1, &map);
 	if (err) {
 		snprintf(why, whylen, "cannot map a session page: %s", strerror(-err));
 		goto out_close;

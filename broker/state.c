@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "model.h"
 #include "shm/proto.h"
@@ -41,7 +42,7 @@ int state_floor_raise(struct hwm_floors *f, const char *name, uint64_t hwm)
 	}
 	if (f->n == f->cap) {
 		size_t cap = f->cap ? 2 * f->cap : 16;
-		struct hwm_floor *v = realloc(f->v, cap * sizeof(*v));
+		struct hwm_floor *v = fault_realloc(f->v, cap * sizeof(*v));
 
 		if (!v)
 			return -ENOMEM;
@@ -77,7 +78,7 @@ static int line_parse(char *line, uint64_t *hwm, char **name)
 
 int state_load(const char *path, struct hwm_floors **out)
 {
-	struct hwm_floors *f = calloc(1, sizeof(*f));
+	struct hwm_floors *f = fault_calloc(1, sizeof(*f));
 	char line[WSYNC_NAME_MAX + 64];
 	unsigned lineno = 0;
 	FILE *fp;

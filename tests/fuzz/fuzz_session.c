@@ -1,0 +1,515 @@
+/*
+ * fuzz_session — the broker's session state machine, through its real
+ * socket: wsyncd runs in this process (broker_start with a temporary run
+ * directory and a unique name, loop_run in a thread), and each input is one
+ * client connection that sends a sequence of messages, with or without fds,
+ * and pokes the shared memory the broker gave it. ASan and UBSan watch the
+ * broker thread; the harness itself asserts that every request is answered
+ * (a reply or a closed connection, never silence) and that the broker's
+ * replies are well-formed.
+ *
+ * Input: a sequence of ops, each starting with a byte A:
+ *   A % 4 == 0  raw datagram: length byte L (length 3*L, so longer than any
+ *               message is possible), fd byte F, then the bytes as sent;
+ *   A % 4 == 1  structured request: type byte, fd byte F, then the body; the
+ *               header is made valid, and by F's bits the model id, the
+ *               grant (slot, version), the reserved fields, the names (one
+ *               of four models) and a PUB_OPEN's layout fields are repaired,
+ *               so the handlers behind validation are reached;
+ *   A % 4 == 2  act as the publisher: store `latest` = the last grant (or a
+ *               value from the input) in the model page the broker gave,
+ *               as wsync_pub_commit does before COMMIT;
+ *   A % 4 == 3  write a hazard pin (8 bytes from the input) into the session
+ *               page, which the broker scans before every grant.
+ * F & 7 chooses the fds attached: 1 the layout memfd of the current model
+ * (a valid one), 2 /dev/null, 3 an eventfd, 4 a memfd of the wrong size,
+ * 5 two fds, else none.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "broker/broker.h"
+#include "broker/config.h"
+#include "broker/log.h"
+#include "broker/loop.h"
+#include "shm/layout.h"
+#include "shm/proto.h"
+#include "shm/tensor_layout.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#define REPLY_MS  10000          /* silence this long is a finding */
+#define MAX_OPS   48
+
+static struct broker B;
+static pthread_t broker_thread;
+static pid_t broker_tid;
+static char rundir[64];
+
+struct client {
+	int      fd;
+	uint32_t seq;
+	struct wsync_session_page *page;     /* rw, from HELLO_OK */
+	struct wsync_model_page *mpage;      /* rw, from PUB_OPEN_OK */
+	uint32_t model_id;
+	uint32_t grant_slot;
+	uint64_t grant_version;
+	/* the layout of the current PUB_OPEN */
+	wsync_tensor_desc desc[3];
+	uint32_t n_desc;
+	uint64_t bytes, hash;
+};
+
+static struct config CFG;
+static _Atomic int broker_ready;
+
+/* The broker thread starts the broker itself: its ring accepts submissions
+ * from the thread that created it only (IORING_SETUP_SINGLE_ISSUER). */
+static void *broker_main(void *arg)
+{
+	sigset_t set;
+
+	(void)arg;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	broker_tid = (pid_t)syscall(SYS_gettid);
+	if (broker_start(&B, &CFG))
+		abort();
+	atomic_store(&broker_ready, 1);
+	if (loop_run(&B))
+		abort();
+	broker_stop(&B);
+	return NULL;
+}
+
+static void broker_down(void)
+{
+	char cmd[128];
+
+	if (!broker_tid)
+		return;
+	syscall(SYS_tgkill, getpid(), broker_tid, SIGTERM);
+	pthread_join(broker_thread, NULL);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", rundir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "fuzz_session: could not remove %s\n", rundir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	char name[32], *av[16];
+	struct config cfg;
+	char err[512];
+	int ac = 0;
+
+	(void)argc;
+	(void)argv;
+	snprintf(rundir, sizeof(rundir), "/tmp/wsync-fuzz-XXXXXX");
+	if (!mkdtemp(rundir))
+		abort();
+	setenv("XDG_RUNTIME_DIR", rundir, 1);
+	snprintf(name, sizeof(name), "fz%d", (int)getpid());
+	av[ac++] = "wsyncd";
+	av[ac++] = "--name";
+	av[ac++] = name;
+	av[ac++] = "--shm-limit";
+	av[ac++] = "64M";
+	av[ac++] = "--log-level";
+	av[ac++] = getenv("FUZZ_BROKER_LOG") ? "debug" : "error";
+	av[ac] = NULL;
+	if (config_parse(&cfg, ac, av, err, sizeof(err)) != CONFIG_RUN ||
+	    config_finish(&cfg, err, sizeof(err))) {
+		fprintf(stderr, "fuzz_session: %s\n", err);
+		abort();
+	}
+	log_set_level(cfg.log_level);
+	signal(SIGPIPE, SIG_IGN);
+	CFG = cfg;
+	if (pthread_create(&broker_thread, NULL, broker_main, NULL))
+		abort();
+	while (!atomic_load(&broker_ready))
+		usleep(1000);
+	atexit(broker_down);
+	return 0;
+}
+
+static int client_connect(void)
+{
+	struct sockaddr_un a;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		abort();
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", B.cfg.socket_path);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		fprintf(stderr, "fuzz_session: connect: %s\n", strerror(errno));
+		abort();
+	}
+	return fd;
+}
+
+/* A valid layout memfd of the client's current descriptors. */
+static int layout_memfd(const struct client *c, int wrong_size)
+{
+	size_t len = c->n_desc * sizeof(wsync_tensor_desc);
+	int fd = memfd_create("fuzz-layout", MFD_CLOEXEC);
+
+	if (fd < 0)
+		abort();
+	if (wrong_size)
+		len = len / 2 + 1;
+	if (write(fd, c->desc, len) != (ssize_t)len)
+		abort();
+	return fd;
+}
+
+static int make_fds(const struct client *c, uint8_t f, int *fds)
+{
+	switch (f & 7) {
+	case 0:
+		return 0;
+	case 1:
+		fds[0] = layout_memfd(c, 0);
+		return 1;
+	case 2:
+		fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		return fds[0] < 0 ? 0 : 1;
+	case 3:
+		fds[0] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		return fds[0] < 0 ? 0 : 1;
+	case 4:
+		fds[0] = layout_memfd(c, 1);
+		return 1;
+	case 5:
+		fds[0] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+/* 0 sent, -1 the connection is gone. */
+static int send_msg(struct client *c, const void *buf, size_t len, const int *fds, int n)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 2)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr mh;
+	ssize_t r;
+
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (n) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
+	}
+	r = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	return r == (ssize_t)len ? 0 : -1;
+}
+
+static void *map_fd(int fd, int writable)
+{
+	void *p = mmap(NULL, WSYNC_PAGE, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+	               MAP_SHARED, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Waits for the one reply to a request: 0, or -1 when the broker closed the
+ * connection. Silence is a broker bug. */
+static int recv_reply(struct client *c, uint32_t seq)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * WSYNC_MSG_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	union wsync_msg_any m;
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	struct iovec iov = { &m, sizeof(m) };
+	struct msghdr mh;
+	int fds[WSYNC_MSG_MAX_FDS], n = 0, r;
+	ssize_t len;
+	char why[128];
+
+	do
+		r = poll(&p, 1, REPLY_MS);
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		fprintf(stderr, "fuzz_session: no reply to request %u within %d ms\n", seq,
+		        REPLY_MS);
+		abort();
+	}
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = sizeof(ctl.buf);
+	len = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (len <= 0)
+		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+				memcpy(&fds[n++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+	/* The broker's replies are well-formed and answer this request. */
+	if (wsync_msg_validate(&m, (size_t)len, why, sizeof(why)) != 0) {
+		fprintf(stderr, "fuzz_session: malformed reply: %s\n", why);
+		abort();
+	}
+	if (m.hdr.seq != seq && seq) {
+		fprintf(stderr, "fuzz_session: reply seq %u to request %u\n", m.hdr.seq, seq);
+		abort();
+	}
+	switch (m.hdr.type) {
+	case WSYNC_MSG_HELLO_OK:
+		if (n == 2 && !c->page)
+			c->page = map_fd(fds[1], 1);
+		break;
+	case WSYNC_MSG_PUB_OPEN_OK:
+		if (n == 1) {
+			if (c->mpage)
+				munmap(c->mpage, WSYNC_PAGE);
+			c->mpage = map_fd(fds[0], 1);
+		}
+		c->model_id = m.pub_open_ok.model_id;
+		break;
+	case WSYNC_MSG_SUB_OPEN_OK:
+		c->model_id = m.sub_open_ok.model_id;
+		break;
+	case WSYNC_MSG_GRANT:
+		c->grant_slot = m.grant.slot;
+		c->grant_version = m.grant.version;
+		break;
+	case WSYNC_MSG_COMMIT_OK:
+		if (m.commit_ok.flags & WSYNC_NEXT_GRANTED) {
+			c->grant_slot = m.commit_ok.next_slot;
+			c->grant_version = m.commit_ok.next_version;
+		}
+		break;
+	case WSYNC_MSG_ERROR:
+		if (!memchr(m.error.msg, 0, sizeof(m.error.msg)) || m.error.err >= 0)
+			abort();
+		break;
+	default:
+		break;
+	}
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	return 0;
+}
+
+static void make_layout(struct client *c, const uint8_t *b)
+{
+	wsync_tensor_desc in[3];
+	char why[128];
+
+	memset(in, 0, sizeof(in));
+	c->n_desc = 1 + b[0] % 3;
+	for (uint32_t i = 0; i < c->n_desc; i++) {
+		snprintf(in[i].name, sizeof(in[i].name), "t%u", i);
+		in[i].dtype = 1 + b[1 + i] % 10;
+		in[i].ndim = 1 + b[1 + i] % 2;
+		in[i].shape[0] = 1 + b[2 + i] % 64;
+		if (in[i].ndim == 2)
+			in[i].shape[1] = 1 + b[3 + i] % 32;
+	}
+	if (wsync_layout_compute(in, c->n_desc, c->desc, &c->bytes, why, sizeof(why)))
+		abort();
+	c->hash = wsync_layout_hash(c->desc, c->n_desc);
+}
+
+static const char *const model_names[4] = { "fz.a", "fz.b", "fz/c", "fz:d" };
+
+static struct wsync_model_ref *model_ref(union wsync_msg_any *m, uint32_t type)
+{
+	switch (type) {
+	case WSYNC_MSG_ATTACH: return &m->attach.m;
+	case WSYNC_MSG_BEGIN:  return &m->begin.m;
+	case WSYNC_MSG_COMMIT: return &m->commit.m;
+	case WSYNC_MSG_ABORT:  return &m->abort.m;
+	case WSYNC_MSG_NOTIFY: return &m->notify.m;
+	case WSYNC_MSG_CLOSE:  return &m->close.m;
+	default:               return NULL;
+	}
+}
+
+/* A request with a valid header; F's bits decide what else is repaired. */
+static void structured(struct client *c, union wsync_msg_any *m, uint32_t type, uint8_t f,
+                       const uint8_t *body, size_t body_len)
+{
+	size_t len = wsync_msg_size(type);
+	struct wsync_model_ref *ref;
+
+	memset(m, 0, sizeof(*m));
+	if (len > sizeof(m->hdr))
+		memcpy((char *)m + sizeof(m->hdr), body,
+		       body_len < len - sizeof(m->hdr) ? body_len : len - sizeof(m->hdr));
+	wsync_msg_init(&m->hdr, type, ++c->seq);
+	ref = model_ref(m, type);
+	if (ref && (f & 0x08)) {
+		ref->model_id = c->model_id;
+		ref->reserved = 0;
+	}
+	if (!(f & 0x40))
+		return;
+	switch (type) {
+	case WSYNC_MSG_HELLO:
+		m->hello.layout_version = (f & 0x80) ? m->hello.layout_version : WSYNC_LAYOUT_VERSION;
+		snprintf(m->hello.name, sizeof(m->hello.name), "fuzz");
+		break;
+	case WSYNC_MSG_PUB_OPEN:
+		make_layout(c, body_len >= 8 ? body : (const uint8_t *)"\0\0\0\0\0\0\0\0");
+		snprintf(m->pub_open.model, sizeof(m->pub_open.model), "%s",
+		         model_names[(f >> 4) & 3]);
+		m->pub_open.n_tensors = c->n_desc;
+		m->pub_open.slots = (f & 0x80) ? m->pub_open.slots % 34 : 0;
+		m->pub_open.bytes = c->bytes;
+		m->pub_open.layout_hash = c->hash;
+		m->pub_open.flags = 0;
+		m->pub_open.reserved = 0;
+		break;
+	case WSYNC_MSG_SUB_OPEN:
+		snprintf(m->sub_open.model, sizeof(m->sub_open.model), "%s",
+		         model_names[(f >> 4) & 3]);
+		break;
+	case WSYNC_MSG_COMMIT:
+		m->commit.slot = c->grant_slot;
+		m->commit.version = c->grant_version;
+		m->commit.reserved = 0;
+		break;
+	case WSYNC_MSG_ABORT:
+		m->abort.slot = c->grant_slot;
+		m->abort.version = c->grant_version;
+		m->abort.reserved = 0;
+		break;
+	case WSYNC_MSG_CLOSE:
+		m->close.what = 1 + (f & 0x80 ? 1 : 0);
+		m->close.reserved = 0;
+		break;
+	default:
+		break;
+	}
+}
+
+static uint64_t get_u64(const uint8_t *p, size_t avail)
+{
+	uint64_t v = 0;
+
+	memcpy(&v, p, avail < 8 ? avail : 8);
+	return v;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct client c;
+	union wsync_msg_any m;
+	size_t at = 0;
+	int ops = 0;
+
+	memset(&c, 0, sizeof(c));
+	make_layout(&c, (const uint8_t *)"\0\0\0\0\0\0\0\0");
+	c.fd = client_connect();
+	while (at < size && ops++ < MAX_OPS) {
+		uint8_t a = data[at++];
+		int fds[2], n;
+
+		if (a % 4 == 0) {                          /* raw datagram */
+			size_t len;
+			uint8_t f;
+
+			if (size - at < 2)
+				break;
+			len = (size_t)data[at] * 3;
+			f = data[at + 1];
+			at += 2;
+			if (len > size - at)
+				len = size - at;
+			n = make_fds(&c, f, fds);
+			if (send_msg(&c, data + at, len, fds, n))
+				break;
+			at += len;
+			if (recv_reply(&c, 0))
+				break;
+		} else if (a % 4 == 1) {                   /* structured request */
+			uint32_t type;
+			size_t body;
+			uint8_t f;
+
+			if (size - at < 2)
+				break;
+			type = 1 + data[at] % (WSYNC_MSG_TYPE_END - 1);
+			f = data[at + 1];
+			at += 2;
+			body = wsync_msg_size(type) - sizeof(m.hdr);
+			if (body > size - at)
+				body = size - at;
+			structured(&c, &m, type, f, data + at, body);
+			at += body;
+			n = make_fds(&c, f, fds);
+			if (send_msg(&c, &m, wsync_msg_size(type), fds, n))
+				break;
+			if (recv_reply(&c, c.seq))
+				break;
+		} else if (a % 4 == 2) {                   /* store latest */
+			uint64_t v = get_u64(data + at, size - at);
+
+			at += 8;
+			if (c.mpage) {
+				uint32_t slot = c.grant_slot % WSYNC_MAX_SLOTS;
+
+				atomic_store(&c.mpage->slots[slot].version, c.grant_version);
+				atomic_store(&c.mpage->slots[slot].step, v);
+				atomic_store(&c.mpage->latest, (a & 4) ? v :
+				             wsync_latest_pack(c.grant_version, c.grant_slot));
+				atomic_fetch_add(&c.mpage->seq, 1);
+			}
+		} else {                                   /* write a pin */
+			uint64_t v = get_u64(data + at, size - at);
+
+			at += 8;
+			if (c.page) {
+				struct wsync_hazard *h = &c.page->hazards[(a >> 2) % WSYNC_MAX_VIEWS];
+
+				atomic_store(&h->pin, (a & 0x80) ? v :
+				             wsync_pin_pack(c.model_id, (uint32_t)(v % 40)));
+			}
+		}
+	}
+	if (c.page)
+		munmap(c.page, WSYNC_PAGE);
+	if (c.mpage)
+		munmap(c.mpage, WSYNC_PAGE);
+	close(c.fd);
+	return 0;
+}

@@ -1,0 +1,118 @@
+/*
+ * fault_crash_cleanup — what a crash leaves, a restart adopts or removes:
+ *  1. SIGKILL the broker with a model published and a collector holding a
+ *     view: its segments stay (nothing cleaned them); a restart adopts them
+ *     (the collector reconnects to the same version and bytes), and a clean
+ *     stop then leaves nothing of the instance in /dev/shm.
+ *  2. Debris of a start that crashed half-way (a `.ctl.new` control segment
+ *     and slabs of an older generation) is removed by the next start.
+ *  3. --keep: a clean stop keeps the segments, the next start (without
+ *     --keep) adopts them at the same version, and its clean stop removes
+ *     everything.
+ */
+#include "tests/lib/faults.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MODEL "crash.policy"
+
+static struct broker B;
+
+static uint64_t publish(uint64_t step)
+{
+	wsync_client *c = NULL;
+	wsync_pub *p = NULL;
+	uint64_t v;
+
+	TEST_OK(harness_connect(&B, "crash-trainer", &c));
+	TEST_OK(harness_pub_open_2t(c, MODEL, 0, &p));
+	TEST_OK(harness_publish(p, step, HARNESS_S, &v));
+	wsync_pub_close(p);
+	wsync_close(c);
+	return v;
+}
+
+static void expect_latest(uint64_t version, uint64_t step)
+{
+	wsync_client *c = NULL;
+	wsync_sub *s = NULL;
+	wsync_view v;
+
+	TEST_OK(harness_connect(&B, "crash-collector", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_acquire(s, &v));
+	TEST_ASSERT_MSG(v.version >= version && v.step == step, "after the restart: v%llu "
+	                "step %llu, before v%llu step %llu", (unsigned long long)v.version,
+	                (unsigned long long)v.step, (unsigned long long)version,
+	                (unsigned long long)step);
+	TEST_ASSERT(harness_verify_view(&v) == 0);
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+	wsync_close(c);
+}
+
+static void debris(const char *suffix)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "/dev/shm/wsync.%u.%s.%s", (unsigned)geteuid(), B.name,
+	         suffix);
+	fd = open(path, O_CREAT | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+	TEST_ASSERT_MSG(fd >= 0, "%s: %s", path, strerror(errno));
+	TEST_ASSERT(ftruncate(fd, 4096) == 0);
+	close(fd);
+}
+
+int main(void)
+{
+	wsync_client *c = NULL;
+	wsync_sub *s = NULL;
+	wsync_view held;
+
+	/* 1 */
+	TEST_ASSERT(harness_broker_start(&B, NULL) == 0);
+	uint64_t v1 = publish(11);
+	TEST_OK(harness_connect(&B, "crash-holder", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_acquire(s, &held));
+	harness_broker_kill(&B);
+	int left = harness_shm_leftovers(&B, 0);
+	TEST_ASSERT_MSG(left >= 1 + 2 + 4, "only %d segments after the crash", left);
+	TEST_ASSERT(harness_verify_view(&held) == 0);     /* still readable */
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
+	expect_latest(v1, 11);
+	TEST_ASSERT(harness_verify_view(&held) == 0 && held.step == 11);
+	wsync_sub_release(s, &held);
+	wsync_sub_close(s);
+	wsync_close(c);
+	uint64_t v2 = publish(12);
+	TEST_GT_U64(v2, v1);
+	harness_broker_finish(&B);
+
+	/* 2 */
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
+	uint64_t v3 = publish(13);
+	harness_broker_kill(&B);
+	debris("ctl.new");
+	debris("1.m7.s0");
+	debris("1.m7.page");
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
+	expect_latest(v3, 13);
+	harness_broker_finish(&B);
+
+	/* 3 */
+	TEST_ASSERT(harness_broker_start(&B, "--keep", NULL) == 0);
+	uint64_t v4 = publish(14);
+	TEST_ASSERT(harness_broker_stop(&B) == 0);
+	TEST_ASSERT_MSG(harness_shm_leftovers(&B, 0) >= 1 + 2 + 4,
+	                "--keep kept only %d segments", harness_shm_leftovers(&B, 0));
+	B.n_args = 0;                    /* the next start without --keep */
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
+	expect_latest(v4, 14);
+	harness_broker_finish(&B);
+	return 0;
+}

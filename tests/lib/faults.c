@@ -1,0 +1,647 @@
+/* tests/lib/faults.c — see faults.h. */
+#include "tests/lib/faults.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shm/layout.h"
+#include "shm/segment.h"
+
+/* ---- raw protocol ------------------------------------------------------- */
+
+int faults_raw_connect(const struct broker *b)
+{
+	struct sockaddr_un a;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	TEST_ASSERT(fd >= 0);
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	TEST_ASSERT(strlen(b->sock) < sizeof(a.sun_path));
+	memcpy(a.sun_path, b->sock, strlen(b->sock) + 1);
+	TEST_ASSERT_MSG(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect %s: %s",
+	                b->sock, strerror(errno));
+	return fd;
+}
+
+int faults_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh;
+	ssize_t n;
+
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		TEST_ASSERT(nfds <= 8);
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)len ? 0 : -EMSGSIZE;
+}
+
+ssize_t faults_raw_recv(int fd, union wsync_msg_any *m, int *fds, int *nfds, int timeout_ms)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * WSYNC_MSG_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct iovec iov = { m, sizeof(*m) };
+	struct msghdr mh;
+	int cap = nfds ? *nfds : 0, got = 0, r;
+	ssize_t n;
+
+	if (nfds)
+		*nfds = 0;
+	do
+		r = poll(&p, 1, timeout_ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return -ETIMEDOUT;
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = sizeof(ctl.buf);
+	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n < 0)
+		return errno == ECONNRESET ? 0 : -errno;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (got < cap)
+				fds[got++] = f;
+			else
+				close(f);
+		}
+	}
+	if (nfds)
+		*nfds = got;
+	return n;
+}
+
+void faults_raw_hello(int fd, uint32_t seq, const char *name, int *ctl_fd, int *page_fd)
+{
+	union wsync_msg_any m;
+	int fds[2], n = 2;
+	ssize_t len;
+
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_HELLO, seq);
+	m.hello.layout_version = WSYNC_LAYOUT_VERSION;
+	m.hello.pid = (uint32_t)getpid();
+	snprintf(m.hello.name, sizeof(m.hello.name), "%s", name);
+	TEST_ASSERT(faults_raw_send(fd, &m, sizeof(m.hello), NULL, 0) == 0);
+	len = faults_raw_recv(fd, &m, fds, &n, HARNESS_WAIT_MS);
+	TEST_ASSERT_MSG(len == (ssize_t)sizeof(m.hello_ok) && m.hdr.type == WSYNC_MSG_HELLO_OK &&
+	                m.hdr.seq == seq && n == 2,
+	                "HELLO answered with %zd bytes, type %u, %d fds", len,
+	                len > 0 ? m.hdr.type : 0, n);
+	if (ctl_fd)
+		*ctl_fd = fds[0];
+	else
+		close(fds[0]);
+	if (page_fd)
+		*page_fd = fds[1];
+	else
+		close(fds[1]);
+}
+
+int faults_raw_drain_to_eof(int fd, int timeout_ms)
+{
+	int64_t deadline = harness_mono_ns() + (int64_t)timeout_ms * HARNESS_MS;
+	union wsync_msg_any m;
+	int count = 0;
+
+	for (;;) {
+		int64_t left = (deadline - harness_mono_ns()) / HARNESS_MS;
+		ssize_t n;
+
+		if (left <= 0)
+			return -1;
+		n = faults_raw_recv(fd, &m, NULL, NULL, (int)left);
+		if (n == 0)
+			return count;
+		if (n == -ETIMEDOUT)
+			return -1;
+		if (n < 0 && n != -EAGAIN && n != -EINTR)
+			return count;
+		if (n > 0)
+			count++;
+	}
+}
+
+/* ---- the broker is fine ---------------------------------------------------- */
+
+void faults_broker_alive_at(struct broker *b, const char *after, const char *file, int line)
+{
+	int st;
+
+	TEST_ASSERT_MSG(b->pid > 0, "no broker is running (%s)", after);
+	if (waitpid(b->pid, &st, WNOHANG) == b->pid) {
+		b->pid = 0;
+		harness_broker_dump_log(b, 30);
+		harness_fail(file, line, "the broker died (%s) after: %s",
+		             harness_status_str(st), after);
+	}
+}
+
+void faults_normal_client_at(const struct broker *b, const char *what,
+                             const char *file, int line)
+{
+	static int counter;
+	wsync_client *pc = NULL, *sc = NULL;
+	wsync_pub *p = NULL;
+	wsync_sub *s = NULL;
+	wsync_view v;
+	char model[64];
+	uint64_t version = 0, step = 1000 + (uint64_t)++counter;
+	int rc;
+
+	snprintf(model, sizeof(model), "normal.m%d", counter);
+#define NC_OK(expr) do { rc = (expr); if (rc) harness_fail(file, line, \
+	"a normal client after %s: %s returned %d (%s): %s", what, #expr, rc, \
+	wsync_strerror(rc), wsync_errmsg()); } while (0)
+	NC_OK(harness_connect(b, "normal-trainer", &pc));
+	NC_OK(harness_pub_open_2t(pc, model, 0, &p));
+	NC_OK(harness_publish(p, step, 5 * HARNESS_S, &version));
+	NC_OK(harness_connect(b, "normal-collector", &sc));
+	NC_OK(wsync_sub_open(sc, model, &s));
+	NC_OK(wsync_sub_acquire(s, &v));
+	if (v.version != version || v.step != step || harness_verify_view(&v) != 0)
+		harness_fail(file, line, "a normal client after %s read v%llu step %llu, "
+		             "published v%llu step %llu", what, (unsigned long long)v.version,
+		             (unsigned long long)v.step, (unsigned long long)version,
+		             (unsigned long long)step);
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+	wsync_close(sc);
+	wsync_pub_close(p);
+	wsync_close(pc);
+#undef NC_OK
+}
+
+int faults_log_contains(const struct broker *b, const char *needle)
+{
+	FILE *f = fopen(b->log, "r");
+	char line[1024];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* Maps the instance's control segment read-only: NULL if absent. */
+static const struct wsync_ctl_header *ctl_map(const struct broker *b)
+{
+	char name[WSYNC_SHM_NAME_MAX];
+	void *p;
+	int fd;
+	int64_t size;
+
+	if (wsync_seg_name_ctl(name, sizeof(name), geteuid(), b->name))
+		return NULL;
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return NULL;
+	size = wsync_seg_size(fd);
+	if (size < (int64_t)sizeof(struct wsync_ctl_header)) {
+		close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void ctl_unmap(const struct wsync_ctl_header *h)
+{
+	munmap((void *)h, h->total_bytes);
+}
+
+int faults_ctl_sessions(const struct broker *b)
+{
+	const struct wsync_ctl_header *h = ctl_map(b);
+	const struct wsync_ctl_session *t;
+	int n = 0;
+
+	if (!h)
+		return -1;
+	t = (const void *)((const char *)h + h->sessions_offset);
+	for (uint32_t i = 0; i < h->max_sessions; i++)
+		if (atomic_load(&((struct wsync_ctl_session *)&t[i])->id))
+			n++;
+	ctl_unmap(h);
+	return n;
+}
+
+/* ---- crash soak ------------------------------------------------------------ */
+
+#define SOAK_MAX_T 4
+#define SOAK_MAX_C 8
+
+struct soak_shared {
+	_Atomic int stop;
+	struct {
+		_Atomic uint64_t commits, last_version, reconnects, backward;
+		char err[256];
+	} t[SOAK_MAX_T];
+	struct {
+		_Atomic uint64_t views, reconnects, torn, backward;
+		_Atomic uint64_t last[SOAK_MAX_T];
+		char err[256];
+	} c[SOAK_MAX_C];
+};
+
+static struct soak_shared *S;
+static const struct soak_opts *SO;
+static struct broker SB;
+
+static uint64_t rng_next(uint64_t *x)
+{
+	/* xorshift64* */
+	*x ^= *x >> 12;
+	*x ^= *x << 25;
+	*x ^= *x >> 27;
+	return *x * 0x2545F4914F6CDD1Dull;
+}
+
+static void soak_model(char *buf, size_t len, int i)
+{
+	snprintf(buf, len, "soak.m%d", i);
+}
+
+/* Connects, retrying while the broker is down or restarting. */
+static wsync_client *soak_connect(const char *name)
+{
+	wsync_client *c = NULL;
+
+	while (!atomic_load(&S->stop)) {
+		if (wsync_connect(SB.sock, name, &c) == 0)
+			return c;
+		harness_sleep_ms(10);
+	}
+	return NULL;
+}
+
+static int soak_trainer(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	uint64_t x = (SO->seed ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull) | 1;
+	char model[32], name[32];
+
+	soak_model(model, sizeof(model), i);
+	snprintf(name, sizeof(name), "soak-trainer-%d", i);
+	while (!atomic_load(&S->stop)) {
+		wsync_client *c = soak_connect(name);
+		wsync_pub *p = NULL;
+		int rc;
+
+		if (!c)
+			break;
+		while (!atomic_load(&S->stop)) {
+			rc = harness_pub_open_2t(c, model, 0, &p);
+			if (rc != -EBUSY)     /* the killed predecessor not reaped yet */
+				break;
+			harness_sleep_ms(5);
+		}
+		while (p && !atomic_load(&S->stop)) {
+			uint64_t v = 0, step = rng_next(&x) >> 8;
+
+			rc = harness_publish(p, step, 200 * HARNESS_MS, &v);
+			if (rc == -EBUSY)
+				continue;
+			if (rc)
+				break;
+			if (v <= atomic_load(&S->t[i].last_version)) {
+				atomic_fetch_add(&S->t[i].backward, 1);
+				snprintf(S->t[i].err, sizeof(S->t[i].err), "committed v%llu after v%llu",
+				         (unsigned long long)v,
+				         (unsigned long long)atomic_load(&S->t[i].last_version));
+			}
+			atomic_store(&S->t[i].last_version, v);
+			atomic_fetch_add(&S->t[i].commits, 1);
+			harness_sleep_ms(1);
+		}
+		wsync_pub_close(p);
+		wsync_close(c);
+		if (!atomic_load(&S->stop))
+			atomic_fetch_add(&S->t[i].reconnects, 1);
+	}
+	return 0;
+}
+
+/* Checks a view completely (never older than after), holds it a little,
+ * checks it again. */
+static void soak_check(int ci, int m, const wsync_view *v, uint64_t after, uint64_t *x)
+{
+	if (v->version < after) {
+		atomic_fetch_add(&S->c[ci].backward, 1);
+		snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: v%llu after v%llu", m,
+		         (unsigned long long)v->version, (unsigned long long)after);
+	}
+	if (harness_verify_view(v) != 0) {
+		atomic_fetch_add(&S->c[ci].torn, 1);
+		snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: v%llu step %llu torn",
+		         m, (unsigned long long)v->version, (unsigned long long)v->step);
+		return;
+	}
+	if (rng_next(x) % 4 == 0) {
+		usleep((useconds_t)(rng_next(x) % 2000));
+		if (harness_verify_view(v) != 0) {
+			atomic_fetch_add(&S->c[ci].torn, 1);
+			snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: v%llu changed "
+			         "while held", m, (unsigned long long)v->version);
+		}
+	}
+	atomic_fetch_add(&S->c[ci].views, 1);
+}
+
+static int soak_collector(void *arg)
+{
+	int ci = (int)(intptr_t)arg;
+	uint64_t x = (SO->seed ^ (uint64_t)getpid() * 0xBF58476D1CE4E5B9ull) | 1;
+	char name[32];
+
+	snprintf(name, sizeof(name), "soak-collector-%d", ci);
+	while (!atomic_load(&S->stop)) {
+		wsync_client *c = soak_connect(name);
+		wsync_sub *s[SOAK_MAX_T] = { 0 };
+		bool ok = c != NULL;
+
+		for (int m = 0; ok && m < SO->trainers; m++) {
+			char model[32];
+
+			soak_model(model, sizeof(model), m);
+			ok = wsync_sub_open(c, model, &s[m]) == 0;
+		}
+		/* After (re)connecting, the newest version is never older than
+		 * what this collector slot saw before. */
+		for (int m = 0; ok && m < SO->trainers; m++) {
+			wsync_view v;
+			int rc = wsync_sub_acquire(s[m], &v);
+
+			if (rc == 0) {
+				soak_check(ci, m, &v, atomic_load(&S->c[ci].last[m]), &x);
+				atomic_store(&S->c[ci].last[m], v.version);
+				wsync_sub_release(s[m], &v);
+			} else if (rc != -ENODATA) {
+				ok = false;
+			}
+		}
+		while (ok && !atomic_load(&S->stop)) {
+			for (int m = 0; ok && m < SO->trainers; m++) {
+				uint64_t last = atomic_load(&S->c[ci].last[m]);
+				wsync_view v;
+				int rc = wsync_sub_wait(s[m], last, 50 * HARNESS_MS, &v);
+
+				if (rc == -ETIMEDOUT)
+					continue;
+				if (rc) {
+					ok = false;
+					break;
+				}
+				if (v.version <= last) {
+					atomic_fetch_add(&S->c[ci].backward, 1);
+					snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: wait "
+					         "after v%llu gave v%llu", m, (unsigned long long)last,
+					         (unsigned long long)v.version);
+				}
+				soak_check(ci, m, &v, last, &x);
+				atomic_store(&S->c[ci].last[m], v.version);
+				wsync_sub_release(s[m], &v);
+			}
+		}
+		for (int m = 0; m < SO->trainers; m++)
+			wsync_sub_close(s[m]);
+		wsync_close(c);
+		if (!atomic_load(&S->stop))
+			atomic_fetch_add(&S->c[ci].reconnects, 1);
+	}
+	return 0;
+}
+
+/* Waits up to HARNESS_WAIT_MS for cond (an expression) to hold. */
+#define SOAK_UNTIL(cond, ...) do { \
+	int64_t dl_ = harness_mono_ns() + HARNESS_WAIT_MS * HARNESS_MS; \
+	while (!(cond)) { \
+		if (harness_mono_ns() > dl_) { \
+			soak_dump(); \
+			harness_fail(__FILE__, __LINE__, __VA_ARGS__); \
+		} \
+		harness_sleep_ms(10); \
+	} \
+} while (0)
+
+static void soak_dump(void)
+{
+	for (int i = 0; i < SO->trainers; i++)
+		harness_log("trainer %d: %llu commits, last v%llu, %llu reconnects%s%s", i,
+		            (unsigned long long)S->t[i].commits,
+		            (unsigned long long)S->t[i].last_version,
+		            (unsigned long long)S->t[i].reconnects, S->t[i].err[0] ? ": " : "",
+		            S->t[i].err);
+	for (int i = 0; i < SO->collectors; i++)
+		harness_log("collector %d: %llu views, %llu reconnects, torn %llu, backward "
+		            "%llu%s%s", i, (unsigned long long)S->c[i].views,
+		            (unsigned long long)S->c[i].reconnects,
+		            (unsigned long long)S->c[i].torn,
+		            (unsigned long long)S->c[i].backward, S->c[i].err[0] ? ": " : "",
+		            S->c[i].err);
+	harness_broker_dump_log(&SB, 20);
+}
+
+static uint64_t soak_sum_views(void)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < SO->collectors; i++)
+		n += atomic_load(&S->c[i].views);
+	return n;
+}
+
+static bool soak_all_trainers_past(const uint64_t *snap, uint64_t more)
+{
+	for (int i = 0; i < SO->trainers; i++)
+		if (atomic_load(&S->t[i].commits) < snap[i] + more)
+			return false;
+	return true;
+}
+
+static bool soak_all_collectors_at(const uint64_t *v)
+{
+	for (int ci = 0; ci < SO->collectors; ci++)
+		for (int m = 0; m < SO->trainers; m++)
+			if (atomic_load(&S->c[ci].last[m]) < v[m])
+				return false;
+	return true;
+}
+
+/* No slot granted, no publisher, no subscriber once every client is gone. */
+static void soak_check_books(void)
+{
+	const struct wsync_ctl_header *h = ctl_map(&SB);
+	const struct wsync_ctl_model *t;
+
+	TEST_ASSERT_MSG(h != NULL, "the control segment of '%s' is gone", SB.name);
+	t = (const void *)((const char *)h + h->models_offset);
+	for (uint32_t i = 0; i < h->max_models; i++) {
+		struct wsync_ctl_model *e = (struct wsync_ctl_model *)&t[i];
+
+		if (atomic_load(&e->state) != WSYNC_MODEL_READY)
+			continue;
+		TEST_ASSERT_MSG(atomic_load(&e->publisher) == 0 &&
+		                atomic_load(&e->subscribers) == 0,
+		                "model '%s' still has publisher %u and %u subscribers with "
+		                "every client gone", e->name, atomic_load(&e->publisher),
+		                atomic_load(&e->subscribers));
+		for (uint32_t k = 0; k < e->n_slots; k++)
+			TEST_ASSERT_MSG(atomic_load(&e->slot_state[k]) != WSYNC_SLOT_GRANTED,
+			                "model '%s': slot %u still granted with every client gone",
+			                e->name, k);
+	}
+	ctl_unmap(h);
+}
+
+void soak_run(const struct soak_opts *o, struct soak_result *r)
+{
+	pid_t tp[SOAK_MAX_T], cp[SOAK_MAX_C];
+	uint64_t x, snap[SOAK_MAX_T], want[SOAK_MAX_T];
+	int64_t deadline;
+
+	TEST_ASSERT(o->trainers >= 1 && o->trainers <= SOAK_MAX_T);
+	TEST_ASSERT(o->collectors >= 1 && o->collectors <= SOAK_MAX_C);
+	SO = o;
+	memset(r, 0, sizeof(*r));
+	r->seed = o->seed ? o->seed : (uint64_t)harness_real_ns() ^ (uint64_t)getpid();
+	x = r->seed | 1;
+	printf("soak: seed %llu (SOAK_SEED=%llu repeats the sequence of kill choices), %d s, %d "
+	       "trainers, %d collectors\n", (unsigned long long)r->seed,
+	       (unsigned long long)r->seed, o->seconds, o->trainers, o->collectors);
+	fflush(stdout);
+	S = mmap(NULL, sizeof(*S), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	TEST_ASSERT(S != MAP_FAILED);
+	memset(S, 0, sizeof(*S));
+
+	TEST_ASSERT(harness_broker_start(&SB, NULL) == 0);
+	for (int i = 0; i < o->trainers; i++)
+		tp[i] = harness_fork(soak_trainer, (void *)(intptr_t)i);
+	for (int i = 0; i < o->collectors; i++)
+		cp[i] = harness_fork(soak_collector, (void *)(intptr_t)i);
+	SOAK_UNTIL(soak_sum_views() >= (uint64_t)o->collectors * 2, "the soak never got going");
+
+	deadline = harness_mono_ns() + (int64_t)o->seconds * HARNESS_S;
+	while (harness_mono_ns() < deadline) {
+		harness_sleep_ms(20 + (int)(rng_next(&x) % 250));
+		uint64_t dice = rng_next(&x) % 100;
+
+		if (dice < (uint64_t)o->broker_kills) {
+			harness_broker_kill(&SB);
+			if (rng_next(&x) % 2)
+				harness_sleep_ms((int)(rng_next(&x) % 300));
+			TEST_ASSERT_MSG(harness_broker_restart(&SB) == 0,
+			                "the broker did not restart after kill %llu",
+			                (unsigned long long)r->kills_broker + 1);
+			r->kills_broker++;
+		} else if (dice < (uint64_t)o->broker_kills + (100 - (uint64_t)o->broker_kills) / 3) {
+			int i = (int)(rng_next(&x) % (uint64_t)o->trainers);
+
+			kill(tp[i], SIGKILL);
+			harness_wait_status(tp[i], HARNESS_WAIT_MS);
+			tp[i] = harness_fork(soak_trainer, (void *)(intptr_t)i);
+			r->kills_trainer++;
+		} else {
+			int i = (int)(rng_next(&x) % (uint64_t)o->collectors);
+
+			kill(cp[i], SIGKILL);
+			harness_wait_status(cp[i], HARNESS_WAIT_MS);
+			cp[i] = harness_fork(soak_collector, (void *)(intptr_t)i);
+			r->kills_collector++;
+		}
+		faults_broker_alive(&SB, "a kill in the soak");
+	}
+
+	/* Everyone recovers: every trainer commits again, and every collector
+	 * then reaches what the trainers committed. */
+	for (int i = 0; i < o->trainers; i++)
+		snap[i] = atomic_load(&S->t[i].commits);
+	SOAK_UNTIL(soak_all_trainers_past(snap, 3), "a trainer did not recover");
+	for (int i = 0; i < o->trainers; i++)
+		want[i] = atomic_load(&S->t[i].last_version);
+	SOAK_UNTIL(soak_all_collectors_at(want), "a collector did not recover");
+
+	atomic_store(&S->stop, 1);
+	for (int i = 0; i < o->trainers; i++)
+		harness_expect_exit0(tp[i], "a soak trainer");
+	for (int i = 0; i < o->collectors; i++)
+		harness_expect_exit0(cp[i], "a soak collector");
+	SOAK_UNTIL(faults_ctl_sessions(&SB) == 0, "sessions remain after every client left");
+	soak_check_books();
+	/* The live generation only: ctl + per model its page, layout, slabs. */
+	int segs = harness_shm_leftovers(&SB, 0);
+	TEST_ASSERT_MSG(segs == 1 + o->trainers * (2 + WSYNC_DEFAULT_SLOTS),
+	                "%d segments in /dev/shm, expected %d (older generations left?)",
+	                segs, 1 + o->trainers * (2 + WSYNC_DEFAULT_SLOTS));
+	harness_broker_finish(&SB);
+
+	for (int i = 0; i < o->trainers; i++) {
+		r->commits += S->t[i].commits;
+		r->backward += S->t[i].backward;
+	}
+	for (int i = 0; i < o->collectors; i++) {
+		r->views += S->c[i].views;
+		r->reconnects += S->c[i].reconnects;
+		r->torn += S->c[i].torn;
+		r->backward += S->c[i].backward;
+	}
+	printf("soak: seed %llu: kills broker %llu trainer %llu collector %llu; %llu commits, "
+	       "%llu views verified, %llu collector reconnects; torn %llu, backward %llu\n",
+	       (unsigned long long)r->seed, (unsigned long long)r->kills_broker,
+	       (unsigned long long)r->kills_trainer, (unsigned long long)r->kills_collector,
+	       (unsigned long long)r->commits, (unsigned long long)r->views,
+	       (unsigned long long)r->reconnects, (unsigned long long)r->torn,
+	       (unsigned long long)r->backward);
+	fflush(stdout);
+	if (r->torn || r->backward)
+		soak_dump();
+	TEST_ASSERT_MSG(r->torn == 0, "%llu torn views", (unsigned long long)r->torn);
+	TEST_ASSERT_MSG(r->backward == 0, "%llu backward versions", (unsigned long long)r->backward);
+	munmap(S, sizeof(*S));
+}
