@@ -204,8 +204,6 @@ fuzz: deps
 fuzz-smoke:
 	$(Q)$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 
-.SECONDARY: $(patsubst %,$(BUILD)/obj/tests/fuzz/%.o,$(FUZZ_NAMES)) \
-            $(patsubst %,$(BUILD)/obj/tests/soak/%.o,soak)
 fuzz-run: $(FUZZ_BIN)
 	$(Q)BUILD=$(BUILD) sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
 

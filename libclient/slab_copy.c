@@ -49,12 +49,14 @@ static unsigned copy_threads(unsigned asked, size_t len)
 
 int wsync_copy(void *dst, const void *src, size_t len, unsigned threads)
 {
-	struct copy_part parts[COPY_MAX_THREADS];
+	struct copy_part parts[COPY_MAX_THREADS] = { 0 };
 	pthread_t tids[COPY_MAX_THREADS];
 	unsigned n, started = 0;
 	size_t chunk, at = 0;
 
-	if ((!dst || !src) && len)
+	if (!len)
+		return 0;
+	if (!dst || !src)
 		return wsync_fail(-EINVAL, "wsync_copy: NULL buffer");
 	n = copy_threads(threads, len);
 	chunk = (len / n + COPY_CHUNK_ALIGN - 1) & ~(size_t)(COPY_CHUNK_ALIGN - 1);
