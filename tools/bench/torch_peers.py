@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""torch_peers.py: the ways PyTorch users move one weight update from a
+trainer to N collector processes on one machine, timed the way wsync-bench
+times wsync.
+
+For each method and model size, a trainer process and N collector processes
+(forked from this driver) repeat: all meet at a barrier, the trainer idles
+1-2 ms (as the wsync side does), then takes CLOCK_MONOTONIC and distributes
+the update it already holds in its own memory; each collector takes
+CLOCK_MONOTONIC as soon as it holds the update. The figure is the median,
+over repeats, of (last collector's time - trainer's start). The first repeat
+is a warm-up and is not counted.
+
+Methods (the model: a state_dict of 64 float32 tensors):
+  gloo_flat     torch.distributed (gloo, TCP on 127.0.0.1) broadcast of one
+                flat tensor; the trainer's tensors are views into it, so no
+                flattening copy is counted (the most favourable case)
+  gloo_tensors  the same, one broadcast per tensor, as most code does
+  rpc_async     torch RPC (TensorPipe): rpc_async of the state_dict to every
+                collector at once, then wait for all
+  rpc_sync      torch RPC: rpc_sync to each collector in turn
+  mp_queue      torch.multiprocessing: copy the state_dict into new shared-
+                memory tensors (new ones each update, so no collector ever
+                sees a half-written one) and put it on one Queue per
+                collector; each tensor travels as a file descriptor
+
+Output: one JSON object per line on stdout, for wsync-bench to parse:
+  {"method": "gloo_flat", "mib": 16, "ms": 12.3, "samples": 5}
+  {"method": "rpc_sync", "mib": 256, "skipped": "why"}
+A method that fails or times out prints skipped lines; the script itself
+exits 0 unless its arguments are wrong.
+"""
+
+import argparse
+import json
+import os
+import queue
+import random
+import socket
+import statistics
+import sys
+import time
+import traceback
+
+GROUPS = {
+    "gloo": ["gloo_flat", "gloo_tensors"],
+    "rpc": ["rpc_async", "rpc_sync"],
+    "mpq": ["mp_queue"],
+}
+
+PR_SET_PDEATHSIG = 1
+SIGKILL = 9
+
+
+def emit(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def clean_reason(text):
+    text = " ".join(str(text).split())
+    return text.replace('"', "'").replace("\\", "/")[:200]
+
+
+def emit_skipped(methods, sizes, reason):
+    for method in methods:
+        for mib in sizes:
+            emit({"method": method, "mib": mib, "skipped": clean_reason(reason)})
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+# ---- the model ---------------------------------------------------------------
+
+
+def make_flat(torch, mib, tensors):
+    """One flat float32 buffer and 64 views into it (the state_dict)."""
+    numel = mib * 1024 * 1024 // 4
+    per = numel // tensors
+    flat = torch.ones(per * tensors, dtype=torch.float32)
+    views = {"layer%03d.weight" % i: flat[i * per:(i + 1) * per] for i in range(tensors)}
+    return flat, views
+
+
+def make_state_dict(torch, mib, tensors):
+    per = mib * 1024 * 1024 // 4 // tensors
+    return {"layer%03d.weight" % i: torch.ones(per, dtype=torch.float32) for i in range(tensors)}
+
+
+# ---- the shared timing loop -------------------------------------------------------
+
+
+class Ctx:
+    def __init__(self, args, rank, world, stamps, barrier, results, queues):
+        self.args = args
+        self.rank = rank
+        self.world = world
+        self.stamps = stamps
+        self.barrier = barrier
+        self.results = results
+        self.queues = queues
+
+    @property
+    def index(self):
+        return self.rank - 1
+
+    def stamp(self):
+        self.stamps[self.index] = time.monotonic_ns()
+
+
+def trainer_rounds(ctx, method, mib, distribute):
+    """Runs warm-up + repeats rounds of distribute() and reports the median."""
+    samples = []
+    for rep in range(1 + ctx.args.repeats):
+        ctx.barrier.wait()
+        time.sleep(random.uniform(0.001, 0.002))
+        t0 = time.monotonic_ns()
+        keep = distribute()
+        ctx.barrier.wait()
+        last = max(ctx.stamps[i] for i in range(ctx.world - 1))
+        del keep
+        if rep:
+            samples.append((last - t0) / 1e6)
+    ctx.results.put({"method": method, "mib": mib, "ms": statistics.median(samples),
+                     "min_ms": min(samples), "max_ms": max(samples), "samples": len(samples)})
+
+
+def collector_rounds(ctx, receive):
+    for _ in range(1 + ctx.args.repeats):
+        ctx.barrier.wait()
+        held = receive()
+        ctx.barrier.wait()
+        del held
+
+
+# ---- gloo ------------------------------------------------------------------------
+
+
+def run_gloo(ctx, torch):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % ctx.args.port,
+                            rank=ctx.rank, world_size=ctx.world)
+    for mib in ctx.args.sizes:
+        flat, views = make_flat(torch, mib, ctx.args.tensors)
+        tensors = list(views.values())
+
+        def flat_once():
+            dist.broadcast(flat, src=0)
+            if ctx.rank:
+                ctx.stamp()
+
+        def per_tensor_once():
+            for t in tensors:
+                dist.broadcast(t, src=0)
+            if ctx.rank:
+                ctx.stamp()
+
+        for method, once in (("gloo_flat", flat_once), ("gloo_tensors", per_tensor_once)):
+            if ctx.rank == 0:
+                trainer_rounds(ctx, method, mib, once)
+            else:
+                collector_rounds(ctx, once)
+        del flat, views, tensors
+    dist.destroy_process_group()
+
+
+# ---- RPC ---------------------------------------------------------------------------
+
+_RPC_CTX = None
+
+
+def _rpc_receive(state_dict):
+    """Runs in a collector when the state_dict has arrived."""
+    _RPC_CTX.stamp()
+    return len(state_dict)
+
+
+def run_rpc(ctx, torch):
+    import torch.distributed.rpc as rpc
+
+    global _RPC_CTX
+    _RPC_CTX = ctx
+    opts = rpc.TensorPipeRpcBackendOptions(init_method="tcp://127.0.0.1:%d" % ctx.args.port,
+                                           rpc_timeout=600)
+    rpc.init_rpc("w%d" % ctx.rank, rank=ctx.rank, world_size=ctx.world,
+                 rpc_backend_options=opts)
+    names = ["w%d" % r for r in range(1, ctx.world)]
+    for mib in ctx.args.sizes:
+        sd = make_state_dict(torch, mib, ctx.args.tensors) if ctx.rank == 0 else None
+
+        def send_async():
+            futs = [rpc.rpc_async(n, _rpc_receive, args=(sd,)) for n in names]
+            torch.futures.wait_all(futs)
+
+        def send_sync():
+            for n in names:
+                rpc.rpc_sync(n, _rpc_receive, args=(sd,))
+
+        for method, send in (("rpc_async", send_async), ("rpc_sync", send_sync)):
+            if ctx.rank == 0:
+                trainer_rounds(ctx, method, mib, send)
+            else:
+                collector_rounds(ctx, lambda: None)
+        del sd
+    rpc.shutdown()
+
+
+# ---- torch.multiprocessing queues -------------------------------------------------------
+
+
+def run_mpq(ctx, torch):
+    for mib in ctx.args.sizes:
+        if ctx.rank == 0:
+            sd = make_state_dict(torch, mib, ctx.args.tensors)
+
+            def put_all():
+                shared = {k: torch.empty_like(v).share_memory_().copy_(v)
+                          for k, v in sd.items()}
+                for q in ctx.queues:
+                    q.put(shared)
+                return shared
+
+            trainer_rounds(ctx, "mp_queue", mib, put_all)
+            del sd
+        else:
+            q = ctx.queues[ctx.index]
+
+            def get_one():
+                held = q.get()
+                ctx.stamp()
+                return held
+
+            collector_rounds(ctx, get_one)
+
+
+RUNNERS = {"gloo": run_gloo, "rpc": run_rpc, "mpq": run_mpq}
+
+
+def role_main(group, args, rank, world, stamps, barrier, results, queues):
+    die_with_parent()
+    ctx = Ctx(args, rank, world, stamps, barrier, results, queues)
+    try:
+        import torch
+
+        RUNNERS[group](ctx, torch)
+        if rank == 0:
+            results.put({"done": True})
+    except BaseException as e:  # reported to the driver, which skips the rows
+        results.put({"error": "%s: %s" % (type(e).__name__, e),
+                     "trace": traceback.format_exc()[-2000:]})
+        barrier.abort()
+        raise SystemExit(1)
+
+
+# ---- the driver ----------------------------------------------------------------------------
+
+
+def stop_all(procs):
+    for p in procs:
+        p.join(timeout=10)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+
+
+def collect(group, procs, results, deadline):
+    """Emits the group's result lines; returns (sizes reported per method, reason)."""
+    reported = {m: set() for m in GROUPS[group]}
+    reason = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return reported, "timed out"
+        try:
+            msg = results.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                codes = [p.exitcode for p in procs]
+                return reported, reason or "a process exited with %s" % codes
+            if all(p.exitcode == 0 for p in procs):
+                return reported, reason or "no result"
+            continue
+        if msg.get("done"):
+            return reported, None
+        if "error" in msg:
+            sys.stderr.write(msg.get("trace", "") + "\n")
+            reason = reason or msg["error"]
+            continue
+        emit(msg)
+        reported[msg["method"]].add(msg["mib"])
+
+
+def run_group(mp, group, args, timeout):
+    ctx = mp.get_context("fork")
+    world = args.collectors + 1
+    args.port = free_port()
+    stamps = ctx.Array("q", args.collectors, lock=False)
+    barrier = ctx.Barrier(world)
+    results = ctx.Queue()
+    queues = [ctx.Queue() for _ in range(args.collectors)] if group == "mpq" else None
+    procs = [ctx.Process(target=role_main,
+                         args=(group, args, rank, world, stamps, barrier, results, queues))
+             for rank in range(world)]
+    for p in procs:
+        p.start()
+    reported, reason = collect(group, procs, results, time.monotonic() + timeout)
+    if reason:
+        barrier.abort()
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    stop_all(procs)
+    for method in GROUPS[group]:
+        missing = [m for m in args.sizes if m not in reported[method]]
+        emit_skipped([method], missing, reason or "no result")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="16,256", help="model sizes in MiB, comma-separated")
+    ap.add_argument("--collectors", type=int, default=4)
+    ap.add_argument("--tensors", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=300, help="seconds for all methods")
+    ap.add_argument("--groups", default="gloo,rpc,mpq")
+    args = ap.parse_args()
+    args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.groups = [g for g in args.groups.split(",") if g]
+    for g in args.groups:
+        if g not in GROUPS:
+            ap.error("unknown group %r" % g)
+    return args
+
+
+def main():
+    args = parse_args()
+    methods = [m for g in args.groups for m in GROUPS[g]]
+    try:
+        import torch.multiprocessing as mp
+    except Exception as e:  # no torch: every row is skipped, not failed
+        emit_skipped(methods, args.sizes, "torch not importable: %s" % e)
+        return 0
+    # Linux's default, named: each tensor travels as a file descriptor
+    mp.set_sharing_strategy("file_descriptor")
+    start = time.monotonic()
+    for i, group in enumerate(args.groups):
+        left = args.timeout - (time.monotonic() - start)
+        share = left / (len(args.groups) - i)
+        if share < 5:
+            emit_skipped(GROUPS[group], args.sizes, "no time left")
+            continue
+        try:
+            run_group(mp, group, args, share)
+        except Exception as e:
+            emit_skipped(GROUPS[group], args.sizes, "%s: %s" % (type(e).__name__, e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

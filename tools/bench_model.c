@@ -1,0 +1,336 @@
+/*
+ * tools/bench_model.c — synthetic models, the trainer's copy into a slab
+ * (on one thread or split across threads), and a begin/copy/commit helper.
+ *
+ * The trainer's weights are one contiguous source buffer holding the tensors
+ * in slab order; a publish copies each tensor to its offset in the slab, as
+ * a trainer copying its parameters one by one would.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+/* ---- layouts -------------------------------------------------------------- */
+
+wsync_tensor_desc *model_layout(size_t bytes, size_t n_tensors)
+{
+	wsync_tensor_desc *d = calloc(n_tensors, sizeof *d);
+	size_t per = bytes / n_tensors;
+
+	if (!d)
+		return NULL;
+	for (size_t i = 0; i < n_tensors; i++) {
+		snprintf(d[i].name, sizeof d[i].name, "layer%03zu.weight", i);
+		d[i].dtype = WSYNC_F32;
+		d[i].ndim = 1;
+		d[i].shape[0] = per / sizeof(float);
+	}
+	return d;
+}
+
+int model_open(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
+               uint32_t slots, wsync_pub **out)
+{
+	wsync_tensor_desc *d = model_layout(bytes, n_tensors);
+	wsync_model_opts opts;
+	int err;
+
+	if (!d)
+		return -ENOMEM;
+	memset(&opts, 0, sizeof opts);
+	opts.slots = slots;
+	err = wsync_pub_open(c, model, d, n_tensors, &opts, out);
+	free(d);
+	return err;
+}
+
+/* ---- copies ---------------------------------------------------------------- */
+
+typedef void *(*copy_fn)(void *dst, const void *src, size_t n);
+
+#if defined(__x86_64__)
+#define NT_PAGE 4096
+
+/* 64 bytes with streaming stores (SSE2: every x86-64 has them). */
+static inline void nt_line(char *d, const char *s)
+{
+	__m128i a = _mm_loadu_si128((const __m128i *)s);
+	__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+	__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+	__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+
+	_mm_stream_si128((__m128i *)d, a);
+	_mm_stream_si128((__m128i *)(d + 16), b);
+	_mm_stream_si128((__m128i *)(d + 32), c);
+	_mm_stream_si128((__m128i *)(d + 48), e);
+}
+
+/*
+ * Streaming stores do not read the destination into the cache first, so a
+ * copy moves two bytes of memory traffic per byte instead of three. Four
+ * pages are copied at a time, a line of each in turn (glibc's scheme for
+ * its largest copies): four streams keep more DRAM pages open than one.
+ * The caller fences (copy_fence) before publishing.
+ */
+static void *memcpy_nt(void *dst, const void *src, size_t n)
+{
+	char *d = dst;
+	const char *s = src;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+
+	if (head > n)
+		head = n;
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	n -= head;
+	for (; n >= 4 * NT_PAGE; n -= 4 * NT_PAGE, d += 4 * NT_PAGE, s += 4 * NT_PAGE)
+		for (size_t o = 0; o < NT_PAGE; o += 64)
+			for (size_t k = 0; k < 4; k++) {
+				_mm_prefetch(s + k * NT_PAGE + o + 256, _MM_HINT_T0);
+				nt_line(d + k * NT_PAGE + o, s + k * NT_PAGE + o);
+			}
+	for (; n >= 64; n -= 64, d += 64, s += 64)
+		nt_line(d, s);
+	memcpy(d, s, n);
+	return dst;
+}
+
+/* Streaming stores are weakly ordered: make them visible before the commit
+ * publishes the slab. */
+static void copy_fence(void)
+{
+	_mm_sfence();
+}
+#else
+static void *memcpy_nt(void *dst, const void *src, size_t n)
+{
+	return memcpy(dst, src, n);
+}
+
+static void copy_fence(void)
+{
+}
+#endif
+
+/* Copies bytes [lo, hi) of the source stream: the concatenated tensors (or
+ * the flat buffer when tensors is NULL). */
+static void copy_range(char *dst, const char *src, const wsync_tensor_desc *tensors,
+                       size_t n, size_t lo, size_t hi, copy_fn fn)
+{
+	size_t pos = 0;
+
+	if (!tensors) {
+		fn(dst + lo, src + lo, hi - lo);
+		return;
+	}
+	for (size_t i = 0; i < n && pos < hi; i++) {
+		size_t len = (size_t)wsync_tensor_bytes(&tensors[i]);
+		size_t a = lo > pos ? lo : pos, e = hi < pos + len ? hi : pos + len;
+
+		if (a < e)
+			fn(dst + tensors[i].offset + (a - pos), src + a, e - a);
+		pos += len;
+	}
+}
+
+void copy_tensors(void *dst, const void *src, const wsync_tensor_desc *tensors,
+                  size_t n)
+{
+	copy_range(dst, src, tensors, n, 0, SIZE_MAX, memcpy);
+}
+
+void copy_tensors_nt(void *dst, const void *src, const wsync_tensor_desc *tensors,
+                     size_t n)
+{
+	copy_range(dst, src, tensors, n, 0, SIZE_MAX, memcpy_nt);
+	copy_fence();
+}
+
+struct pcopy {
+	int threads;
+	pthread_t *tids;
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	uint64_t gen;           /* bumped for each job */
+	int pending;            /* helpers still copying the current job */
+	bool quit;
+	/* the current job */
+	char *dst;
+	const char *src;
+	const wsync_tensor_desc *tensors;
+	size_t n, total;
+	bool nt;
+};
+
+struct pcopy_arg {
+	struct pcopy *pc;
+	int index;
+};
+
+/* Thread index's share of the job, split on 4 KiB boundaries. */
+static void pcopy_share(struct pcopy *pc, int index)
+{
+	size_t lo = pc->total / (size_t)pc->threads * (size_t)index;
+	size_t hi = pc->total / (size_t)pc->threads * (size_t)(index + 1);
+
+	lo &= ~(size_t)4095;
+	hi = index + 1 == pc->threads ? pc->total : hi & ~(size_t)4095;
+	copy_range(pc->dst, pc->src, pc->tensors, pc->n, lo, hi, pc->nt ? memcpy_nt : memcpy);
+	if (pc->nt)
+		copy_fence();
+}
+
+static void *pcopy_helper(void *argp)
+{
+	struct pcopy_arg *arg = argp;
+	struct pcopy *pc = arg->pc;
+	uint64_t seen = 0;
+
+	pthread_mutex_lock(&pc->mu);
+	for (;;) {
+		while (!pc->quit && pc->gen == seen)
+			pthread_cond_wait(&pc->go, &pc->mu);
+		if (pc->quit)
+			break;
+		seen = pc->gen;
+		pthread_mutex_unlock(&pc->mu);
+		pcopy_share(pc, arg->index);
+		pthread_mutex_lock(&pc->mu);
+		if (--pc->pending == 0)
+			pthread_cond_signal(&pc->done);
+	}
+	pthread_mutex_unlock(&pc->mu);
+	free(arg);
+	return NULL;
+}
+
+struct pcopy *pcopy_new(int threads)
+{
+	struct pcopy *pc = calloc(1, sizeof *pc);
+
+	if (!pc)
+		return NULL;
+	pc->threads = threads < 1 ? 1 : threads;
+	pc->tids = calloc((size_t)pc->threads, sizeof *pc->tids);
+	pthread_mutex_init(&pc->mu, NULL);
+	pthread_cond_init(&pc->go, NULL);
+	pthread_cond_init(&pc->done, NULL);
+	if (!pc->tids)
+		goto out_free;
+	for (int i = 1; i < pc->threads; i++) {
+		struct pcopy_arg *arg = malloc(sizeof *arg);
+
+		if (!arg)
+			goto out_stop;
+		*arg = (struct pcopy_arg){ pc, i };
+		if (pthread_create(&pc->tids[i], NULL, pcopy_helper, arg)) {
+			free(arg);
+			goto out_stop;
+		}
+	}
+	return pc;
+out_stop:
+	pcopy_free(pc);
+	return NULL;
+out_free:
+	free(pc);
+	return NULL;
+}
+
+void pcopy_free(struct pcopy *pc)
+{
+	if (!pc)
+		return;
+	pthread_mutex_lock(&pc->mu);
+	pc->quit = true;
+	pthread_cond_broadcast(&pc->go);
+	pthread_mutex_unlock(&pc->mu);
+	for (int i = 1; i < pc->threads; i++)
+		if (pc->tids[i])
+			pthread_join(pc->tids[i], NULL);
+	pthread_cond_destroy(&pc->go);
+	pthread_cond_destroy(&pc->done);
+	pthread_mutex_destroy(&pc->mu);
+	free(pc->tids);
+	free(pc);
+}
+
+static void pcopy_run(struct pcopy *pc, void *dst, const void *src,
+                      const wsync_tensor_desc *tensors, size_t n, size_t total, bool nt)
+{
+	pthread_mutex_lock(&pc->mu);
+	pc->nt = nt;
+	pc->dst = dst;
+	pc->src = src;
+	pc->tensors = tensors;
+	pc->n = n;
+	pc->total = total;
+	pc->pending = pc->threads - 1;
+	pc->gen++;
+	pthread_cond_broadcast(&pc->go);
+	pthread_mutex_unlock(&pc->mu);
+
+	pcopy_share(pc, 0);
+
+	pthread_mutex_lock(&pc->mu);
+	while (pc->pending > 0)
+		pthread_cond_wait(&pc->done, &pc->mu);
+	pthread_mutex_unlock(&pc->mu);
+}
+
+void pcopy_tensors(struct pcopy *pc, void *dst, const void *src,
+                   const wsync_tensor_desc *tensors, size_t n, bool nt)
+{
+	size_t total = 0;
+
+	for (size_t i = 0; i < n; i++)
+		total += (size_t)wsync_tensor_bytes(&tensors[i]);
+	pcopy_run(pc, dst, src, tensors, n, total, nt);
+}
+
+void pcopy_flat(struct pcopy *pc, void *dst, const void *src, size_t bytes)
+{
+	pcopy_run(pc, dst, src, NULL, 0, bytes, false);
+}
+
+/* ---- publishing ------------------------------------------------------------- */
+
+static void copy_with(const struct copier *how, void *dst, const void *src,
+                      const wsync_tensor_desc *tensors, size_t n)
+{
+	if (how && how->pc)
+		pcopy_tensors(how->pc, dst, src, tensors, n, how->nt);
+	else if (how && how->nt)
+		copy_tensors_nt(dst, src, tensors, n);
+	else
+		copy_tensors(dst, src, tensors, n);
+}
+
+int publish_once(wsync_pub *p, const void *src, const struct copier *how,
+                 uint64_t step, uint64_t *version, const char **err_what)
+{
+	wsync_slab s;
+	int err;
+
+	err = wsync_pub_begin(p, 10 * NS_PER_S, &s);
+	if (err) {
+		*err_what = "wsync_pub_begin";
+		return err;
+	}
+	if (src)
+		copy_with(how, s.base, src, s.tensors, s.n_tensors);
+	err = wsync_pub_commit(p, step, version);
+	if (err)
+		*err_what = "wsync_pub_commit";
+	return err;
+}
