@@ -177,6 +177,10 @@ static void client_free(struct wsync_client *c)
 	free(c);
 }
 
+/* Numbers clients so a thread's cached hint names the client it was made
+ * for, even if a later client gets the same address. */
+static _Atomic uint32_t client_ids;
+
 int wsync_connect(const char *endpoint, const char *client_name, wsync_client **out)
 {
 	struct wsync_client *c;
@@ -184,9 +188,13 @@ int wsync_connect(const char *endpoint, const char *client_name, wsync_client **
 
 	if (!out)
 		return wsync_fail(-EINVAL, "wsync_connect: out must not be NULL");
-	c = calloc(1, sizeof(*c));
+	/* aligned: the hazard claims are one cache line each (a struct's size
+	 * is a multiple of its alignment, as aligned_alloc requires) */
+	c = aligned_alloc(_Alignof(struct wsync_client), sizeof(*c));
 	if (!c)
 		return wsync_fail(-ENOMEM, "wsync_connect: out of memory");
+	memset(c, 0, sizeof(*c));
+	c->client_id = atomic_fetch_add_explicit(&client_ids, 1, memory_order_relaxed) + 1;
 	c->sock = -1;
 	c->next_seq = 1;
 	c->reply_timeout_ns = reply_timeout_ns();

@@ -28,8 +28,11 @@
 #define WSYNC_DEAD_WHY_MAX 160
 
 /* Hazard records are one bit each in a 64-bit word; the top bit never is. */
-#define WSYNC_HZ_ALL ((UINT64_C(1) << WSYNC_MAX_VIEWS) - 1)
-_Static_assert(WSYNC_MAX_VIEWS < 64, "hazard bitmap is one word");
+/* Who holds hazard record i of a client: NULL = free. Claimed by CAS. */
+struct hz_claim {
+	_Alignas(WSYNC_CACHELINE) _Atomic(struct wsync_sub *) owner;
+};
+
 
 struct wsync_client {
 	int sock;
@@ -45,8 +48,12 @@ struct wsync_client {
 	uint32_t session_id, max_slots, broker_pid;
 	uint64_t generation;
 
-	_Atomic uint64_t hz_used;        /* bit i: hazards[i] is taken */
-	_Atomic(struct wsync_sub *) hz_owner[WSYNC_MAX_VIEWS];
+	/* Claims of the session page's hazard records, one cache line each so
+	 * that threads holding different records share nothing. */
+	struct hz_claim hz[WSYNC_MAX_VIEWS];
+	_Atomic uint32_t hz_next_hint;   /* hands each thread a starting record */
+	uint32_t client_id;              /* tells a thread's hint for this client
+	                                    from one for an earlier client */
 
 	struct wsync_pub *pubs;          /* under lock */
 	struct wsync_sub *subs;          /* under lock */

@@ -24,8 +24,9 @@
  * lock, no system call. (broker/slots.h states the broker's side.)
  *
  * Hazard records (WSYNC_MAX_VIEWS per client, one cache line each) are
- * claimed through a bitmap word with compare-and-swap, so threads acquiring
- * at once never share a record. A record's pin is cleared with a release
+ * claimed by a compare-and-swap on a claim word of their own line, each
+ * thread starting at its own record, so threads acquiring at once through
+ * one client neither share a record nor a cache line. A record's pin is cleared with a release
  * store when the view is released: every read of the slab by the holder
  * happens before the broker can see the slot unpinned.
  *
@@ -42,26 +43,43 @@
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 
-/* Claims a free hazard record: the lowest zero bit of the bitmap. */
-static int hz_take(struct wsync_client *c, uint32_t *idx)
+/*
+ * A thread's starting record for one client. Threads start their search at
+ * different records, so concurrent acquires through one client claim
+ * different cache lines and never contend; the claim itself is a CAS on
+ * the record's own line.
+ */
+static _Thread_local struct {
+	uint32_t client_id;
+	uint32_t idx;
+} hz_hint;
+
+/* Claims a free hazard record for s, starting at this thread's hint. */
+static int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 {
-	uint64_t used = atomic_load_explicit(&c->hz_used, memory_order_relaxed);
+	uint32_t start;
 
-	for (;;) {
-		uint64_t free_bits = ~used & WSYNC_HZ_ALL;
-		uint32_t i;
+	if (hz_hint.client_id != c->client_id) {
+		hz_hint.client_id = c->client_id;
+		hz_hint.idx = atomic_fetch_add_explicit(&c->hz_next_hint, 1,
+		                                        memory_order_relaxed) % WSYNC_MAX_VIEWS;
+	}
+	start = hz_hint.idx;
+	for (uint32_t k = 0; k < WSYNC_MAX_VIEWS; k++) {
+		uint32_t i = (start + k) % WSYNC_MAX_VIEWS;
+		struct wsync_sub *none = NULL;
 
-		if (!free_bits)
-			return -EAGAIN;
-		i = (uint32_t)__builtin_ctzll(free_bits);
-		if (atomic_compare_exchange_weak_explicit(&c->hz_used, &used,
-		                                          used | (UINT64_C(1) << i),
-		                                          memory_order_acquire,
-		                                          memory_order_relaxed)) {
+		if (atomic_load_explicit(&c->hz[i].owner, memory_order_relaxed))
+			continue;
+		if (atomic_compare_exchange_strong_explicit(&c->hz[i].owner, &none, s,
+		                                            memory_order_acquire,
+		                                            memory_order_relaxed)) {
+			hz_hint.idx = i;
 			*idx = i;
 			return 0;
 		}
 	}
+	return -EAGAIN;
 }
 
 static void hz_put(struct wsync_client *c, uint32_t idx)
@@ -69,9 +87,7 @@ static void hz_put(struct wsync_client *c, uint32_t idx)
 	struct wsync_hazard *hz = client_hazard(c, idx);
 
 	atomic_store_explicit(&hz->pin, 0, memory_order_release);
-	atomic_store_explicit(&hz->version, 0, memory_order_relaxed);
-	atomic_store_explicit(&c->hz_owner[idx], NULL, memory_order_relaxed);
-	atomic_fetch_and_explicit(&c->hz_used, ~(UINT64_C(1) << idx), memory_order_release);
+	atomic_store_explicit(&c->hz[idx].owner, NULL, memory_order_release);
 }
 
 static bool sub_broker_closed(const struct wsync_sub *s)
@@ -146,10 +162,9 @@ int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
 	if (sub_broker_closed(s))
 		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
 	sub_drain_fd(s);
-	if (hz_take(c, &idx))
+	if (hz_take(c, s, &idx))
 		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
 		                  s->model, WSYNC_MAX_VIEWS);
-	atomic_store_explicit(&c->hz_owner[idx], s, memory_order_relaxed);
 	hz = client_hazard(c, idx);
 	err = sub_pin_latest(s, hz, &l, &m);
 	if (err) {
@@ -170,13 +185,16 @@ int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
 	out->priv_slot = slot;
 	out->priv_hazard = idx;
 
+	/* Informational bookkeeping, on the record's own line (monitors show
+	 * long holders; the coarse clock costs a few ns instead of a few tens).
+	 * The shared last_version is written only when it grows, so threads
+	 * taking the same version share its line read-only. */
 	atomic_store_explicit(&hz->version, version, memory_order_relaxed);
-	/* informational (monitors show long holders): the coarse clock is a
-	 * few ns instead of a few tens on the fast path */
 	atomic_store_explicit(&hz->since_ns, wsync_clock_ns(CLOCK_MONOTONIC_COARSE),
 	                      memory_order_relaxed);
-	atomic_fetch_add_explicit(&c->session->acquires, 1, memory_order_relaxed);
-	atomic_store_explicit(&c->session->last_version, version, memory_order_relaxed);
+	atomic_store_explicit(&hz->acquires,
+	                      atomic_load_explicit(&hz->acquires, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
 	if (version > atomic_load_explicit(&s->last_version, memory_order_relaxed))
 		atomic_store_explicit(&s->last_version, version, memory_order_relaxed);
 	return 0;
@@ -194,7 +212,7 @@ void wsync_sub_release(wsync_sub *s, wsync_view *v)
 		return;                          /* already released */
 	idx = v->priv_hazard;
 	if (v->priv_sub != s || idx >= WSYNC_MAX_VIEWS ||
-	    atomic_load_explicit(&s->c->hz_owner[idx], memory_order_relaxed) != s) {
+	    atomic_load_explicit(&s->c->hz[idx].owner, memory_order_relaxed) != s) {
 		wsync_fail(-EINVAL, "model '%s': view released through another subscription, "
 		           "or not a live view", s->model);
 		return;
@@ -325,7 +343,7 @@ void wsync_sub_close(wsync_sub *s)
 	/* Views still held are a caller bug; unpin them so the broker can
 	 * reuse their slots, since their memory goes away with the mappings. */
 	for (uint32_t i = 0; i < WSYNC_MAX_VIEWS; i++)
-		if (atomic_load_explicit(&c->hz_owner[i], memory_order_relaxed) == s)
+		if (atomic_load_explicit(&c->hz[i].owner, memory_order_relaxed) == s)
 			hz_put(c, i);
 	sub_free(s);
 }

@@ -218,8 +218,11 @@ static inline uint32_t wsync_pin_slot(uint64_t pin) { return (uint32_t)pin; }
 struct wsync_hazard {
 	_Atomic uint64_t pin;            /* wsync_pin_pack(), 0 = free */
 	_Atomic uint64_t version;        /* informational: version held */
-	_Atomic int64_t  since_ns;       /* informational: CLOCK_MONOTONIC */
-	uint8_t  pad[WSYNC_CACHELINE - 24];
+	_Atomic int64_t  since_ns;       /* informational: CLOCK_MONOTONIC_COARSE */
+	_Atomic uint64_t acquires;       /* informational: views taken through this
+	                                    record (a session's total is the sum;
+	                                    kept here so threads share no line) */
+	uint8_t  pad[WSYNC_CACHELINE - 32];
 };
 static_assert(sizeof(struct wsync_hazard) == WSYNC_CACHELINE, "one hazard per line");
 
@@ -227,12 +230,11 @@ struct wsync_session_page {
 	uint64_t magic;                  /* WSYNC_MAGIC_SESSION */
 	uint32_t layout_version;
 	uint32_t session_id;
-	/* counters the client keeps for monitors; never trusted by the broker */
-	_Atomic uint64_t acquires;
+	/* counters the client keeps for monitors; never trusted by the broker.
+	 * Acquires are counted per hazard record, not here. */
 	_Atomic uint64_t waits;
 	_Atomic uint64_t timeouts;
-	_Atomic uint64_t last_version;
-	uint8_t  pad[WSYNC_CACHELINE - 48];
+	uint8_t  pad[WSYNC_CACHELINE - 32];
 	struct wsync_hazard hazards[WSYNC_MAX_VIEWS];
 };
 static_assert(sizeof(struct wsync_session_page) == WSYNC_PAGE, "session page is one page");
