@@ -87,6 +87,7 @@ struct wsync_pub {
 	struct wsync_name_index index;
 	struct wsync_model_page *page;   /* rw */
 	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
+	bool guarded;                    /* slabs read-only outside a grant */
 
 	uint64_t last_committed;         /* grants must carry a newer version */
 	bool     begun;
@@ -185,6 +186,8 @@ bool wsync_pub_take_ack(struct wsync_client *c, uint32_t seq, struct conn_reply 
 /* -ENOTCONN if the broker shut down (page CLOSED) or the client is dead:
  * nothing may be published into a generation that no longer has a broker. */
 int wsync_pub_gone(struct wsync_pub *p);
+/* Makes a guarded publisher's slab read-only again (commit, abort). */
+void wsync_pub_guard(struct wsync_pub *p, uint32_t slot);
 /* Checks a COMMIT_OK for version and keeps its prefetched grant; consumes
  * rep's fds. Caller holds the lock. */
 int wsync_pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct conn_reply *rep);

@@ -54,9 +54,9 @@ static int opts_check(const struct wsync_client *c, const char *model,
 {
 	if (!o)
 		return 0;
-	if (o->flags)
-		return wsync_fail(-EINVAL, "model '%s': opts.flags must be 0, not 0x%x",
-		                  model, o->flags);
+	if (o->flags & ~(uint32_t)WSYNC_PUB_UNGUARDED)
+		return wsync_fail(-EINVAL, "model '%s': unknown opts.flags 0x%x",
+		                  model, o->flags & ~(uint32_t)WSYNC_PUB_UNGUARDED);
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return wsync_fail(-EINVAL, "model '%s': opts.reserved[%zu] must be 0",
@@ -204,6 +204,7 @@ int wsync_pub_open(wsync_client *c, const char *model,
 		return wsync_fail(-ENOMEM, "model '%s': out of memory", model);
 	p->c = c;
 	p->cur.fd = p->next.fd = -1;
+	p->guarded = !(opts && (opts->flags & WSYNC_PUB_UNGUARDED));
 	snprintf(p->model, sizeof(p->model), "%s", model);
 	p->n_tensors = n_tensors;
 	p->tensors = calloc(n_tensors, sizeof(*p->tensors));
@@ -246,9 +247,7 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
 	wsync_futex_wake(&pg->seq, INT32_MAX);
-	/* Only a guard against stray writes: a failure here (VMA limit) does
-	 * not make the published version any less valid. */
-	(void)mprotect(p->slabs[p->cur.slot], p->bytes, PROT_READ);
+	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	p->last_committed = version;
 }
@@ -273,7 +272,7 @@ static int pub_check_alive(struct wsync_pub *p)
 
 	if (!err)
 		return 0;
-	(void)mprotect(p->slabs[p->cur.slot], p->bytes, PROT_READ);
+	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	return err;
 }
@@ -379,7 +378,7 @@ int wsync_pub_abort(wsync_pub *p)
 	err = pub_check_begun(p, "wsync_pub_abort");
 	if (err)
 		return err;
-	(void)mprotect(p->slabs[p->cur.slot], p->bytes, PROT_READ);
+	wsync_pub_guard(p, p->cur.slot);
 	/* Whatever the broker answers, the slab is no longer ours to write: a
 	 * grant it still holds for us comes back from the next BEGIN. */
 	p->begun = false;

@@ -193,6 +193,14 @@ static int grant_check(const struct wsync_pub *p, const struct pub_grant *g)
 	return 0;
 }
 
+void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
+{
+	/* Only a guard against stray writes: a failure here (VMA limit) does
+	 * not make the published version any less valid. */
+	if (p->guarded && p->slabs[slot])
+		(void)mprotect(p->slabs[slot], p->bytes, PROT_READ);
+}
+
 /* Makes the granted slab writable: a fresh mapping when the fd came with the
  * grant (an older mapping of the slot is stale), else the cached one. */
 static int grant_map(struct wsync_pub *p, struct pub_grant *g)
@@ -213,7 +221,7 @@ static int grant_map(struct wsync_pub *p, struct pub_grant *g)
 		p->slabs[g->slot] = addr;
 		return 0;
 	}
-	if (mprotect(p->slabs[g->slot], p->bytes, PROT_READ | PROT_WRITE) < 0)
+	if (p->guarded && mprotect(p->slabs[g->slot], p->bytes, PROT_READ | PROT_WRITE) < 0)
 		return wsync_fail(-errno, "model '%s': making slot %u writable: %s",
 		                  p->model, g->slot, strerror(errno));
 	return 0;

@@ -65,8 +65,10 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 	c = s->c;
 	seqw = (_Atomic uint32_t *)&s->page->seq;
 	deadline = wsync_deadline(timeout_ns);
-	/* the first time the fast path fails, look at the socket at once */
-	checked = wsync_mono_ns() - WAIT_SLICE_NS;
+	/* The socket is looked at after a slice without a commit, not before
+	 * the first sleep: a wake that a commit answers in microseconds should
+	 * not pay a poll() for a broker death noticed within a slice anyway. */
+	checked = wsync_mono_ns();
 	atomic_fetch_add_explicit(&c->session->waits, 1, memory_order_relaxed);
 
 	for (;;) {

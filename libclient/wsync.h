@@ -83,10 +83,19 @@ typedef struct wsync_tensor_desc {
 	                                    library, ignored on input */
 } wsync_tensor_desc;
 
+enum wsync_model_flags {
+	/* This publisher's slabs stay writable between commits, instead of
+	 * being mprotect()ed read-only at commit and writable again at begin.
+	 * Saves two page-table walks over the slab per publish (milliseconds
+	 * for hundreds of MiB in 4 KiB pages), at the price that a stray write
+	 * after commit reaches collectors instead of faulting in the trainer. */
+	WSYNC_PUB_UNGUARDED = 1u << 0,
+};
+
 typedef struct wsync_model_opts {
 	uint32_t slots;     /* slabs kept for this model: 0 = default (4),
 	                       2 .. the broker's --max-slots */
-	uint32_t flags;     /* reserved, must be 0 */
+	uint32_t flags;     /* enum wsync_model_flags, 0 = none */
 	uint64_t reserved[6];
 } wsync_model_opts;
 
@@ -212,7 +221,15 @@ int  wsync_slab_tensor(const wsync_slab *s, const char *name,
  * way approaches the machine's memory bandwidth rather than one core's. */
 int  wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
                      size_t len, unsigned threads);
-/* The same for any two buffers that do not overlap. */
+/* Copies every tensor of a begun slab from srcs[i] (exactly
+ * wsync_tensor_bytes(&s->tensors[i]) bytes each; srcs[i] == NULL leaves
+ * tensor i as it is), in one pass split across `threads` threads (0 = one
+ * per online CPU), with streaming stores for large pieces. The fastest way
+ * to publish weights that sit in the trainer's own buffers. -EINVAL if the
+ * slab is not begun or srcs is NULL, -ENOMEM. */
+int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,
+                             unsigned threads);
+/* wsync_slab_copy for any two buffers that do not overlap. */
 int  wsync_copy(void *dst, const void *src, size_t len, unsigned threads);
 
 /* Bytes of one element of dtype, 0 if unknown. */

@@ -180,6 +180,9 @@ int  cleanup_files(struct bench *b);
 wsync_tensor_desc *model_layout(size_t bytes, size_t n_tensors);
 int  model_open(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
                 uint32_t slots, wsync_pub **out);
+/* The same with opts.flags (WSYNC_PUB_UNGUARDED). */
+int  model_open_flags(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
+                      uint32_t slots, uint32_t flags, wsync_pub **out);
 
 /* Copies each tensor of src (laid out contiguously, in slab order) to
  * dst + tensors[i].offset, with memcpy, on the calling thread. */
@@ -207,6 +210,7 @@ void pcopy_flat(struct pcopy *pc, void *dst, const void *src, size_t bytes);
 struct copier {
 	struct pcopy *pc;
 	bool nt;
+	unsigned lib_threads;    /* > 0: wsync_slab_copy_tensors with that many */
 };
 
 /* begin, copy the tensors from src (NULL: no copy), commit. Returns 0 or the

@@ -40,6 +40,12 @@ wsync_tensor_desc *model_layout(size_t bytes, size_t n_tensors)
 int model_open(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
                uint32_t slots, wsync_pub **out)
 {
+	return model_open_flags(c, model, bytes, n_tensors, slots, 0, out);
+}
+
+int model_open_flags(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
+                     uint32_t slots, uint32_t flags, wsync_pub **out)
+{
 	wsync_tensor_desc *d = model_layout(bytes, n_tensors);
 	wsync_model_opts opts;
 	int err;
@@ -48,6 +54,7 @@ int model_open(wsync_client *c, const char *model, size_t bytes, size_t n_tensor
 		return -ENOMEM;
 	memset(&opts, 0, sizeof opts);
 	opts.slots = slots;
+	opts.flags = flags;
 	err = wsync_pub_open(c, model, d, n_tensors, &opts, out);
 	free(d);
 	return err;
@@ -316,6 +323,22 @@ static void copy_with(const struct copier *how, void *dst, const void *src,
 		copy_tensors(dst, src, tensors, n);
 }
 
+/* The library's copy: tensor i's source is its stretch of the concatenated
+ * tensors in src. */
+static int lib_copy(const wsync_slab *s, const void *src, unsigned threads)
+{
+	const void *srcs[256];
+	const char *at = src;
+
+	if (s->n_tensors > sizeof srcs / sizeof srcs[0])
+		return -E2BIG;
+	for (size_t i = 0; i < s->n_tensors; i++) {
+		srcs[i] = at;
+		at += wsync_tensor_bytes(&s->tensors[i]);
+	}
+	return wsync_slab_copy_tensors(s, srcs, threads);
+}
+
 int publish_once(wsync_pub *p, const void *src, const struct copier *how,
                  uint64_t step, uint64_t *version, const char **err_what)
 {
@@ -327,8 +350,16 @@ int publish_once(wsync_pub *p, const void *src, const struct copier *how,
 		*err_what = "wsync_pub_begin";
 		return err;
 	}
-	if (src)
+	if (src && how && how->lib_threads) {
+		err = lib_copy(&s, src, how->lib_threads);
+		if (err) {
+			*err_what = "wsync_slab_copy_tensors";
+			wsync_pub_abort(p);
+			return err;
+		}
+	} else if (src) {
 		copy_with(how, s.base, src, s.tensors, s.n_tensors);
+	}
 	err = wsync_pub_commit(p, step, version);
 	if (err)
 		*err_what = "wsync_pub_commit";

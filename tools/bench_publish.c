@@ -8,8 +8,10 @@
  * tensor by tensor, and one memcpy split across two threads. The first
  * publish into a fresh model (its slabs never touched by this process: page
  * faults) is a row of its own; so is begin+commit without any copy, which is
- * the library's own cost. Two more rows copy with non-temporal stores (on
- * one and on two threads): what a copy helper in the library could give.
+ * the library's own cost. The copy itself is the library's
+ * wsync_slab_copy_tensors (streaming stores, 1 or 2 threads), with and
+ * without the write guard (WSYNC_PUB_UNGUARDED), and a plain memcpy per
+ * tensor for what a trainer gets without the helper.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,11 +35,12 @@ struct pub_run {
 	char error[400];
 	/* samples, one per repeat */
 	double *memcpy1, *memcpy_tensors, *memcpy2;
-	double *pub1, *pub2, *pub_nt, *pub_nt2, *overhead, *fresh;
+	double *pub_memcpy, *lib1, *lib2, *lib2_ug, *overhead, *overhead_ug, *fresh;
 	int n_fresh;
+	wsync_pub *p_ug;                /* the same model, WSYNC_PUB_UNGUARDED */
 };
 
-#define PUB_SERIES 9                /* sample arrays above */
+#define PUB_SERIES 10               /* sample arrays above */
 
 static int pub_fail(struct pub_run *r, const char *what, int err)
 {
@@ -82,24 +85,30 @@ static int pub_setup(struct pub_run *r)
 	r->memcpy1 = all;
 	r->memcpy_tensors = all + R;
 	r->memcpy2 = all + 2 * R;
-	r->pub1 = all + 3 * R;
-	r->pub2 = all + 4 * R;
-	r->pub_nt = all + 5 * R;
-	r->pub_nt2 = all + 6 * R;
+	r->pub_memcpy = all + 3 * R;
+	r->lib1 = all + 4 * R;
+	r->lib2 = all + 5 * R;
+	r->lib2_ug = all + 6 * R;
 	r->overhead = all + 7 * R;
-	r->fresh = all + 8 * R;
+	r->overhead_ug = all + 8 * R;
+	r->fresh = all + 9 * R;
 	err = wsync_connect(r->b->endpoint, "bench-publish", &r->c);
 	if (err)
 		return pub_fail(r, "wsync_connect", err);
 	err = model_open(r->c, "pub-warm", PUB_BYTES, PUB_TENSORS, 0, &r->p);
 	if (err)
 		return pub_fail(r, "wsync_pub_open", err);
+	err = model_open_flags(r->c, "pub-warm-unguarded", PUB_BYTES, PUB_TENSORS, 0,
+	                       WSYNC_PUB_UNGUARDED, &r->p_ug);
+	if (err)
+		return pub_fail(r, "wsync_pub_open (unguarded)", err);
 	return 0;
 }
 
 static void pub_teardown(struct pub_run *r)
 {
 	wsync_pub_close(r->p);
+	wsync_pub_close(r->p_ug);
 	wsync_close(r->c);
 	pcopy_free(r->pc);
 	warm_free(r->src, PUB_BYTES);
@@ -112,11 +121,12 @@ static void pub_teardown(struct pub_run *r)
  * threads started: later publishes fault nothing in. */
 static int pub_warm_up(struct pub_run *r)
 {
-	struct copier two = { r->pc, false };
+	struct copier two = { .lib_threads = 2 };
 	double ms;
 
 	for (int i = 0; i < 6; i++)
-		if (pub_timed(r, r->p, r->src, i & 1 ? &two : NULL, &ms))
+		if (pub_timed(r, r->p, r->src, i & 1 ? &two : NULL, &ms) ||
+		    pub_timed(r, r->p_ug, r->src, &two, &ms))
 			return -1;
 	return 0;
 }
@@ -137,11 +147,12 @@ static int pub_repeat(struct pub_run *r, int i)
 	pcopy_flat(r->pc, r->dst, r->src, PUB_BYTES);
 	r->memcpy2[i] = ms_since(t0);
 
-	if (pub_timed(r, r->p, r->src, NULL, &r->pub1[i]) ||
-	    pub_timed(r, r->p, r->src, &(struct copier){ r->pc, false }, &r->pub2[i]) ||
-	    pub_timed(r, r->p, r->src, &(struct copier){ NULL, true }, &r->pub_nt[i]) ||
-	    pub_timed(r, r->p, r->src, &(struct copier){ r->pc, true }, &r->pub_nt2[i]) ||
-	    pub_timed(r, r->p, NULL, NULL, &r->overhead[i]))
+	if (pub_timed(r, r->p, r->src, NULL, &r->pub_memcpy[i]) ||
+	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_threads = 1 }, &r->lib1[i]) ||
+	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_threads = 2 }, &r->lib2[i]) ||
+	    pub_timed(r, r->p_ug, r->src, &(struct copier){ .lib_threads = 2 }, &r->lib2_ug[i]) ||
+	    pub_timed(r, r->p, NULL, NULL, &r->overhead[i]) ||
+	    pub_timed(r, r->p_ug, NULL, NULL, &r->overhead_ug[i]))
 		return -1;
 	return 0;
 }
@@ -163,40 +174,35 @@ static int pub_fresh(struct pub_run *r, int i)
 	return err;
 }
 
+/* One row against the single-thread memcpy reference. */
+static struct bench_row *pub_row(struct pub_run *r, const char *what, double *v,
+                                 size_t n, double m1)
+{
+	struct bench_row *row = row_add("publish", what, "ms", stat_median(v, n));
+
+	(void)r;
+	row_ref(row, "memcpy, 1 thread", m1);
+	return row;
+}
+
 static void pub_rows(struct pub_run *r)
 {
-	int R = r->b->repeats;
-	double m1 = stat_median(r->memcpy1, (size_t)R);
-	const char *ref = "memcpy, 1 thread";
-	struct bench_row *row;
+	size_t R = (size_t)r->b->repeats;
+	double m1 = stat_median(r->memcpy1, R);
 
 	row_add("publish", "memcpy 256 MiB, 1 thread, warm buffers (reference)", "ms", m1);
-	row = row_add("publish", "256 MiB / 64 tensors: begin, copy, commit", "ms",
-	              stat_median(r->pub1, (size_t)R));
-	row_ref(row, ref, m1);
-	row_target_ratio(row, 1.2);
-	row = row_add("publish", "same, copy split across 2 threads", "ms",
-	              stat_median(r->pub2, (size_t)R));
-	row_ref(row, ref, m1);
-	row_target_ratio(row, 1.0);
-	row = row_add("publish", "same, non-temporal stores (a copy helper), 1 thread", "ms",
-	              stat_median(r->pub_nt, (size_t)R));
-	row_ref(row, ref, m1);
-	row = row_add("publish", "same, non-temporal stores, 2 threads", "ms",
-	              stat_median(r->pub_nt2, (size_t)R));
-	row_ref(row, ref, m1);
-	row = row_add("publish", "first publish into fresh slabs (page faults)", "ms",
-	              stat_median(r->fresh, (size_t)r->n_fresh));
-	row_ref(row, ref, m1);
-	row = row_add("publish", "begin + commit without copying (library cost)", "ms",
-	              stat_median(r->overhead, (size_t)R));
-	row_ref(row, ref, m1);
-	row = row_add("publish", "memcpy 64 tensors one by one, warm (no wsync)", "ms",
-	              stat_median(r->memcpy_tensors, (size_t)R));
-	row_ref(row, ref, m1);
-	row = row_add("publish", "memcpy 256 MiB split across 2 threads (no wsync)", "ms",
-	              stat_median(r->memcpy2, (size_t)R));
-	row_ref(row, ref, m1);
+	row_target_ratio(pub_row(r, "256 MiB / 64 tensors: begin, wsync_slab_copy_tensors "
+	                         "(1 thread), commit", r->lib1, R, m1), 1.2);
+	row_target_ratio(pub_row(r, "same, wsync_slab_copy_tensors with 2 threads",
+	                         r->lib2, R, m1), 1.0);
+	pub_row(r, "same, 2 threads, WSYNC_PUB_UNGUARDED (no mprotect)", r->lib2_ug, R, m1);
+	pub_row(r, "begin, memcpy each tensor, commit (no copy helper)", r->pub_memcpy, R, m1);
+	pub_row(r, "first publish into fresh slabs (page faults)", r->fresh,
+	        (size_t)r->n_fresh, m1);
+	pub_row(r, "begin + commit without copying (library cost)", r->overhead, R, m1);
+	pub_row(r, "same, WSYNC_PUB_UNGUARDED", r->overhead_ug, R, m1);
+	pub_row(r, "memcpy 64 tensors one by one, warm (no wsync)", r->memcpy_tensors, R, m1);
+	pub_row(r, "memcpy 256 MiB split across 2 threads (no wsync)", r->memcpy2, R, m1);
 }
 
 int bench_publish(struct bench *b)

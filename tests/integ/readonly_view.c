@@ -107,6 +107,34 @@ static int stray_trainer(void *arg)
 	return 5;
 }
 
+#define MODEL_UNGUARDED "ro.unguarded"
+
+/* With WSYNC_PUB_UNGUARDED the slab stays writable after commit (no fault):
+ * the flag really removes the guard, which is what it costs. Unknown flags
+ * are refused. */
+static int unguarded_trainer(void *arg)
+{
+	(void)arg;
+	wsync_tensor_desc d[2];
+	wsync_model_opts o = { .flags = 1u << 7 };
+	wsync_client *c = NULL;
+	wsync_pub *p = NULL;
+	wsync_slab slab;
+	size_t n = harness_model_2t(d);
+	TEST_OK(harness_connect(&B, "ro-unguarded-trainer", &c));
+	TEST_RC(wsync_pub_open(c, MODEL_UNGUARDED, d, n, &o, &p), -EINVAL);
+	TEST_CONTAINS(wsync_errmsg(), "opts.flags");
+	o.flags = WSYNC_PUB_UNGUARDED;
+	TEST_OK(wsync_pub_open(c, MODEL_UNGUARDED, d, n, &o, &p));
+	TEST_OK(wsync_pub_begin(p, 5 * HARNESS_S, &slab));
+	harness_fill(slab.base, slab.bytes, 7);
+	TEST_OK(wsync_pub_commit(p, 7, NULL));
+	((volatile uint64_t *)slab.base)[1] = 0;    /* no guard: no fault */
+	wsync_pub_close(p);
+	wsync_close(c);
+	return 0;
+}
+
 static void expect_segv(pid_t pid, const char *who)
 {
 	int st = harness_wait_status(pid, HARNESS_WAIT_MS);
@@ -132,6 +160,9 @@ int main(void)
 
 	pid_t ver = harness_fork(verifier, &v1);
 	harness_expect_exit0(ver, "verifier");
+
+	pid_t ug = harness_fork(unguarded_trainer, NULL);
+	harness_expect_exit0(ug, "the unguarded trainer");
 
 	/* the trainer's own committed slab */
 	pid_t st = harness_fork(stray_trainer, NULL);

@@ -4,7 +4,9 @@
  * pages or threads; a collector in another process then sees every byte.
  * It refuses (-EINVAL, with a message) a range past the slab, a NULL source,
  * and a slab already committed or aborted; wsync_copy copies odd lengths
- * and zero bytes.
+ * and zero bytes. wsync_slab_copy_tensors copies every tensor of a
+ * multi-tensor model in one pass (odd sizes, an empty tensor), leaves a
+ * tensor whose source is NULL untouched, and refuses a slab not begun.
  */
 #include "tests/lib/harness.h"
 
@@ -71,6 +73,72 @@ static void check_wsync_copy(void)
 	TEST_RC(wsync_copy(NULL, "x", 1, 1), -EINVAL);
 }
 
+#define MULTI "copy.multi"
+#define N_MULTI 5
+
+/* f32 [1000,1001], u8 [3], f32 [0] (empty), i64 [700000], bf16 [2,999999] */
+static void multi_layout(wsync_tensor_desc d[N_MULTI])
+{
+	static const uint64_t s0[] = { 1000, 1001 }, s1[] = { 3 }, s2[] = { 0 },
+	                      s3[] = { 700000 }, s4[] = { 2, 999999 };
+
+	harness_desc(&d[0], "a", WSYNC_F32, 2, s0);
+	harness_desc(&d[1], "b", WSYNC_U8, 1, s1);
+	harness_desc(&d[2], "empty", WSYNC_F32, 1, s2);
+	harness_desc(&d[3], "untouched", WSYNC_I64, 1, s3);
+	harness_desc(&d[4], "e", WSYNC_BF16, 2, s4);
+}
+
+static void check_copy_tensors(wsync_client *c)
+{
+	wsync_tensor_desc d[N_MULTI];
+	wsync_pub *p = NULL;
+	wsync_slab slab, stale;
+	const void *srcs[N_MULTI];
+	uint8_t *bufs[N_MULTI];
+	unsigned threads[] = { 1, 2, 0 };
+
+	multi_layout(d);
+	TEST_OK(wsync_pub_open(c, MULTI, d, N_MULTI, NULL, &p));
+	for (size_t t = 0; t < 3; t++) {
+		uint64_t step = 100 + t;
+
+		TEST_OK(wsync_pub_begin(p, 5 * HARNESS_S, &slab));
+		for (size_t i = 0; i < N_MULTI; i++) {
+			size_t n = (size_t)wsync_tensor_bytes(&slab.tensors[i]);
+
+			bufs[i] = malloc(n + 1);
+			TEST_ASSERT(bufs[i] != NULL);
+			for (size_t k = 0; k < n; k++)
+				bufs[i][k] = pattern(step + i, k);
+			srcs[i] = bufs[i];
+		}
+		/* the NULL source's tensor keeps what is written here */
+		memset((char *)slab.base + slab.tensors[3].offset, 0x5a,
+		       (size_t)wsync_tensor_bytes(&slab.tensors[3]));
+		srcs[3] = NULL;
+		TEST_RC(wsync_slab_copy_tensors(&slab, NULL, threads[t]), -EINVAL);
+		TEST_OK(wsync_slab_copy_tensors(&slab, srcs, threads[t]));
+		for (size_t i = 0; i < N_MULTI; i++) {
+			const uint8_t *got = (const uint8_t *)slab.base + slab.tensors[i].offset;
+			size_t n = (size_t)wsync_tensor_bytes(&slab.tensors[i]);
+
+			for (size_t k = 0; k < n; k++) {
+				uint8_t want = i == 3 ? 0x5a : pattern(step + i, k);
+
+				TEST_ASSERT_MSG(got[k] == want, "threads %u: tensor %zu byte %zu "
+				                "is %u, expected %u", threads[t], i, k, got[k], want);
+			}
+		}
+		stale = slab;
+		TEST_OK(wsync_pub_commit(p, step, NULL));
+		TEST_RC(wsync_slab_copy_tensors(&stale, srcs, 1), -EINVAL);
+		for (size_t i = 0; i < N_MULTI; i++)
+			free(bufs[i]);
+	}
+	wsync_pub_close(p);
+}
+
 int main(void)
 {
 	wsync_tensor_desc d;
@@ -111,6 +179,7 @@ int main(void)
 	TEST_RC(wsync_slab_copy(&stale, 0, src, 8, 1), -EINVAL);
 
 	wsync_pub_close(p);
+	check_copy_tensors(c);
 	wsync_close(c);
 	free(src);
 	harness_broker_finish(&B);

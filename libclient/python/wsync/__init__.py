@@ -1,0 +1,60 @@
+"""wsync: Python binding of libwsync, the shared-memory weight broker client.
+
+A trainer publishes versions of a model's weights; collectors read the newest
+version in place, zero copy, or wait for a newer one::
+
+    import wsync
+    with wsync.connect() as client:
+        pub = client.publisher_like("policy", model.state_dict())
+        with pub.begin(timeout=1.0) as slab:
+            slab.copy_from(model.state_dict())
+            slab.commit(step)
+
+    with wsync.connect() as client:
+        sub = client.subscriber("policy")
+        with sub.wait(after=0, timeout=5.0) as view:
+            weights = view.state_dict("torch")   # valid until the block ends
+
+See docs/PYTHON.md for the lifetime rules of zero-copy arrays.
+"""
+from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
+from ._errors import (BusyError, ClosedError, LayoutError, NoDataError, NotConnectedError,
+                      WsyncError, WsyncTimeoutError)
+from ._core import (Client, Publisher, Slab, Subscriber, TensorSpec, View, connect)
+from ._dtypes import CODE as DTYPES
+
+__all__ = [
+    "connect", "Client", "Publisher", "Slab", "Subscriber", "View", "TensorSpec",
+    "WsyncError", "WsyncTimeoutError", "BusyError", "NotConnectedError", "NoDataError",
+    "LayoutError", "ClosedError", "DTYPES", "library_version", "library_path",
+    "default_endpoint", "strerror", "MAX_VIEWS", "NAME_MAX", "MAX_DIMS", "ALIGN",
+]
+
+__version__ = "0.1.0"
+
+
+def library_version():
+    """The loaded libwsync's version string ("0.1.0")."""
+    return _libwsync.wsync_version_string().decode()
+
+
+def library_path():
+    """Which libwsync was loaded."""
+    return _libwsync._wsync_path
+
+
+def strerror(err):
+    """libwsync's name for an errno value (positive or negative)."""
+    return _libwsync.wsync_strerror(-abs(int(err))).decode()
+
+
+def default_endpoint():
+    """The socket path connect(None) would use ($WSYNC_ENDPOINT, else the
+    default broker's socket)."""
+    import ctypes
+    buf = ctypes.create_string_buffer(4096)
+    rc = _libwsync.wsync_default_endpoint(buf, len(buf))
+    if rc < 0:
+        from ._errors import error_from_rc
+        raise error_from_rc(rc)
+    return buf.value.decode()

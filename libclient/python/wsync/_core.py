@@ -1,0 +1,872 @@
+"""Client, Publisher, Slab, Subscriber and View: the Python face of libwsync.
+
+Ownership mirrors the C library: a View keeps its Subscriber alive, a
+Subscriber or Publisher its Client, and every array handed out keeps its View
+or Slab alive. So the garbage collector never releases or unmaps memory an
+array still points at. Explicit calls do: View.release() (and leaving its
+`with` block), Subscriber.close(), Publisher.close() and Client.close() end
+the validity of arrays taken through them. See docs/PYTHON.md.
+"""
+import ctypes
+import math
+import os
+import threading
+import time
+import weakref
+from collections import namedtuple
+from collections.abc import Mapping
+
+import numpy as np
+
+from . import _dtypes
+from ._errors import ClosedError, WsyncError, check, error_from_rc
+from ._lib import FOREVER, NAME_MAX, MAX_DIMS, CSlab, CView, ModelOpts, TensorDesc, lib
+
+import errno as _errno
+
+# Long waits are cut into slices of this length so that Python signal
+# handlers (Ctrl-C) run and close() from another thread is noticed. Each
+# slice is an ordinary futex wait in the library: a commit wakes it at once.
+_SLICE_S = 0.25
+
+TensorSpec = namedtuple("TensorSpec", "name dtype shape offset nbytes")
+TensorSpec.__doc__ = """One tensor of a model's layout: name, dtype ("f32", ...),
+shape (a tuple), byte offset in the slab and size in bytes."""
+
+# Bumped in a forked child: handles of the parent must not be used there (the
+# child shares the parent's broker session; touching it would corrupt it).
+_fork_gen = [0]
+
+
+def _after_fork_in_child():
+    _fork_gen[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _enc(s, what):
+    if s is None:
+        return None
+    if isinstance(s, os.PathLike):
+        s = os.fspath(s)
+    if isinstance(s, str):
+        s = s.encode()
+    if not isinstance(s, bytes):
+        raise TypeError("wsync: %s must be a str, not %s" % (what, type(s).__name__))
+    return s
+
+
+def _timeout_ns(timeout):
+    if timeout is None:
+        return FOREVER
+    t = float(timeout)
+    if t < 0 or math.isnan(t):
+        raise ValueError("wsync: timeout must be None (forever) or >= 0 seconds, not %r"
+                         % (timeout,))
+    return min(int(t * 1e9), 2**63 - 1)
+
+
+class _Handle:
+    """Counts calls in flight so that close() never frees a C handle another
+    thread is using; close() waits for them (a sliced wait notices within a
+    slice and raises ClosedError)."""
+
+    _what = "handle"
+
+    def _init_handle(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = 0
+        self._closed = False
+        self._gen = _fork_gen[0]
+
+    def _enter(self):
+        with self._cond:
+            if self._closed:
+                raise ClosedError("wsync: %s is closed" % self._what)
+            if self._gen != _fork_gen[0]:
+                raise ClosedError("wsync: %s belongs to the parent process; connect anew "
+                                  "after fork()" % self._what)
+            self._busy += 1
+
+    def _leave(self):
+        with self._cond:
+            self._busy -= 1
+            if not self._busy:
+                self._cond.notify_all()
+
+    def _mark_closed(self):
+        """True if this call closes the handle (the C close is then up to the
+        caller); waits for calls in flight to finish."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            while self._busy:
+                self._cond.wait()
+            return self._gen == _fork_gen[0]
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if not getattr(self, "_closed", True):
+                self.close()
+        except Exception:
+            pass
+
+
+def _sliced(handle, call, timeout, retry_rc):
+    """Calls call(timeout_ns) in slices until it returns something other than
+    retry_rc or the timeout is used up; returns the last return code."""
+    if timeout is not None:
+        ns = _timeout_ns(timeout)
+        if ns <= int(_SLICE_S * 1e9):
+            return call(ns)
+        deadline = time.monotonic() + timeout
+    else:
+        deadline = None
+    while True:
+        if deadline is None:
+            ns = int(_SLICE_S * 1e9)
+        else:
+            left = deadline - time.monotonic()
+            ns = max(0, int(min(left, _SLICE_S) * 1e9))
+        rc = call(ns)
+        if rc != retry_rc:
+            return rc
+        if deadline is not None and time.monotonic() >= deadline:
+            return rc
+        if handle._closed:
+            raise ClosedError("wsync: %s was closed while waiting" % handle._what)
+
+
+def _read_layout(ptr, n):
+    specs = []
+    for i in range(n):
+        d = ptr[i]
+        code = d.dtype
+        shape = tuple(int(x) for x in d.shape[:d.ndim])
+        nbytes = _dtypes.ITEMSIZE[code] * math.prod(shape)
+        specs.append(TensorSpec(d.name.decode("utf-8", "replace"), _dtypes.NAME[code],
+                                shape, int(d.offset), nbytes))
+    return specs
+
+
+def _make_descs(tensors):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("wsync: a model needs at least one tensor")
+    arr = (TensorDesc * len(tensors))()
+    for i, t in enumerate(tensors):
+        try:
+            name, dtype, shape = t
+        except (TypeError, ValueError):
+            raise TypeError("wsync: tensors are (name, dtype, shape) triples, got %r"
+                            % (t,)) from None
+        bname = _enc(name, "tensor name")
+        if len(bname) >= NAME_MAX:
+            raise ValueError("wsync: tensor name %r is longer than %d bytes"
+                             % (name, NAME_MAX - 1))
+        shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
+        if len(shape) > MAX_DIMS:
+            raise ValueError("wsync: tensor %r has %d dimensions, at most %d"
+                             % (name, len(shape), MAX_DIMS))
+        if any(x < 0 for x in shape):
+            raise ValueError("wsync: tensor %r has a negative dimension %r" % (name, shape))
+        d = arr[i]
+        d.name = bname
+        d.dtype = _dtypes.code_of(dtype)
+        d.ndim = len(shape)
+        for k, x in enumerate(shape):
+            d.shape[k] = x
+    return arr
+
+
+def _raw(owner, base, nbytes):
+    """The owner's (View or Slab) memory as a ctypes array, made once and
+    kept while any array made from it lives.
+
+    The ctypes array references its owner, and every numpy array or torch
+    tensor made from it keeps the ctypes array alive (numpy through its
+    memoryview): an array alive means its owner alive, so the garbage
+    collector never releases a view under an array. The owner keeps only a
+    weak reference back, so there is no cycle: a view nobody uses is
+    released as soon as its last reference goes."""
+    raw = owner._rawref() if owner._rawref is not None else None
+    if raw is None:
+        raw = (ctypes.c_char * nbytes).from_address(base)
+        raw._wsync_owner = owner
+        owner._rawref = weakref.ref(raw)
+    return raw
+
+
+def _rw(raw):
+    return memoryview(raw).cast("B")
+
+
+def _ro(raw):
+    return memoryview(raw).cast("B").toreadonly()
+
+
+def _np_view(buf, spec, np_dtype=None):
+    dt = np_dtype if np_dtype is not None else _dtypes.NUMPY[_dtypes.CODE[spec.dtype]]
+    count = spec.nbytes // dt.itemsize
+    return np.frombuffer(buf, dtype=dt, count=count, offset=spec.offset).reshape(spec.shape)
+
+
+def _torch_view(buf, spec):
+    import torch
+    code = _dtypes.CODE[spec.dtype]
+    if code == _dtypes.BF16:
+        arr = _np_view(buf, spec, np.dtype(np.int16))
+        return torch.from_numpy(arr).view(torch.bfloat16)
+    return torch.from_numpy(_np_view(buf, spec))
+
+
+# ---- client -----------------------------------------------------------------
+
+
+class Client(_Handle):
+    """A connection to a broker. Use as a context manager or call close()."""
+
+    _what = "client"
+
+    def __init__(self, endpoint=None, name=None):
+        self._init_handle()
+        self._ptr = None
+        self._children = weakref.WeakSet()
+        ptr = ctypes.c_void_p()
+        rc = lib.wsync_connect(_enc(endpoint, "endpoint"), _enc(name, "client name"),
+                               ctypes.byref(ptr))
+        if rc < 0:
+            self._closed = True
+            raise error_from_rc(rc)
+        self._ptr = ptr.value
+        self.endpoint = endpoint
+        self.name = name
+
+    def __repr__(self):
+        return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
+                                       " closed" if self._closed else "")
+
+    def publisher(self, model, tensors, slots=0):
+        """Declares model's layout and becomes its publisher.
+
+        tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
+        "f64", "i8", "i16", "i32", "i64", "u8", "bool", a numpy dtype or a
+        torch dtype. slots: slabs kept for the model (0 = the broker's
+        default, 4). Raises LayoutError (-EEXIST) if the model exists with
+        another layout, BusyError if it has another publisher."""
+        return Publisher(self, model, _make_descs(tensors), slots)
+
+    def publisher_like(self, model, state_dict, slots=0):
+        """publisher() with the layout of a dict of numpy arrays or torch
+        tensors (names, dtypes and shapes, in the dict's order)."""
+        tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
+                    _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
+        return self.publisher(model, tensors, slots)
+
+    def subscriber(self, model):
+        """Subscribes to model, which need not exist yet."""
+        return Subscriber(self, model)
+
+    def _adopt(self, child):
+        self._children.add(child)
+
+    def close(self):
+        """Closes the connection and every publisher and subscriber opened on
+        it (their views are released: arrays taken from them become
+        invalid). Idempotent."""
+        if not self._mark_closed():
+            return
+        kids = list(self._children)
+        for k in kids:
+            if isinstance(k, Publisher):
+                k.close()
+        for k in kids:
+            k.close()
+        lib.wsync_close(self._ptr)
+        self._ptr = None
+
+
+def connect(endpoint=None, name=None):
+    """Connects to a broker: endpoint is a socket path (contains a '/'), an
+    instance name ("default", "lab"), or None for $WSYNC_ENDPOINT, else the
+    default broker. name is shown by monitoring tools and in BusyError
+    messages. Returns a Client (a context manager)."""
+    return Client(endpoint, name)
+
+
+# ---- publisher --------------------------------------------------------------
+
+
+class Publisher(_Handle):
+    """The only writer of one model. Drive it from one thread at a time
+    (calls are serialised by a lock)."""
+
+    _what = "publisher"
+
+    def __init__(self, client, model, descs, slots):
+        self._init_handle()
+        self._ptr = None
+        self.client = client
+        self.model = model
+        self._slab = None
+        self._layout = _read_layout(descs, len(descs))   # offsets filled at begin
+        self._layout_final = False
+        self._drive = threading.Lock()
+        opts = ModelOpts()
+        opts.slots = int(slots)
+        ptr = ctypes.c_void_p()
+        client._enter()
+        try:
+            rc = lib.wsync_pub_open(client._ptr, _enc(model, "model"), descs, len(descs),
+                                    ctypes.byref(opts), ctypes.byref(ptr))
+            if rc < 0:
+                self._closed = True
+                raise error_from_rc(rc)
+            self._ptr = ptr.value
+            client._adopt(self)
+        finally:
+            client._leave()
+
+    def __repr__(self):
+        return "<wsync.Publisher %r%s>" % (self.model, " closed" if self._closed else "")
+
+    @property
+    def layout(self):
+        """The tensors as TensorSpec (offsets known after the first begin)."""
+        return list(self._layout)
+
+    def begin(self, timeout=None):
+        """Grants a writable Slab for the next version. Waits up to timeout
+        seconds (None: forever) while readers hold every slot, then raises
+        BusyError naming the holders. The slab's previous contents are
+        unspecified: write every tensor."""
+        self._enter()
+        try:
+            with self._drive:
+                if self._slab is not None:
+                    raise WsyncError(_errno.EALREADY, "a slab is already begun",
+                                     "model '%s': commit or abort the begun slab first"
+                                     % self.model)
+                cs = CSlab()
+                rc = _sliced(self, lambda ns: lib.wsync_pub_begin(self._ptr, ns,
+                                                                  ctypes.byref(cs)),
+                             timeout, -_errno.EBUSY)
+                check(rc)
+                if not self._layout_final:
+                    self._layout = _read_layout(cs.tensors, cs.n_tensors)
+                    self._layout_final = True
+                slab = Slab(self, cs)
+                self._slab = slab
+                return slab
+        finally:
+            self._leave()
+
+    def wait_commit(self, timeout=None):
+        """Waits for the broker's confirmation of the last commit_async();
+        returns its version. TimeoutError on time; WsyncError(ENOENT) if no
+        commit is outstanding."""
+        self._enter()
+        try:
+            with self._drive:
+                v = ctypes.c_uint64()
+                rc = _sliced(self, lambda ns: lib.wsync_pub_wait_commit(
+                    self._ptr, ns, ctypes.byref(v)), timeout, -_errno.ETIMEDOUT)
+                check(rc)
+                return v.value
+        finally:
+            self._leave()
+
+    def _finish(self, slab, call, step=None):
+        self._enter()
+        try:
+            with self._drive:
+                if slab._done or self._slab is not slab:
+                    raise ClosedError("wsync: this slab was already committed or aborted")
+                if step is None:
+                    rc = call(self._ptr)
+                    v = None
+                else:
+                    out = ctypes.c_uint64()
+                    rc = call(self._ptr, int(step), ctypes.byref(out))
+                    v = out.value
+                # Success or failure, the library no longer treats the slab
+                # as begun (a failed commit drops it; it is read-only again).
+                err = error_from_rc(rc) if rc < 0 else None
+                slab._retire()
+                self._slab = None
+                if err is not None:
+                    raise err
+                return v
+        finally:
+            self._leave()
+
+    def close(self):
+        """Aborts a begun slab, if any, and stops publishing. Arrays taken
+        from slabs of this publisher become invalid. Idempotent."""
+        if not self._mark_closed():
+            return
+        if self._slab is not None:
+            self._slab._retire()
+            self._slab = None
+        lib.wsync_pub_close(self._ptr)
+        self._ptr = None
+
+
+class Slab:
+    """A writable slab for the next version, from Publisher.begin().
+
+    As a context manager: an exception inside the block aborts the slab;
+    leaving the block normally requires that slab.commit(step) (or
+    slab.abort()) was called, else the slab is aborted and RuntimeError is
+    raised. Nothing is ever committed implicitly."""
+
+    def __init__(self, pub, cs):
+        self.publisher = pub
+        self._c = cs
+        self._done = False
+        self._rawref = None
+        self._arrays = []          # weakrefs to numpy arrays handed out
+        self.nbytes = cs.bytes
+        self._by_name = {s.name: s for s in pub._layout}
+        self.version = None        # set by commit / commit_async
+
+    def __repr__(self):
+        return "<wsync.Slab of %r %s>" % (self.publisher.model,
+                                         "done" if self._done else "begun")
+
+    @property
+    def layout(self):
+        return list(self.publisher._layout)
+
+    @property
+    def tensors(self):
+        return [s.name for s in self.publisher._layout]
+
+    @property
+    def active(self):
+        return not self._done
+
+    def _spec(self, name):
+        if self._done:
+            raise ClosedError("wsync: slab already committed or aborted")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError("wsync: model %r has no tensor %r" % (self.publisher.model, name)) \
+                from None
+
+    def _buf(self):
+        return _raw(self, self._c.base, self._c.bytes)
+
+    def numpy(self, name):
+        """A writable numpy array over tensor name in the slab (zero copy;
+        bf16 as uint16 bits). Valid until commit/abort: then this array (not
+        views derived from it) is made read-only, and writing through
+        anything derived from it kills the process with SIGSEGV."""
+        spec = self._spec(name)
+        arr = _np_view(_rw(self._buf()), spec)
+        self._arrays.append(weakref.ref(arr))
+        return arr
+
+    def torch(self, name):
+        """A writable torch tensor over tensor name in the slab (zero copy).
+        Valid until commit/abort; writing to it after that kills the process
+        with SIGSEGV (torch tensors cannot be made read-only)."""
+        spec = self._spec(name)
+        return _torch_view(_rw(self._buf()), spec)
+
+    def state_dict(self, kind="numpy"):
+        """{name: writable array} for every tensor, in layout order."""
+        get = self.numpy if kind == "numpy" else self.torch if kind == "torch" else None
+        if get is None:
+            raise ValueError("wsync: kind must be 'numpy' or 'torch'")
+        return {s.name: get(s.name) for s in self.publisher._layout}
+
+    def copy_from(self, src, threads=0):
+        """Fills the slab with wsync_slab_copy (split across threads; 0 = one
+        per CPU, small copies stay on this thread).
+
+        src is either a mapping {name: numpy array / torch tensor / scalar}
+        holding exactly the model's tensors with their dtypes and shapes
+        (bf16 from a torch.bfloat16 tensor or raw uint16/int16 bits), or one
+        buffer laid out like the slab (as long as the slab, or up to the end
+        of its last tensor). Sources adjacent in memory exactly as in the
+        slab (for instance a View's arrays) are copied in one call. Every
+        source is checked before any byte is copied."""
+        if self._done:
+            raise ClosedError("wsync: slab already committed or aborted")
+        if not isinstance(src, Mapping):
+            return self._copy_buffer(src, threads)
+        layout = self.publisher._layout
+        extra = [k for k in src if k not in self._by_name]
+        missing = [s.name for s in layout if s.name not in src]
+        if extra or missing:
+            raise KeyError("wsync: copy_from needs exactly the tensors of model %r%s%s"
+                           % (self.publisher.model,
+                              "; missing: %s" % ", ".join(missing) if missing else "",
+                              "; unknown: %s" % ", ".join(map(str, extra)) if extra else ""))
+        parts, keep = [], []
+        for spec in layout:
+            ptr, n, obj = _source(spec, src[spec.name])
+            keep.append(obj)
+            parts.append((spec.offset, ptr, n))
+        runs = []
+        for off, ptr, n in parts:
+            if n == 0:
+                continue
+            if runs:
+                roff, rptr, rn = runs[-1]
+                if ptr - rptr == off - roff and off >= roff + rn:
+                    runs[-1] = (roff, rptr, off + n - roff)
+                    continue
+            runs.append((off, ptr, n))
+        self._copy_runs(runs, threads)
+        del keep
+        return len(runs)
+
+    def _copy_buffer(self, src, threads):
+        layout = self.publisher._layout
+        end = max((s.offset + s.nbytes for s in layout), default=0)
+        if _dtypes.is_torch_tensor(src):
+            t = src.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            t = t.contiguous()
+            ptr, n, keep = t.data_ptr(), t.numel() * t.element_size(), t
+        else:
+            mv = memoryview(src)
+            if not mv.c_contiguous:
+                raise ValueError("wsync: copy_from needs a contiguous buffer")
+            arr = np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
+                                dtype=np.uint8)
+            ptr, n, keep = arr.__array_interface__["data"][0], arr.nbytes, arr
+        if not end <= n <= self.nbytes:
+            raise ValueError("wsync: a buffer for copy_from must hold %d to %d bytes "
+                             "(the slab's layout), not %d" % (end, self.nbytes, n))
+        self._copy_runs([(0, ptr, n)], threads)
+        del keep
+        return 1
+
+    def _copy_runs(self, runs, threads):
+        pub = self.publisher
+        pub._enter()
+        try:
+            if self._done:
+                raise ClosedError("wsync: slab already committed or aborted")
+            for off, ptr, n in runs:
+                check(lib.wsync_slab_copy(ctypes.byref(self._c), off, ptr, n, int(threads)))
+        finally:
+            pub._leave()
+
+    def commit(self, step):
+        """Publishes this slab as the newest version, stamped with step (an
+        int >= 0); returns the version once the broker has checked it."""
+        self.version = self.publisher._finish(self, lib.wsync_pub_commit, step)
+        return self.version
+
+    def commit_async(self, step):
+        """Like commit() but returns as soon as collectors can see the
+        version; collect the broker's confirmation with
+        Publisher.wait_commit() (or it is collected by the next begin)."""
+        self.version = self.publisher._finish(self, lib.wsync_pub_commit_async, step)
+        return self.version
+
+    def abort(self):
+        """Drops the slab; the latest version is unchanged."""
+        self.publisher._finish(self, lib.wsync_pub_abort)
+
+    def _retire(self):
+        self._done = True
+        for r in self._arrays:
+            a = r()
+            if a is not None:
+                try:
+                    a.flags.writeable = False
+                except ValueError:
+                    pass
+        self._arrays = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if self._done:
+            return False
+        try:
+            self.abort()
+        except (WsyncError, ClosedError):
+            if et is None:
+                raise
+        if et is None:
+            raise RuntimeError("wsync: a slab of model %r was left without commit() or "
+                               "abort(); it was aborted" % self.publisher.model)
+        return False
+
+    def __del__(self):
+        try:
+            if not self._done and not self.publisher._closed:
+                self.abort()
+        except Exception:
+            pass
+
+
+def _source(spec, x):
+    """(address, bytes, keep-alive object) of a source for tensor spec."""
+    code = _dtypes.CODE[spec.dtype]
+    if _dtypes.is_torch_tensor(x):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        got = _dtypes.code_of(t.dtype)
+        if got != code and not (code == _dtypes.BF16 and got == _dtypes.CODE["i16"]):
+            raise TypeError("wsync: tensor %r is %s, the layout says %s"
+                            % (spec.name, _dtypes.NAME[got], spec.dtype))
+        if tuple(t.shape) != spec.shape:
+            raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
+                             % (spec.name, tuple(t.shape), spec.shape))
+        t = t.contiguous()
+        return t.data_ptr(), spec.nbytes, t
+    want = _dtypes.NUMPY[code]
+    if isinstance(x, np.ndarray):
+        a = x
+        ok = a.dtype == want or (code == _dtypes.BF16 and a.dtype in (np.int16, np.uint16))
+        if not ok:
+            raise TypeError("wsync: tensor %r is %s, the layout says %s"
+                            % (spec.name, a.dtype, spec.dtype))
+    else:
+        a = np.asarray(x, dtype=want)
+    if a.shape != spec.shape:
+        raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
+                         % (spec.name, a.shape, spec.shape))
+    a = np.ascontiguousarray(a)
+    return a.__array_interface__["data"][0], spec.nbytes, a
+
+
+# ---- subscriber -------------------------------------------------------------
+
+
+class Subscriber(_Handle):
+    """A subscription to one model. acquire() and wait() may be called from
+    several threads at once."""
+
+    _what = "subscriber"
+
+    def __init__(self, client, model):
+        self._init_handle()
+        self._ptr = None
+        self.client = client
+        self.model = model
+        self._views = weakref.WeakSet()
+        self._layout = None
+        self._by_name = None
+        ptr = ctypes.c_void_p()
+        client._enter()
+        try:
+            rc = lib.wsync_sub_open(client._ptr, _enc(model, "model"), ctypes.byref(ptr))
+            if rc < 0:
+                self._closed = True
+                raise error_from_rc(rc)
+            self._ptr = ptr.value
+            client._adopt(self)
+        finally:
+            client._leave()
+
+    def __repr__(self):
+        return "<wsync.Subscriber %r%s>" % (self.model, " closed" if self._closed else "")
+
+    def _view(self, cv):
+        if self._layout is None:
+            self._layout = _read_layout(cv.tensors, cv.n_tensors)
+            self._by_name = {s.name: s for s in self._layout}
+        v = View(self, cv)
+        self._views.add(v)
+        return v
+
+    def acquire(self):
+        """The newest version as a View, zero copy, without waiting.
+        NoDataError if nothing was published yet, NotConnectedError after
+        the broker shut down, WsyncError(EAGAIN) if this client holds 63
+        views already."""
+        self._enter()
+        try:
+            cv = CView()
+            check(lib.wsync_sub_acquire(self._ptr, ctypes.byref(cv)))
+            return self._view(cv)
+        finally:
+            self._leave()
+
+    def wait(self, after=0, timeout=None):
+        """The newest version if it is newer than after (a version number or
+        a View), waiting up to timeout seconds (None: forever) for one.
+        TimeoutError on time; NotConnectedError if the broker shuts down or
+        dies meanwhile (noticed within 200 ms)."""
+        if isinstance(after, View):
+            after = after.version
+        after = int(after)
+        self._enter()
+        try:
+            cv = CView()
+            rc = _sliced(self, lambda ns: lib.wsync_sub_wait(self._ptr, after, ns,
+                                                             ctypes.byref(cv)),
+                         timeout, -_errno.ETIMEDOUT)
+            check(rc)
+            return self._view(cv)
+        finally:
+            self._leave()
+
+    def fileno(self):
+        """An eventfd that becomes readable when a version newer than the
+        last one acquired through this subscription is committed; acquire()
+        and wait() drain it. Owned by the subscription: do not close it."""
+        self._enter()
+        try:
+            return check(lib.wsync_sub_fd(self._ptr))
+        finally:
+            self._leave()
+
+    @property
+    def layout(self):
+        """The model's tensors as TensorSpec, once a version was acquired
+        (None before)."""
+        return None if self._layout is None else list(self._layout)
+
+    def close(self):
+        """Releases every view still held and ends the subscription: arrays
+        taken from its views become invalid (their memory is unmapped).
+        Idempotent."""
+        if not self._mark_closed():
+            return
+        for v in list(self._views):
+            v._released = True
+        lib.wsync_sub_close(self._ptr)
+        self._ptr = None
+
+
+class View:
+    """One version of a model, held: its bytes do not change until release().
+
+    Attributes: version, step, published_ns (CLOCK_REALTIME ns of the
+    commit), nbytes, tensors (names in layout order), layout (TensorSpec).
+
+    Lifetime: numpy()/torch() return zero-copy arrays over the broker's
+    read-only mapping. They are valid until the view is released (release(),
+    or the end of its `with` block) or its subscriber or client is closed.
+    After that the slot may be rewritten by the next version (reads are then
+    torn), or unmapped (reads crash). The garbage collector never releases a
+    view while one of its arrays is alive."""
+
+    def __init__(self, sub, cv):
+        self.subscriber = sub
+        self._c = cv
+        self._released = False
+        self._rawref = None
+        self.version = cv.version
+        self.step = cv.step
+        self.published_ns = cv.published_ns
+        self.nbytes = cv.bytes
+
+    def __repr__(self):
+        return "<wsync.View %r v%d step %d%s>" % (self.subscriber.model, self.version,
+                                                 self.step,
+                                                 " released" if self._released else "")
+
+    @property
+    def tensors(self):
+        return [s.name for s in self.subscriber._layout]
+
+    @property
+    def layout(self):
+        return list(self.subscriber._layout)
+
+    @property
+    def released(self):
+        return self._released
+
+    def _spec(self, name):
+        if self._released:
+            raise ClosedError("wsync: view v%d was released" % self.version)
+        try:
+            return self.subscriber._by_name[name]
+        except KeyError:
+            raise KeyError("wsync: model %r has no tensor %r"
+                           % (self.subscriber.model, name)) from None
+
+    def _buf(self):
+        return _raw(self, self._c.base, self._c.bytes)
+
+    def numpy(self, name):
+        """A read-only numpy array over tensor name, zero copy (bf16 as
+        uint16 bits). Writing raises ValueError."""
+        spec = self._spec(name)
+        return _np_view(_ro(self._buf()), spec)
+
+    def torch(self, name):
+        """A torch tensor over tensor name, zero copy (bf16 as
+        torch.bfloat16). torch has no read-only tensors: the memory is
+        mapped read-only, so writing to it kills the process with SIGSEGV.
+        Clone it to modify."""
+        spec = self._spec(name)
+        return _torch_view(_rw(self._buf()), spec)
+
+    def buffer(self):
+        """The whole slab of this version as a read-only memoryview (nbytes
+        long, tensors at layout[i].offset); same lifetime as numpy()."""
+        if self._released:
+            raise ClosedError("wsync: view v%d was released" % self.version)
+        return _ro(self._buf())
+
+    def state_dict(self, kind="numpy"):
+        """{name: array} of every tensor in layout order; kind "numpy" or
+        "torch". Zero copy, same lifetime as numpy()/torch()."""
+        if kind not in ("numpy", "torch"):
+            raise ValueError("wsync: kind must be 'numpy' or 'torch'")
+        if self._released:
+            raise ClosedError("wsync: view v%d was released" % self.version)
+        if kind == "numpy":
+            buf = _ro(self._buf())
+            return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
+        buf = _rw(self._buf())
+        return {s.name: _torch_view(buf, s) for s in self.subscriber._layout}
+
+    def release(self):
+        """Lets the broker reuse this version's slab. Arrays taken from the
+        view must not be used afterwards. Idempotent."""
+        sub = self.subscriber
+        with sub._cond:
+            if self._released:
+                return
+            self._released = True
+            if sub._closed or sub._gen != _fork_gen[0]:
+                return
+            sub._busy += 1
+        try:
+            lib.wsync_sub_release(sub._ptr, ctypes.byref(self._c))
+        finally:
+            sub._leave()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass

@@ -1,0 +1,79 @@
+"""Exceptions: every negative return of libwsync becomes a WsyncError."""
+import builtins
+import errno as _errno
+
+from ._lib import lib
+
+
+class WsyncError(OSError):
+    """A libwsync call failed.
+
+    errno     the positive errno value (``-rc`` of the C call)
+    strerror  wsync_strerror(rc): what the code means
+    detail    wsync_errmsg() read right after the failing call: the specifics
+              ("model 'policy': layout differs ...", who holds which slot)
+    """
+
+    def __init__(self, errno, strerror, detail=""):
+        super().__init__(errno, strerror)
+        self.detail = detail
+
+    def __reduce__(self):
+        return (type(self), (self.errno, self.strerror, self.detail))
+
+    def __str__(self):
+        s = "[Errno %s] %s" % (self.errno, self.strerror)
+        return "%s: %s" % (s, self.detail) if self.detail else s
+
+
+class WsyncTimeoutError(WsyncError, builtins.TimeoutError):
+    """-ETIMEDOUT; also a builtin TimeoutError."""
+
+
+class BusyError(WsyncError):
+    """-EBUSY: every slot is held by readers (detail names the holders), or
+    the model has another publisher (detail names it)."""
+
+
+class NotConnectedError(WsyncError, builtins.ConnectionError):
+    """-ENOTCONN: the broker shut down or went away. Views already held stay
+    readable; close the client and connect again."""
+
+
+class NoDataError(WsyncError):
+    """-ENODATA: nothing was published on this model yet."""
+
+
+class LayoutError(WsyncError):
+    """-EEXIST: the model exists with a different tensor layout (detail says
+    what differs)."""
+
+
+class ClosedError(ValueError):
+    """The handle (client, publisher, subscriber, slab or view) was closed,
+    released, committed or aborted, or belongs to the parent of a fork()."""
+
+
+_BY_ERRNO = {
+    _errno.ETIMEDOUT: WsyncTimeoutError,
+    _errno.EBUSY: BusyError,
+    _errno.ENOTCONN: NotConnectedError,
+    _errno.ENODATA: NoDataError,
+    _errno.EEXIST: LayoutError,
+}
+
+
+def error_from_rc(rc, what=None):
+    """Builds the exception for a negative return code; reads wsync_errmsg()
+    at once, so call it right after the failing call in the same thread."""
+    detail = (lib.wsync_errmsg() or b"").decode("utf-8", "replace")
+    text = (lib.wsync_strerror(rc) or b"").decode("utf-8", "replace")
+    if what and not detail:
+        detail = what
+    return _BY_ERRNO.get(-rc, WsyncError)(-rc, text, detail)
+
+
+def check(rc, what=None):
+    if rc < 0:
+        raise error_from_rc(rc, what)
+    return rc

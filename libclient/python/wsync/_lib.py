@@ -1,0 +1,162 @@
+"""ctypes declarations for libwsync (mirrors libclient/wsync.h exactly).
+
+Which library is loaded, in order:
+  1. $WSYNC_LIBRARY (a path to libwsync.so),
+  2. build/lib/libwsync.so of the source tree this package sits in
+     (<root>/libclient/python/wsync -> <root>/build/lib/libwsync.so),
+  3. ctypes.util.find_library("wsync"), else "libwsync.so.0" (the loader's
+     search path: /usr/local/lib after `make install` and ldconfig, or
+     LD_LIBRARY_PATH).
+
+ctypes.CDLL releases the GIL around every foreign call, so a thread blocked
+in a wait does not stop other Python threads.
+"""
+import ctypes
+import ctypes.util
+import os
+
+NAME_MAX = 128
+MAX_DIMS = 8
+MAX_VIEWS = 63
+ALIGN = 256
+FOREVER = -1
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_SOURCE_TREE_LIB = os.path.normpath(
+    os.path.join(_here, "..", "..", "..", "build", "lib", "libwsync.so"))
+
+
+class TensorDesc(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * NAME_MAX),
+        ("dtype", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_uint64 * MAX_DIMS),
+        ("offset", ctypes.c_uint64),
+    ]
+
+
+class ModelOpts(ctypes.Structure):
+    _fields_ = [
+        ("slots", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 6),
+    ]
+
+
+class CView(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint64),
+        ("step", ctypes.c_uint64),
+        ("published_ns", ctypes.c_int64),
+        ("base", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+        ("n_tensors", ctypes.c_size_t),
+        ("tensors", ctypes.POINTER(TensorDesc)),
+        ("priv_sub", ctypes.c_void_p),
+        ("priv_slot", ctypes.c_uint32),
+        ("priv_hazard", ctypes.c_uint32),
+    ]
+
+
+class CSlab(ctypes.Structure):
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+        ("n_tensors", ctypes.c_size_t),
+        ("tensors", ctypes.POINTER(TensorDesc)),
+        ("priv_pub", ctypes.c_void_p),
+        ("priv_version", ctypes.c_uint64),
+        ("priv_slot", ctypes.c_uint32),
+        ("priv_pad", ctypes.c_uint32),
+    ]
+
+
+# The sizes of the C structs on LP64 Linux; a mismatch means this file and
+# wsync.h disagree, and every call would read garbage.
+_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56}
+for _t, _n in _SIZES.items():
+    if ctypes.sizeof(_t) != _n:
+        raise ImportError("wsync: ctypes struct %s is %d bytes, wsync.h says %d"
+                          % (_t.__name__, ctypes.sizeof(_t), _n))
+
+_vp = ctypes.c_void_p
+_i32 = ctypes.c_int
+_i64 = ctypes.c_int64
+_u64 = ctypes.c_uint64
+_u32 = ctypes.c_uint32
+_sz = ctypes.c_size_t
+_cp = ctypes.c_char_p
+_P = ctypes.POINTER
+
+_PROTOS = {
+    "wsync_strerror": (_cp, [_i32]),
+    "wsync_errmsg": (_cp, []),
+    "wsync_version_string": (_cp, []),
+    "wsync_connect": (_i32, [_cp, _cp, _P(_vp)]),
+    "wsync_close": (None, [_vp]),
+    "wsync_default_endpoint": (_i32, [ctypes.c_char_p, _sz]),
+    "wsync_pub_open": (_i32, [_vp, _cp, _P(TensorDesc), _sz, _P(ModelOpts), _P(_vp)]),
+    "wsync_pub_begin": (_i32, [_vp, _i64, _P(CSlab)]),
+    "wsync_pub_commit": (_i32, [_vp, _u64, _P(_u64)]),
+    "wsync_pub_commit_async": (_i32, [_vp, _u64, _P(_u64)]),
+    "wsync_pub_wait_commit": (_i32, [_vp, _i64, _P(_u64)]),
+    "wsync_pub_abort": (_i32, [_vp]),
+    "wsync_pub_close": (None, [_vp]),
+    "wsync_sub_open": (_i32, [_vp, _cp, _P(_vp)]),
+    "wsync_sub_acquire": (_i32, [_vp, _P(CView)]),
+    "wsync_sub_wait": (_i32, [_vp, _u64, _i64, _P(CView)]),
+    "wsync_sub_release": (None, [_vp, _P(CView)]),
+    "wsync_sub_fd": (_i32, [_vp]),
+    "wsync_sub_close": (None, [_vp]),
+    "wsync_view_tensor": (_i32, [_P(CView), _cp, _P(_vp), _P(_P(TensorDesc))]),
+    "wsync_slab_tensor": (_i32, [_P(CSlab), _cp, _P(_vp), _P(_P(TensorDesc))]),
+    "wsync_slab_copy": (_i32, [_P(CSlab), _u64, _vp, _sz, ctypes.c_uint]),
+    "wsync_copy": (_i32, [_vp, _vp, _sz, ctypes.c_uint]),
+    "wsync_dtype_size": (_sz, [_u32]),
+    "wsync_dtype_name": (_cp, [_u32]),
+    "wsync_tensor_bytes": (_u64, [_P(TensorDesc)]),
+}
+
+
+def _candidates():
+    env = os.environ.get("WSYNC_LIBRARY")
+    if env:
+        return [env], True
+    out = []
+    if os.path.exists(_SOURCE_TREE_LIB):
+        out.append(_SOURCE_TREE_LIB)
+    found = ctypes.util.find_library("wsync")
+    if found:
+        out.append(found)
+    out.append("libwsync.so.0")
+    return out, False
+
+
+def _load():
+    names, from_env = _candidates()
+    errors = []
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as e:
+            errors.append("%s: %s" % (name, e))
+            if from_env:
+                break
+            continue
+        for fn, (res, args) in _PROTOS.items():
+            f = getattr(lib, fn)
+            f.restype = res
+            f.argtypes = args
+        lib._wsync_path = name
+        return lib
+    raise ImportError("wsync: cannot load libwsync (set WSYNC_LIBRARY to the path of "
+                      "libwsync.so): " + "; ".join(errors))
+
+
+lib = _load()
+
+_ver = lib.wsync_version_string().decode()
+if not _ver.startswith("0."):
+    raise ImportError("wsync: %s is libwsync %s; this binding speaks 0.x"
+                      % (lib._wsync_path, _ver))
