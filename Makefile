@@ -73,13 +73,14 @@ INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 LIBS_CLIENT := -lxxhash -ldl -lrt
 LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
 
-.PHONY: all deps test check demo bench install uninstall clean help tests
+.PHONY: all deps test test-python check demo bench install uninstall clean help tests
 all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
 
 help:
 	@echo "targets:"
 	@echo "  make            build libwsync, wsyncd and the tools into $(BUILD)/"
 	@echo "  make test       build and run unit + integration tests"
+	@echo "  make test-python the Python binding's tests (part of make test)"
 	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
 	@echo "  make demo       run broker, trainer and collectors for ~10 s"
 	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run)"
@@ -142,6 +143,17 @@ tests: all $(UNIT_BIN) $(INTEG_BIN)
 
 test: tests
 	$(Q)BUILD=$(BUILD) sh tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+	$(Q)$(MAKE) --no-print-directory test-python
+
+# The Python binding's tests, through Debian's interpreter (the python3
+# first on PATH may be another build without numpy); torch tests skip
+# without python3-torch.
+PYTHON ?= /usr/bin/python3
+PY_PKGS := python3-numpy python3-pytest
+test-python: all
+	$(Q)sh .ci/deps.sh $(PY_PKGS)
+	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=asan CC=clang test

@@ -52,6 +52,7 @@ struct wsync_client {
 	 * that threads holding different records share nothing. */
 	struct hz_claim hz[WSYNC_MAX_VIEWS];
 	_Atomic uint32_t hz_next_hint;   /* hands each thread a starting record */
+	_Atomic int64_t hangup_checked_ns;  /* last poll of the socket by a wait */
 	uint32_t client_id;              /* tells a thread's hint for this client
 	                                    from one for an earlier client */
 
@@ -136,6 +137,9 @@ static inline bool client_is_dead(struct wsync_client *c)
 void wsync_conn_mark_dead(struct wsync_client *c, const char *why);
 /* -ENOTCONN with the reason the client died. Caller holds the lock. */
 int wsync_conn_fail_dead(struct wsync_client *c);
+/* Polls the socket without waiting: true (and the client marked dead) if
+ * the broker hung up. */
+bool wsync_conn_hung_up(struct wsync_client *c);
 /* Next request number (never 0). Caller holds the lock. */
 uint32_t wsync_conn_next_seq(struct wsync_client *c);
 /* Sends a request whose header is filled (wsync_msg_init), with fds. */

@@ -36,6 +36,17 @@ void wsync_conn_mark_dead(struct wsync_client *c, const char *why)
 	atomic_store_explicit(&c->dead, 1, memory_order_release);
 }
 
+bool wsync_conn_hung_up(struct wsync_client *c)
+{
+	struct pollfd pfd = { .fd = c->sock, .events = POLLRDHUP };
+
+	if (poll(&pfd, 1, 0) <= 0 ||
+	    !(pfd.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)))
+		return false;
+	wsync_conn_mark_dead(c, "broker went away");
+	return true;
+}
+
 int wsync_conn_fail_dead(struct wsync_client *c)
 {
 	if (atomic_load_explicit(&c->dead, memory_order_acquire) == 1)

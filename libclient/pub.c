@@ -262,13 +262,18 @@ static int pub_check_begun(struct wsync_pub *p, const char *what)
 }
 
 /* Commit refused before anything is published: the broker shut down or the
- * connection is gone, and
- * collectors of a generation whose broker died must see a world that no
- * longer moves. The slab is dropped (the broker, if alive, frees the grant
- * when it notices the session is gone). */
+ * connection is gone, and collectors of a generation whose broker died must
+ * see a world that no longer moves. A prefetched grant lets a trainer get
+ * here without touching its socket since the broker died, so the socket is
+ * polled for a hang-up first (one syscall, next to the wake and the send a
+ * commit makes anyway). The slab is dropped (the broker, if alive, frees
+ * the grant when it notices the session is gone). */
 static int pub_check_alive(struct wsync_pub *p)
 {
 	int err = wsync_pub_gone(p);
+
+	if (!err && wsync_conn_hung_up(p->c))
+		err = wsync_conn_fail_dead(p->c);
 
 	if (!err)
 		return 0;

@@ -14,7 +14,6 @@
  * slices: a dead broker is noticed within 200 ms even with WSYNC_FOREVER.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -26,15 +25,6 @@
 #include "shm/futex.h"
 
 #define WAIT_SLICE_NS 200000000          /* 200 ms */
-
-static bool broker_hung_up(struct wsync_client *c)
-{
-	struct pollfd pfd = { .fd = c->sock, .events = POLLRDHUP };
-
-	if (poll(&pfd, 1, 0) <= 0)
-		return false;
-	return pfd.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL);
-}
 
 static bool broker_shut_down(const struct wsync_sub *s)
 {
@@ -65,10 +55,10 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 	c = s->c;
 	seqw = (_Atomic uint32_t *)&s->page->seq;
 	deadline = wsync_deadline(timeout_ns);
-	/* The socket is looked at after a slice without a commit, not before
-	 * the first sleep: a wake that a commit answers in microseconds should
-	 * not pay a poll() for a broker death noticed within a slice anyway. */
-	checked = wsync_mono_ns();
+	/* The socket is looked at once per slice per client, not before every
+	 * sleep: a wake that a commit answers in microseconds should not pay a
+	 * poll() for a broker death noticed within a slice anyway. Kept per
+	 * client, so waits with timeouts shorter than a slice still look. */
 	atomic_fetch_add_explicit(&c->session->waits, 1, memory_order_relaxed);
 
 	for (;;) {
@@ -93,12 +83,11 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 		if (client_is_dead(c))
 			return wsync_conn_fail_dead(c);
 		now = wsync_mono_ns();
+		checked = atomic_load_explicit(&c->hangup_checked_ns, memory_order_relaxed);
 		if (now - checked >= WAIT_SLICE_NS) {
-			checked = now;
-			if (broker_hung_up(c)) {
-				wsync_conn_mark_dead(c, "broker went away");
+			atomic_store_explicit(&c->hangup_checked_ns, now, memory_order_relaxed);
+			if (wsync_conn_hung_up(c))
 				return wsync_fail(-ENOTCONN, "model '%s': broker went away", s->model);
-			}
 		}
 		if (deadline >= 0 && now >= deadline)
 			return wait_timed_out(s, after_version, timeout_ns);

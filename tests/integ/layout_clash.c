@@ -6,7 +6,7 @@
  * closed. Layouts that differ only in what the API ignores (bytes after a
  * name's NUL, input offsets) are the same layout. Bad arguments (NULL
  * pointers, empty or invalid names, bad dtype, 0 tensors, bad shapes, bad
- * slot counts, nonzero reserved options) get -EINVAL and a non-empty
+ * slot counts, unknown flags, nonzero reserved options) get -EINVAL and a non-empty
  * wsync_errmsg(), and none of them creates a model.
  */
 #include "tests/lib/harness.h"
@@ -149,8 +149,8 @@ int main(void)
 	o.slots = WSYNC_MAX_SLOTS + 1;
 	expect_einval(c2, "more slots than WSYNC_MAX_SLOTS", "clash.bad", d, 2, &o, 0);
 	memset(&o, 0, sizeof o);
-	o.flags = 1;
-	expect_einval(c2, "nonzero opts.flags", "clash.bad", d, 2, &o, 0);
+	o.flags = 1u << 7;     /* not a WSYNC_PUB_* flag */
+	expect_einval(c2, "unknown opts.flags", "clash.bad", d, 2, &o, 0);
 	memset(&o, 0, sizeof o);
 	o.reserved[5] = 1;
 	expect_einval(c2, "nonzero opts.reserved", "clash.bad", d, 2, &o, 0);
