@@ -121,6 +121,7 @@ struct wsync_sub {
 	_Atomic(struct sub_maps *) maps;      /* NULL until the model is READY */
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
+	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
 };
 
 /* ---- conn.c: the session socket ---------------------------------------- */

@@ -195,6 +195,13 @@ int  wsync_sub_acquire(wsync_sub *s, wsync_view *out);
  * or dies meanwhile (noticed within 200 ms). Pass 0 to wait for any version. */
 int  wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
                     wsync_view *out);
+/* Makes wsync_sub_wait spin (watching the model's futex word, no system
+ * call) for up to spin_ns before it sleeps, once per call: for a collector
+ * with a core of its own, a commit then reaches it within a cache-line
+ * transfer instead of a wake-up. 0 (the default) sleeps at once. A spinning
+ * waiter burns its CPU: on a machine with fewer cores than busy processes it
+ * delays everyone, the publisher included. -EINVAL outside 0..1 s. */
+int  wsync_sub_set_spin(wsync_sub *s, int64_t spin_ns);
 /* Lets the broker reuse the view's slab. The view is cleared. */
 void wsync_sub_release(wsync_sub *s, wsync_view *v);
 /* A file descriptor that becomes readable when a version newer than the last

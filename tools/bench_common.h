@@ -243,6 +243,7 @@ struct fan_cfg {
 	int64_t pause_min_ns, pause_max_ns;   /* idle before each sample */
 	bool hot;                   /* no pause, and the publisher never sleeps
 	                               between samples: cores stay awake */
+	int64_t spin_ns;            /* collectors: wsync_sub_set_spin, 0 = none */
 };
 
 struct fan_result {

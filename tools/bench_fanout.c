@@ -121,6 +121,10 @@ static int fan_collector_main(void *arg)
 			fan_set_error(fc->sh, "wsync_sub_open", err);
 			goto out;
 		}
+		if (cfg->spin_ns && (err = wsync_sub_set_spin(sub, cfg->spin_ns))) {
+			fan_set_error(fc->sh, "wsync_sub_set_spin", err);
+			goto out;
+		}
 	}
 	for (int s = 0; s < total; s++) {
 		atomic_store(&fc->sh->armed[fc->index], s + 1);

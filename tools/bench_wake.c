@@ -158,17 +158,32 @@ static int wake_stats_of(const struct fan_result *res, struct wake_stats *st)
 	return 0;
 }
 
+static int wake_measure_spin(struct bench *b, enum fan_mode mode, int collectors, bool hot,
+                             int64_t spin_ns, struct wake_stats *st, char *error,
+                             size_t errlen);
+
 static int wake_measure(struct bench *b, enum fan_mode mode, int collectors, bool hot,
                         struct wake_stats *st, char *error, size_t errlen)
 {
+	return wake_measure_spin(b, mode, collectors, hot, 0, st, error, errlen);
+}
+
+/* spin_ns > 0: collectors spin that long before they sleep; each sample
+ * then waits out the publisher's ~5 ms check that they sleep, so fewer. */
+static int wake_measure_spin(struct bench *b, enum fan_mode mode, int collectors, bool hot,
+                             int64_t spin_ns, struct wake_stats *st, char *error,
+                             size_t errlen)
+{
 	static int serial;
-	int per_repeat = (b->quick ? 100 : 400) * (hot ? 2 : 1);
+	int per_repeat = spin_ns ? (b->quick ? 20 : 60)
+	                         : (b->quick ? 100 : 400) * (hot ? 2 : 1);
 	char model[32];
 	struct fan_cfg cfg = {
 		.mode = mode, .endpoint = b->endpoint, .model = model,
 		.bytes = WAKE_MODEL_BYTES, .n_tensors = 1, .collectors = collectors,
 		.warmup = 8, .samples = per_repeat * b->repeats, .hot = hot,
 		.pause_min_ns = 1 * NS_PER_MS, .pause_max_ns = 2 * NS_PER_MS,
+		.spin_ns = spin_ns,
 	};
 	struct fan_result res;
 	int rc;
@@ -179,7 +194,7 @@ static int wake_measure(struct bench *b, enum fan_mode mode, int collectors, boo
 		snprintf(error, errlen, "%s", res.error);
 	else if ((rc = wake_stats_of(&res, st)))
 		snprintf(error, errlen, "out of memory");
-	else if (res.not_asleep)
+	else if (res.not_asleep && !spin_ns)
 		say("wake: %d collectors, %s: %d of %d samples started before every "
 		    "collector slept", collectors, hot ? "hot" : "after idle", res.not_asleep,
 		    res.samples);
@@ -250,6 +265,11 @@ static int wake_hot(struct bench *b, const struct wake_stats *pp, char *error, s
 		        w.call50 / 1000);
 		row_add("wake", "wsync_pub_commit call itself, 1 collector, p99", "us",
 		        w.call99 / 1000);
+		/* a collector with a core of its own, spinning before it sleeps */
+		if (wake_measure_spin(b, FAN_WSYNC, 1, true, 50 * NS_PER_MS, &w, error, len))
+			return -1;
+		wake_rows("commit -> 1 spinning collector (wsync_sub_set_spin), back to back",
+		          1, &w, pp, pp_name, false);
 	}
 	return 0;
 }
