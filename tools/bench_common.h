@@ -188,29 +188,21 @@ int  model_open_flags(wsync_client *c, const char *model, size_t bytes, size_t n
  * dst + tensors[i].offset, with memcpy, on the calling thread. */
 void copy_tensors(void *dst, const void *src, const wsync_tensor_desc *tensors,
                   size_t n);
-/* The same with non-temporal stores where the CPU has them (x86-64), which
- * skip reading the destination into the cache first; memcpy elsewhere. */
-void copy_tensors_nt(void *dst, const void *src, const wsync_tensor_desc *tensors,
-                     size_t n);
 
 /* A copy split across threads: the calling thread and threads - 1 helper
  * threads, kept for reuse. */
 struct pcopy;
 struct pcopy *pcopy_new(int threads);
 void pcopy_free(struct pcopy *pc);
-/* copy_tensors (nt: copy_tensors_nt) with the bytes split evenly across the
- * threads. */
-void pcopy_tensors(struct pcopy *pc, void *dst, const void *src,
-                   const wsync_tensor_desc *tensors, size_t n, bool nt);
+
 /* Plain contiguous memcpy split across the threads. */
 void pcopy_flat(struct pcopy *pc, void *dst, const void *src, size_t bytes);
 
-/* How publish_once copies: on pc's threads if pc, else on the caller's;
- * with non-temporal stores if nt. NULL: memcpy on the calling thread. */
+/* How publish_once copies: NULL or lib_threads 0, a memcpy per tensor on
+ * the calling thread; else the library's wsync_slab_copy_tensors with that
+ * many threads. */
 struct copier {
-	struct pcopy *pc;
-	bool nt;
-	unsigned lib_threads;    /* > 0: wsync_slab_copy_tensors with that many */
+	unsigned lib_threads;
 };
 
 /* begin, copy the tensors from src (NULL: no copy), commit. Returns 0 or the

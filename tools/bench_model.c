@@ -15,10 +15,6 @@
 
 #include "bench_common.h"
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
 /* ---- layouts -------------------------------------------------------------- */
 
 wsync_tensor_desc *model_layout(size_t bytes, size_t n_tensors)
@@ -64,70 +60,6 @@ int model_open_flags(wsync_client *c, const char *model, size_t bytes, size_t n_
 
 typedef void *(*copy_fn)(void *dst, const void *src, size_t n);
 
-#if defined(__x86_64__)
-#define NT_PAGE 4096
-
-/* 64 bytes with streaming stores (SSE2: every x86-64 has them). */
-static inline void nt_line(char *d, const char *s)
-{
-	__m128i a = _mm_loadu_si128((const __m128i *)s);
-	__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-	__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-	__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-
-	_mm_stream_si128((__m128i *)d, a);
-	_mm_stream_si128((__m128i *)(d + 16), b);
-	_mm_stream_si128((__m128i *)(d + 32), c);
-	_mm_stream_si128((__m128i *)(d + 48), e);
-}
-
-/*
- * Streaming stores do not read the destination into the cache first, so a
- * copy moves two bytes of memory traffic per byte instead of three. Four
- * pages are copied at a time, a line of each in turn (glibc's scheme for
- * its largest copies): four streams keep more DRAM pages open than one.
- * The caller fences (copy_fence) before publishing.
- */
-static void *memcpy_nt(void *dst, const void *src, size_t n)
-{
-	char *d = dst;
-	const char *s = src;
-	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-
-	if (head > n)
-		head = n;
-	memcpy(d, s, head);
-	d += head;
-	s += head;
-	n -= head;
-	for (; n >= 4 * NT_PAGE; n -= 4 * NT_PAGE, d += 4 * NT_PAGE, s += 4 * NT_PAGE)
-		for (size_t o = 0; o < NT_PAGE; o += 64)
-			for (size_t k = 0; k < 4; k++) {
-				_mm_prefetch(s + k * NT_PAGE + o + 256, _MM_HINT_T0);
-				nt_line(d + k * NT_PAGE + o, s + k * NT_PAGE + o);
-			}
-	for (; n >= 64; n -= 64, d += 64, s += 64)
-		nt_line(d, s);
-	memcpy(d, s, n);
-	return dst;
-}
-
-/* Streaming stores are weakly ordered: make them visible before the commit
- * publishes the slab. */
-static void copy_fence(void)
-{
-	_mm_sfence();
-}
-#else
-static void *memcpy_nt(void *dst, const void *src, size_t n)
-{
-	return memcpy(dst, src, n);
-}
-
-static void copy_fence(void)
-{
-}
-#endif
 
 /* Copies bytes [lo, hi) of the source stream: the concatenated tensors (or
  * the flat buffer when tensors is NULL). */
@@ -156,13 +88,6 @@ void copy_tensors(void *dst, const void *src, const wsync_tensor_desc *tensors,
 	copy_range(dst, src, tensors, n, 0, SIZE_MAX, memcpy);
 }
 
-void copy_tensors_nt(void *dst, const void *src, const wsync_tensor_desc *tensors,
-                     size_t n)
-{
-	copy_range(dst, src, tensors, n, 0, SIZE_MAX, memcpy_nt);
-	copy_fence();
-}
-
 struct pcopy {
 	int threads;
 	pthread_t *tids;
@@ -176,7 +101,6 @@ struct pcopy {
 	const char *src;
 	const wsync_tensor_desc *tensors;
 	size_t n, total;
-	bool nt;
 };
 
 struct pcopy_arg {
@@ -192,9 +116,7 @@ static void pcopy_share(struct pcopy *pc, int index)
 
 	lo &= ~(size_t)4095;
 	hi = index + 1 == pc->threads ? pc->total : hi & ~(size_t)4095;
-	copy_range(pc->dst, pc->src, pc->tensors, pc->n, lo, hi, pc->nt ? memcpy_nt : memcpy);
-	if (pc->nt)
-		copy_fence();
+	copy_range(pc->dst, pc->src, pc->tensors, pc->n, lo, hi, memcpy);
 }
 
 static void *pcopy_helper(void *argp)
@@ -273,10 +195,9 @@ void pcopy_free(struct pcopy *pc)
 }
 
 static void pcopy_run(struct pcopy *pc, void *dst, const void *src,
-                      const wsync_tensor_desc *tensors, size_t n, size_t total, bool nt)
+                      const wsync_tensor_desc *tensors, size_t n, size_t total)
 {
 	pthread_mutex_lock(&pc->mu);
-	pc->nt = nt;
 	pc->dst = dst;
 	pc->src = src;
 	pc->tensors = tensors;
@@ -295,33 +216,13 @@ static void pcopy_run(struct pcopy *pc, void *dst, const void *src,
 	pthread_mutex_unlock(&pc->mu);
 }
 
-void pcopy_tensors(struct pcopy *pc, void *dst, const void *src,
-                   const wsync_tensor_desc *tensors, size_t n, bool nt)
-{
-	size_t total = 0;
-
-	for (size_t i = 0; i < n; i++)
-		total += (size_t)wsync_tensor_bytes(&tensors[i]);
-	pcopy_run(pc, dst, src, tensors, n, total, nt);
-}
-
 void pcopy_flat(struct pcopy *pc, void *dst, const void *src, size_t bytes)
 {
-	pcopy_run(pc, dst, src, NULL, 0, bytes, false);
+	pcopy_run(pc, dst, src, NULL, 0, bytes);
 }
 
 /* ---- publishing ------------------------------------------------------------- */
 
-static void copy_with(const struct copier *how, void *dst, const void *src,
-                      const wsync_tensor_desc *tensors, size_t n)
-{
-	if (how && how->pc)
-		pcopy_tensors(how->pc, dst, src, tensors, n, how->nt);
-	else if (how && how->nt)
-		copy_tensors_nt(dst, src, tensors, n);
-	else
-		copy_tensors(dst, src, tensors, n);
-}
 
 /* The library's copy: tensor i's source is its stretch of the concatenated
  * tensors in src. */
@@ -358,7 +259,7 @@ int publish_once(wsync_pub *p, const void *src, const struct copier *how,
 			return err;
 		}
 	} else if (src) {
-		copy_with(how, s.base, src, s.tensors, s.n_tensors);
+		copy_tensors(s.base, src, s.tensors, s.n_tensors);
 	}
 	err = wsync_pub_commit(p, step, version);
 	if (err)
