@@ -22,8 +22,10 @@ VERSION := 0.1.0
 SOMAJOR := 0
 
 # Debian packages the build, the tests and the demo need.
+# libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (make check,
+# check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
-            libxxhash-dev libncurses-dev clang
+            libxxhash-dev libncurses-dev clang libclang-rt-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
