@@ -123,6 +123,9 @@ void table_free(void);
 
 /* ---- messages ------------------------------------------------------------- */
 
+/* Reads the last len - 1 bytes of the file at path into buf, NUL-terminated:
+ * the count, or -1 (buf empty) if it cannot be read. */
+ssize_t file_tail(const char *path, char *buf, size_t len);
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void say_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "what: <strerror>: <detail>" into buf, for a wsync call that returned err. */

@@ -174,20 +174,11 @@ static int peers_read(struct peers_run *r, int fd, int64_t deadline)
 static void peers_log_last(const struct peers_run *r, char *buf, size_t len)
 {
 	char tail[1024], *end, *start;
-	int fd = open(r->log, O_RDONLY | O_CLOEXEC);
-	off_t size;
-	ssize_t n;
+	ssize_t n = file_tail(r->log, tail, sizeof tail);
 
 	snprintf(buf, len, "no message");
-	if (fd < 0)
-		return;
-	size = lseek(fd, 0, SEEK_END);
-	lseek(fd, size > (off_t)sizeof tail - 1 ? size - (off_t)sizeof tail + 1 : 0, SEEK_SET);
-	n = read(fd, tail, sizeof tail - 1);
-	close(fd);
 	if (n <= 0)
 		return;
-	tail[n] = '\0';
 	for (end = tail + n; end > tail && (end[-1] == '\n' || end[-1] == ' '); end--)
 		*(end - 1) = '\0';
 	start = strrchr(tail, '\n');

@@ -338,19 +338,10 @@ int cleanup_files(struct bench *b)
 static void broker_log_tail(const struct bench *b)
 {
 	char buf[2048];
-	int fd = open(b->broker_log, O_RDONLY | O_CLOEXEC);
-	off_t size;
-	ssize_t n;
+	ssize_t n = file_tail(b->broker_log, buf, sizeof buf);
 
-	if (fd < 0)
-		return;
-	size = lseek(fd, 0, SEEK_END);
-	lseek(fd, size > (off_t)sizeof buf - 1 ? size - (off_t)sizeof buf + 1 : 0, SEEK_SET);
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
 	if (n <= 0)
 		return;
-	buf[n] = '\0';
 	fprintf(stderr, "wsync-bench: the broker's log ends with:\n%s%s", buf,
 	        buf[n - 1] == '\n' ? "" : "\n");
 }

@@ -1,6 +1,7 @@
 /* tools/bench_util.c — clocks, statistics, memory and messages for wsync-bench. */
 #include <errno.h>
 #include <stdarg.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,4 +215,25 @@ void wsync_error_text(char *buf, size_t len, const char *what, int err)
 		snprintf(buf, len, "%s: %s: %s", what, wsync_strerror(err), detail);
 	else
 		snprintf(buf, len, "%s: %s", what, wsync_strerror(err));
+}
+
+ssize_t file_tail(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	off_t size;
+	ssize_t n;
+
+	if (len == 0)
+		return -1;
+	buf[0] = '\0';
+	if (fd < 0)
+		return -1;
+	size = lseek(fd, 0, SEEK_END);
+	lseek(fd, size > (off_t)len - 1 ? size - (off_t)len + 1 : 0, SEEK_SET);
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
 }
