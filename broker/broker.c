@@ -120,11 +120,12 @@ void broker_stop(struct broker *b)
 	bool keep = b->cfg.keep;
 	int err;
 
-	/* Waiters first: every wait returns now, with the page CLOSED. */
+	/* Waiters first: every wait returns now. STOPPED (in memory only the
+	 * broker writes) before the wake, so a woken waiter sees it. */
+	atomic_store(&b->ctl->state, WSYNC_BROKER_STOPPED);
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
 		if (b->models[i])
 			model_close_page(b->models[i]);
-	atomic_store(&b->ctl->state, WSYNC_BROKER_STOPPED);
 	/* Reaping settles outstanding grants (and may version a restore), so
 	 * the versions file is written after it. */
 	loop_shutdown(b);

@@ -153,6 +153,7 @@ static int handle_hello(struct req *r)
 	ok.hello_ok.generation = b->generation;
 	ok.hello_ok.ctl_bytes = CTL_BYTES;
 	ok.hello_ok.broker_pid = (uint32_t)b->pid;
+	ok.hello_ok.session_index = (uint32_t)r->s->index;
 	fds[0] = b->ctl_ro_fd;
 	fds[1] = r->s->page_fd;
 	reply(r, &ok, WSYNC_MSG_HELLO_OK, fds, 2);
@@ -434,22 +435,11 @@ static void reply_grant(struct req *r, const struct model *m, const struct grant
 	reply(r, &ok, WSYNC_MSG_GRANT, &g->fd, g->has_fd ? 1 : 0);
 }
 
-/* `latest` moved without a commit the broker saw: put it back, cut off. */
-static int latest_tampered(struct req *r, struct model *m, uint64_t cur)
-{
-	publish_restore(r->b, m, cur);
-	r->disconnect = true;
-	return req_fail(r, -EPROTO, "model '%s': latest holds v%llu slot %u, which no "
-	                "commit validated", m->name,
-	                (unsigned long long)wsync_latest_version(cur), wsync_latest_slot(cur));
-}
-
 static int handle_begin(struct req *r)
 {
 	uint32_t id = r->m->begin.m.model_id;
 	struct model *m = req_published(r, id);
 	struct grant g;
-	uint64_t cur;
 	int err;
 
 	if (!m)
@@ -460,9 +450,7 @@ static int handle_begin(struct req *r)
 		reply_grant(r, m, &g);
 		return 0;
 	}
-	cur = atomic_load(&m->page->latest);
-	if (cur != m->latest)
-		return latest_tampered(r, m, cur);
+	publish_check_latest(r->b, m, "seen at BEGIN");
 	err = publish_grant(r->b, m, r->s, &g, r->why, sizeof(r->why));
 	if (err == -EBUSY) {
 		atomic_fetch_add(&m->ctl->busy, 1);
@@ -484,36 +472,38 @@ static int handle_commit(struct req *r)
 	struct model *m = req_published(r, c->m.model_id);
 	union wsync_msg_any ok;
 	struct grant g;
-	uint64_t cur, grant;
+	uint64_t grant;
 	int64_t ns;
 
 	if (!m)
 		return req_fail(r, -EPROTO, "COMMIT on model %u, which this session does not "
 		                "publish", c->m.model_id);
-	grant = wsync_latest_pack(m->grant_version, m->grant_slot);
-	cur = atomic_load(&m->page->latest);
-	if (!m->granted || c->slot != m->grant_slot || c->version != m->grant_version ||
-	    cur != grant) {
-		/* A grant already in `latest` is real data (booked when the session
-		 * goes); anything else unvalidated there is put back. */
-		if (!(m->granted && cur == grant) && cur != m->latest)
-			publish_restore(r->b, m, cur);
-		r->disconnect = true;
+	if (!m->granted || c->slot != m->grant_slot || c->version != m->grant_version) {
 		if (!m->granted)
-			return req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u without "
-			                "a grant", m->name, (unsigned long long)c->version, c->slot);
-		if (c->slot != m->grant_slot || c->version != m->grant_version)
-			return req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u, the "
-			                "grant is v%llu slot %u", m->name,
-			                (unsigned long long)c->version, c->slot,
-			                (unsigned long long)m->grant_version, m->grant_slot);
-		return req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u, but latest "
-		                "holds v%llu slot %u", m->name, (unsigned long long)c->version,
-		                c->slot, (unsigned long long)wsync_latest_version(cur),
-		                wsync_latest_slot(cur));
+			req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u without a grant; "
+			         "this client no longer publishes the model", m->name,
+			         (unsigned long long)c->version, c->slot);
+		else
+			req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u, the grant is "
+			         "v%llu slot %u; this client no longer publishes the model", m->name,
+			         (unsigned long long)c->version, c->slot,
+			         (unsigned long long)m->grant_version, m->grant_slot);
+		/* Only the publishing role is cut off, not the session (its
+		 * subscriptions are not at fault). A grant already in `latest`
+		 * is real data and is booked (publish_leave). */
+		publish_leave(r->b, m, r->s, "cut off: a COMMIT that does not match its grant");
+		session_release_model(r->b, r->s, m);   /* READY: never freed here */
+		return -EPROTO;
 	}
+	/* The message is the commit; the page word is only the publisher's
+	 * hint to collectors, and someone else may have written over it. */
+	grant = wsync_latest_pack(m->grant_version, m->grant_slot);
 	ns = atomic_load(&m->page->slots[c->slot].published_ns);
 	publish_book(r->b, m, c->step, ns > 0 ? ns : wsync_real_ns());
+	if (atomic_load(&m->page->latest) != grant) {
+		publish_check_latest(r->b, m, "seen at COMMIT");
+		model_wake(m);
+	}
 
 	memset(&ok, 0, sizeof(ok));
 	ok.commit_ok.model_id = m->id;
@@ -555,9 +545,8 @@ static int handle_abort(struct req *r)
 		return req_fail(r, -EPROTO, "model '%s': v%llu was already published; "
 		                "booked as a commit", m->name, (unsigned long long)a->version);
 	}
-	if (cur != m->latest)
-		return latest_tampered(r, m, cur);
 	publish_abort(r->b, m);
+	publish_check_latest(r->b, m, "seen at ABORT");
 	log_debug("model '%s': v%llu slot %u aborted", m->name,
 	          (unsigned long long)a->version, a->slot);
 	memset(&ok, 0, sizeof(ok));

@@ -44,6 +44,7 @@
 #include "handlers.h"
 #include "log.h"
 #include "model.h"
+#include "publish.h"
 #include "session.h"
 #include "shm/clock.h"
 
@@ -447,6 +448,7 @@ static void on_tick(struct broker *b, int res)
 	if (l->stopping || res == -ECANCELED)
 		return;
 	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
+	publish_audit(b);
 	/* Reaping never frees (only CQE handlers do): the walk stays valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {
 		int64_t age = now - s->accepted_mono_ns;

@@ -107,6 +107,7 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 	atomic_store(&e->last_commit_ns, 0);
 	atomic_store(&e->publisher, 0);
 	atomic_store(&e->subscribers, 0);
+	atomic_store(&e->grant, 0);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&e->slot_state[i], WSYNC_SLOT_FREE);
 }
@@ -398,6 +399,11 @@ void model_set_latest(struct model *m, uint64_t latest)
 {
 	m->latest = latest;
 	atomic_store(&m->ctl->latest, latest);
+}
+
+void model_set_grant(struct model *m, uint64_t grant)
+{
+	atomic_store(&m->ctl->grant, grant);
 }
 
 void model_set_hwm(struct model *m, uint64_t hwm)

@@ -47,6 +47,7 @@ struct model {
 	uint32_t grant_slot;
 	uint64_t grant_version;
 	bool     busy_logged;            /* one info line per busy spell */
+	bool     forged_logged;          /* one warning per forged-latest spell */
 	uint64_t hwm;                    /* highest version ever granted */
 	uint64_t latest;                 /* last validated value of page->latest */
 
@@ -88,6 +89,10 @@ void model_destroy(struct broker *b, struct model *m, bool unlink_them);
 
 void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t version);
 void model_set_latest(struct model *m, uint64_t latest);
+/* The grant collectors may trust in the model page besides `latest`:
+ * pack(version, slot), 0 = none. Store `latest` first (sub.c reads them in
+ * the other order). */
+void model_set_grant(struct model *m, uint64_t grant);
 void model_set_hwm(struct model *m, uint64_t hwm);
 /* ++hwm, stored in the ctl entry before anyone hears of it; 0 if exhausted. */
 uint64_t model_next_version(struct model *m);

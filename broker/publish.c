@@ -107,8 +107,13 @@ int publish_grant(struct broker *b, struct model *m, struct session *s,
 	int slot;
 
 	(void)b;
-	/* latest before the pins, both seq_cst: the order slots.h argues from */
-	(void)atomic_load(&m->page->latest);
+	/* No load of the page's `latest` is needed here: every value it may
+	 * honestly hold, and every value a collector accepts from it (the
+	 * ctl entry's latest or grant), names a slot the books keep LATEST or
+	 * GRANTED, which slot_pick never returns. What orders a collector's
+	 * pin against this scan is the seq_cst store that moved the slot out
+	 * of LATEST (model_set_latest at booking), before this scan in program
+	 * order (docs/INVARIANTS.md). */
 	n = member_pages(m, pages);
 	pinned = hazard_scan(m->id, m->books.n_slots, pages, n);
 	slot = slot_pick(&m->books, pinned);
@@ -134,6 +139,7 @@ int publish_grant(struct broker *b, struct model *m, struct session *s,
 	m->granted = true;
 	m->grant_slot = (uint32_t)slot;
 	m->grant_version = version;
+	model_set_grant(m, wsync_latest_pack(version, (uint32_t)slot));
 	publish_current(m, s, g);
 	return 0;
 }
@@ -170,6 +176,7 @@ void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns)
 			model_set_slot(m, i, WSYNC_SLOT_OLD, m->books.version[i]);
 	model_set_slot(m, slot, WSYNC_SLOT_LATEST, v);
 	model_set_latest(m, wsync_latest_pack(v, slot));
+	model_set_grant(m, 0);
 	m->granted = false;
 	atomic_fetch_add(&m->ctl->commits, 1);
 	atomic_store(&m->ctl->last_step, step);
@@ -184,6 +191,7 @@ void publish_abort(struct broker *b, struct model *m)
 	(void)b;
 	/* The slab may be half written: it holds no version any more. */
 	model_set_slot(m, m->grant_slot, WSYNC_SLOT_FREE, 0);
+	model_set_grant(m, 0);
 	m->granted = false;
 	atomic_fetch_add(&m->ctl->aborts, 1);
 }
@@ -194,9 +202,11 @@ void publish_restore(struct broker *b, struct model *m, uint64_t seen)
 	uint32_t slot = wsync_latest_slot(m->latest);
 	uint64_t latest;
 
-	/* Readers may have seen seen_v: the restored version goes above it. */
-	if (seen_v > m->hwm && seen_v <= MODEL_VERSION_MAX)
-		model_set_hwm(m, seen_v);
+	/* Collectors never took `seen` (it is neither the ctl entry's latest
+	 * nor its grant), but one may have taken the grant outstanding, which
+	 * is above m->latest: the restored version goes above every version
+	 * granted. hwm moves only through grants of our own, never from a
+	 * value a client wrote. */
 	v = model_next_version(m);
 	if (!v)
 		v = m->hwm;
@@ -212,8 +222,10 @@ void publish_restore(struct broker *b, struct model *m, uint64_t seen)
 		slot = WSYNC_SLOT_NONE;
 	}
 	latest = wsync_latest_pack(v, slot);
-	atomic_store(&m->page->latest, latest);
+	/* The ctl entry first: a collector that sees the page's new value
+	 * must find it there (sub.c). */
 	model_set_latest(m, latest);
+	atomic_store(&m->page->latest, latest);
 	model_wake(m);
 	publish_notify(b, m);
 	log_warn("model '%s': latest held v%llu slot %u, which was never validated; "
@@ -237,10 +249,65 @@ static void grant_settle(struct broker *b, struct model *m)
 	}
 	if (m->granted) {
 		model_set_slot(m, m->grant_slot, WSYNC_SLOT_FREE, 0);
+		model_set_grant(m, 0);
 		m->granted = false;
 	}
 	if (cur != m->latest)
 		publish_restore(b, m, cur);
+}
+
+/* Whether the page's `latest` holds a value the broker stands behind: its
+ * last validated one, or the outstanding grant (committed, not yet
+ * booked). */
+static bool latest_is_valid(const struct model *m, uint64_t cur)
+{
+	return cur == m->latest ||
+	       (m->granted && cur == wsync_latest_pack(m->grant_version, m->grant_slot));
+}
+
+/*
+ * The page's `latest` is the publisher's hint for one-hop wake-ups, never a
+ * fact: collectors take it only while it equals the ctl entry's latest or
+ * grant, which only the broker writes. So a forged word is repaired, not
+ * punished (the broker cannot tell who wrote a word into shared memory: a
+ * publisher cut off earlier may still map the page, and blaming the current
+ * publisher would let it take the model from an honest one). With no grant
+ * outstanding the last validated latest is republished under a fresh
+ * version, above any grant a collector may have taken; with one, the page
+ * just gets the validated latest back, so the grant, when committed and
+ * booked, is still the newest version.
+ */
+bool publish_check_latest(struct broker *b, struct model *m, const char *why)
+{
+	uint64_t cur = atomic_load(&m->page->latest);
+
+	if (latest_is_valid(m, cur)) {
+		m->forged_logged = false;
+		return true;
+	}
+	if (!m->forged_logged)
+		log_warn("model '%s': latest held v%llu slot %u, which no commit validated (%s; "
+		         "publisher: %s); collectors ignored it, the broker repairs it", m->name,
+		         (unsigned long long)wsync_latest_version(cur), wsync_latest_slot(cur),
+		         why, m->pub ? m->pub->name : "none");
+	m->forged_logged = true;
+	if (!m->granted) {
+		publish_restore(b, m, cur);
+		return false;
+	}
+	atomic_store(&m->page->latest, m->latest);
+	model_wake(m);
+	return false;
+}
+
+void publish_audit(struct broker *b)
+{
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		struct model *m = b->models[i];
+
+		if (m && m->page)
+			publish_check_latest(b, m, "housekeeping check");
+	}
 }
 
 void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why)

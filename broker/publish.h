@@ -42,6 +42,16 @@ void publish_restore(struct broker *b, struct model *m, uint64_t seen);
 /* The publisher leaves (CLOSE or reap): its grant is booked if it already
  * published it, else freed; then the model has no publisher. */
 void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why);
+/*
+ * Checks the page's `latest` against what the broker validated (its latest,
+ * or the outstanding grant) and repairs it if it holds anything else
+ * (publish.c says how, and why nobody is cut off for it). true if it was
+ * valid; why is logged once per spell.
+ */
+bool publish_check_latest(struct broker *b, struct model *m, const char *why);
+/* publish_check_latest on every model: run at the housekeeping tick, so a
+ * word forged between two messages is undone within a tick. */
+void publish_audit(struct broker *b);
 /* Writes 1 to the eventfd of every NOTIFY subscriber of m. */
 void publish_notify(struct broker *b, struct model *m);
 

@@ -19,9 +19,11 @@
 #include "client_internal.h"
 #include "shm/errmsg.h"
 
+#define REPLY_TIMEOUT_MS_MAX (24ll * 3600 * 1000)   /* deadlines stay far from overflow */
+
 static int64_t reply_timeout_ns(void)
 {
-	const char *env = getenv("WSYNC_REPLY_TIMEOUT_MS");
+	const char *env = secure_getenv("WSYNC_REPLY_TIMEOUT_MS");
 	char *end;
 	long long ms;
 
@@ -29,9 +31,51 @@ static int64_t reply_timeout_ns(void)
 		return (int64_t)WSYNC_REPLY_TIMEOUT_MS_DEFAULT * 1000000;
 	errno = 0;
 	ms = strtoll(env, &end, 10);
-	if (errno || *end || ms <= 0 || ms > INT64_MAX / 1000000)
+	if (errno || *end || ms <= 0)
 		return (int64_t)WSYNC_REPLY_TIMEOUT_MS_DEFAULT * 1000000;
+	if (ms > REPLY_TIMEOUT_MS_MAX)
+		ms = REPLY_TIMEOUT_MS_MAX;
 	return (int64_t)ms * 1000000;
+}
+
+/* The uid a broker may run as for us: ours, root's, or the one named by
+ * $WSYNC_BROKER_UID (a number or a user name), for a broker of another user
+ * that admits us through --group. */
+static bool broker_uid_trusted(uid_t uid, char *named, size_t len)
+{
+	const char *env = secure_getenv("WSYNC_BROKER_UID");
+
+	named[0] = '\0';
+	if (uid == getuid() || uid == geteuid() || uid == 0)
+		return true;
+	if (!env || !*env)
+		return false;
+	snprintf(named, len, "%s", env);
+	return wsync_uid_parse(env) == (int64_t)uid;
+}
+
+/* Who serves the socket: a process of a trusted uid, else -EPERM. A
+ * squatter (another user who created our default run directory first and
+ * runs a broker there) gets no request and no weights. */
+static int client_check_peer(struct wsync_client *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	char named[64];
+
+	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+	    len != sizeof(cred))
+		return wsync_fail(-EPROTO, "cannot tell who serves %s: %s", c->endpoint,
+		                  strerror(errno));
+	if (!broker_uid_trusted(cred.uid, named, sizeof(named)))
+		return wsync_fail(-EPERM, "%s is served by uid %u (pid %d), not by this user "
+		                  "or root%s%s; refusing to talk to it (set WSYNC_BROKER_UID=%u "
+		                  "to trust a broker of that user)", c->endpoint,
+		                  (unsigned)cred.uid, (int)cred.pid,
+		                  named[0] ? " or WSYNC_BROKER_UID=" : "", named,
+		                  (unsigned)cred.uid);
+	c->broker_uid = cred.uid;
+	return 0;
 }
 
 static bool name_char_ok(char ch)
@@ -66,6 +110,9 @@ static int client_socket_connect(struct wsync_client *c)
 
 	if (strlen(c->endpoint) >= sizeof(sa.sun_path))
 		return wsync_fail(-ENAMETOOLONG, "socket path '%s' is too long", c->endpoint);
+	err = wsync_endpoint_check(c->endpoint);
+	if (err)
+		return err;
 	memcpy(sa.sun_path, c->endpoint, strlen(c->endpoint) + 1);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -78,7 +125,7 @@ static int client_socket_connect(struct wsync_client *c)
 		return wsync_fail(err, "connect to %s: %s", c->endpoint, strerror(-err));
 	}
 	c->sock = fd;
-	return 0;
+	return client_check_peer(c);
 }
 
 static int ctl_check(const struct wsync_client *c, const struct wsync_msg_hello_ok *ok)
@@ -95,6 +142,17 @@ static int ctl_check(const struct wsync_client *c, const struct wsync_msg_hello_
 		                  "answer (header %u bytes, generation %llu vs %llu)", c->endpoint,
 		                  h->header_bytes, (unsigned long long)h->generation,
 		                  (unsigned long long)ok->generation);
+	/* the tables are indexed by model id and session index: they must lie
+	 * inside the mapping */
+	if (h->max_models != WSYNC_MAX_MODELS || h->max_sessions != WSYNC_MAX_SESSIONS ||
+	    h->models_offset < sizeof(*h) ||
+	    (uint64_t)h->models_offset + WSYNC_MAX_MODELS * sizeof(struct wsync_ctl_model) >
+	    ok->ctl_bytes ||
+	    h->sessions_offset < sizeof(*h) ||
+	    (uint64_t)h->sessions_offset + WSYNC_MAX_SESSIONS * sizeof(struct wsync_ctl_session) >
+	    ok->ctl_bytes)
+		return wsync_fail(-EPROTO, "control segment of %s has tables outside its %llu "
+		                  "bytes", c->endpoint, (unsigned long long)ok->ctl_bytes);
 	return 0;
 }
 
@@ -155,6 +213,13 @@ static int client_hello(struct wsync_client *c, const char *client_name)
 	err = ctl_check(c, ok);
 	if (err)
 		goto out_close;
+	c->self = (const struct wsync_ctl_session *)((const char *)c->ctl +
+	                                             c->ctl->sessions_offset) + ok->session_index;
+	if (atomic_load(&c->self->id) != c->session_id) {
+		err = wsync_fail(-EPROTO, "session %u is not in entry %u of the control segment "
+		                 "of %s", c->session_id, ok->session_index, c->endpoint);
+		goto out_close;
+	}
 	err = wsync_map_fd(rep.fds[1], sizeof(*c->session), 1, 0, "session page", &addr);
 	if (err)
 		goto out_close;

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "shm/layout.h"
 #include "shm/proto.h"
@@ -47,6 +48,10 @@ struct wsync_client {
 	struct wsync_session_page *session;
 	uint32_t session_id, max_slots, broker_pid;
 	uint64_t generation;
+	uid_t broker_uid;                /* SO_PEERCRED of the broker */
+	/* Our entry in the ctl session table (memory only the broker writes):
+	 * its id equals session_id while the broker honours our hazards. */
+	const struct wsync_ctl_session *self;
 
 	/* Claims of the session page's hazard records, one cache line each so
 	 * that threads holding different records share nothing. */
@@ -87,6 +92,7 @@ struct wsync_pub {
 	wsync_tensor_desc *tensors;      /* canonical, with offsets */
 	struct wsync_name_index index;
 	struct wsync_model_page *page;   /* rw */
+	const struct wsync_ctl_model *entry;  /* ro: says whether we still publish */
 	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
 	bool guarded;                    /* slabs read-only outside a grant */
 
@@ -100,6 +106,11 @@ struct wsync_pub {
 	bool     ack_ready;
 	struct conn_reply ack;           /* COMMIT_OK or ERROR, with its fds */
 	struct pub_grant next;           /* prefetched grant */
+	/* under c->lock: a BEGIN whose answer did not come by the caller's
+	 * deadline; the next begin collects it instead of asking again */
+	uint32_t begin_seq;              /* 0 = none outstanding */
+	bool     begin_ready;
+	struct conn_reply begin_rep;     /* GRANT or ERROR, with its fds */
 };
 
 /* Immutable once published in sub->maps: layout copy and slab mappings. */
@@ -118,6 +129,7 @@ struct wsync_sub {
 	char model[WSYNC_NAME_MAX];
 	uint32_t model_id;
 	const struct wsync_model_page *page;  /* ro */
+	const struct wsync_ctl_model *entry;  /* ro, written by the broker only */
 	_Atomic(struct sub_maps *) maps;      /* NULL until the model is READY */
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
@@ -132,6 +144,28 @@ static inline void client_unlock(struct wsync_client *c) { pthread_mutex_unlock(
 static inline bool client_is_dead(struct wsync_client *c)
 {
 	return atomic_load_explicit(&c->dead, memory_order_acquire) != 0;
+}
+
+/* The broker shut down cleanly (ctl state, which only the broker writes). */
+static inline bool client_broker_stopped(const struct wsync_client *c)
+{
+	return atomic_load_explicit(&c->ctl->state, memory_order_acquire) == WSYNC_BROKER_STOPPED;
+}
+
+/* Whether the broker still counts this session's hazards: seq_cst, so that
+ * a pin stored before it is ordered against the broker clearing the entry
+ * (docs/INVARIANTS.md, "a client cut off"). A broker that died leaves the
+ * entry as it was, which is right: nobody rewrites its slabs any more. */
+static inline bool client_session_live(const struct wsync_client *c)
+{
+	return atomic_load(&c->self->id) == c->session_id;
+}
+
+static inline const struct wsync_ctl_model *client_ctl_model(const struct wsync_client *c,
+                                                             uint32_t id)
+{
+	return (const struct wsync_ctl_model *)((const char *)c->ctl +
+	                                        c->ctl->models_offset) + id;
 }
 
 /* Marks the connection unusable; later requests fail with -ENOTCONN. */
@@ -157,10 +191,27 @@ int wsync_conn_send(struct wsync_client *c, const union wsync_msg_any *req,
  */
 int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
                     int64_t deadline_ns, struct conn_reply *rep);
-/* send + recv of the reply, under the lock the caller holds. */
+/* send + recv of the reply by the client's reply limit, under the lock
+ * the caller holds. */
 int wsync_conn_call(struct wsync_client *c, union wsync_msg_any *req,
                     const int *fds, int n_fds, uint32_t want,
                     struct conn_reply *rep);
+/* The same by deadline_ns (see wsync_conn_deadline). On -ETIMEDOUT the
+ * request stays sent: its reply is dropped when it comes (conn_stale), and
+ * *seq_out (may be NULL) says which it was. */
+int wsync_conn_call_by(struct wsync_client *c, union wsync_msg_any *req,
+                       const int *fds, int n_fds, uint32_t want, int64_t deadline_ns,
+                       uint32_t *seq_out, struct conn_reply *rep);
+/* Sends a request whose reply nobody waits for: it is dropped when it
+ * comes. For CLOSE and ABORT on the way out, which must not wait for a
+ * broker that may be stopped. Caller holds the lock. */
+int wsync_conn_post(struct wsync_client *c, union wsync_msg_any *req);
+/* The deadline for a round trip of a call given deadline_ns
+ * (CLOCK_MONOTONIC, -1 = none): never past the reply limit, never sooner
+ * than WSYNC_RTT_GRACE_NS from now, so that a call with timeout 0 can still
+ * make one round trip to a broker that answers. */
+int64_t wsync_conn_deadline(const struct wsync_client *c, int64_t deadline_ns);
+#define WSYNC_RTT_GRACE_NS 5000000       /* 5 ms */
 /* Closes rep->fds[from..]. */
 void wsync_reply_close_fds(struct conn_reply *rep, int from);
 /* Converts an ERROR message into its error code and detail message. */
@@ -182,12 +233,20 @@ int wsync_page_check(const struct wsync_model_page *pg, uint32_t model_id,
 
 /* Resolves endpoint (see wsync_connect) to a socket path. */
 int wsync_endpoint_resolve(const char *endpoint, char *buf, size_t len);
+/* Checks where a socket lives before connecting: its directory must be a
+ * real directory owned by a trusted uid (ours, root, $WSYNC_BROKER_UID)
+ * and writable by nobody else, or sticky like /tmp with the socket owned
+ * by a trusted uid. 0 or -EPERM with a reason. */
+int wsync_endpoint_check(const char *path);
+/* A uid from a number or a user name: the uid, or -errno. */
+int64_t wsync_uid_parse(const char *s);
 
 /* ---- pub.c / sub.c: hooks the connection and the client call ------------------ */
 
-/* Stores an async commit's reply (msg + fds) in the publisher that waits for
- * seq; returns false if none does. Caller holds the lock. */
-bool wsync_pub_take_ack(struct wsync_client *c, uint32_t seq, struct conn_reply *rep);
+/* Stores a reply that a publisher collects later (an async commit's, or a
+ * BEGIN's that came after its caller's deadline) in the publisher that waits
+ * for seq; returns false if none does. Caller holds the lock. */
+bool wsync_pub_take_reply(struct wsync_client *c, uint32_t seq, struct conn_reply *rep);
 /* -ENOTCONN if the broker shut down (page CLOSED) or the client is dead:
  * nothing may be published into a generation that no longer has a broker. */
 int wsync_pub_gone(struct wsync_pub *p);
@@ -206,8 +265,15 @@ int wsync_pub_ack_collect(struct wsync_pub *p, int64_t deadline_ns, uint64_t *ve
 int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tensors,
                          uint64_t bytes, uint64_t layout_bytes,
                          int *fds, int n_fds);
-/* ATTACH round trip; takes the lock. */
-int wsync_sub_attach(struct wsync_sub *s);
+/* ATTACH round trip by deadline_ns (-1: the reply limit); takes the lock. */
+int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns);
+/* wsync_sub_acquire with the deadline of a wait for what needs the broker;
+ * -ESTALE (not -EAGAIN) while the model's latest is being restored. */
+int wsync_sub_acquire_by(struct wsync_sub *s, int64_t deadline_ns, wsync_view *out);
+/* The newest version a collector may take, and the word it came from: the
+ * model page's latest while it equals the ctl entry's latest or grant, else
+ * the ctl entry's latest (sub.c explains). */
+uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint64_t **src);
 void wsync_sub_maps_free(struct sub_maps *m);
 
 /* Hazard record of index i in the client's session page. */

@@ -7,10 +7,17 @@
  * (stored in its publisher); anything else means the two sides disagree on
  * the conversation, and the connection is given up (marked dead).
  *
- * Every wait for the broker is bounded (WSYNC_REPLY_TIMEOUT_MS, 30 s by
- * default), so a stopped broker costs a timeout, never a hang. Sends use
- * MSG_NOSIGNAL: the library must never raise SIGPIPE in its host process.
- * Every fd received is either handed to the caller or closed.
+ * Every wait for the broker is bounded: by the caller's deadline where the
+ * API takes a timeout, else by WSYNC_REPLY_TIMEOUT_MS (30 s by default), so
+ * a stopped broker costs a timeout, never a hang. A timeout alone never
+ * gives the connection up: the request stays sent, and its reply, when it
+ * comes, is recognised by its seq (replies come in request order, so one
+ * older than the awaited request belongs to an abandoned one) and either
+ * kept for the publisher that will collect it (a late GRANT), undone (a
+ * late PUB_OPEN_OK or SUB_OPEN_OK is answered with CLOSE) or dropped.
+ * Sends use MSG_NOSIGNAL: the library must never raise SIGPIPE in its host
+ * process. Every fd received is checked to belong to the broker's uid, then
+ * either handed to the caller or closed.
  */
 #include <errno.h>
 #include <limits.h>
@@ -18,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client_internal.h"
@@ -132,7 +140,7 @@ int wsync_conn_send(struct wsync_client *c, const union wsync_msg_any *req,
 	} ctl;
 	struct iovec iov = { .iov_base = (void *)req, .iov_len = req->hdr.len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	int64_t deadline = wsync_mono_ns() + c->reply_timeout_ns;
+	int64_t deadline = wsync_conn_deadline(c, -1);
 
 	if (client_is_dead(c))
 		return wsync_conn_fail_dead(c);
@@ -167,15 +175,40 @@ int wsync_conn_send(struct wsync_client *c, const union wsync_msg_any *req,
 			return wsync_fail(-errno, "send %s to the broker: %s",
 			                  wsync_msg_name(req->hdr.type), strerror(errno));
 		err = conn_poll(c, POLLOUT, deadline);
-		if (err == -ETIMEDOUT) {
-			wsync_conn_mark_dead(c, "broker stopped reading its socket");
+		if (err == -ETIMEDOUT)   /* nothing was sent: the conversation holds */
 			return wsync_fail(-ETIMEDOUT, "broker did not take %s within %lld ms",
 			                  wsync_msg_name(req->hdr.type),
 			                  (long long)(c->reply_timeout_ns / 1000000));
-		}
 		if (err)
 			return err;
 	}
+}
+
+int64_t wsync_conn_deadline(const struct wsync_client *c, int64_t deadline_ns)
+{
+	int64_t now = wsync_mono_ns();
+	/* reply_timeout_ns is at most a day (client.c): no overflow */
+	int64_t limit = now + c->reply_timeout_ns;
+
+	if (deadline_ns < 0 || deadline_ns > limit)
+		return limit;
+	if (deadline_ns < now + WSYNC_RTT_GRACE_NS)
+		return now + WSYNC_RTT_GRACE_NS;
+	return deadline_ns;
+}
+
+/* Whether every fd of rep is an object of the broker's uid: a broker hands
+ * out only its own segments (and a client checks who the broker is at
+ * connect), so anything else is a protocol error, never mapped. */
+static bool fds_are_brokers(const struct wsync_client *c, const struct conn_reply *rep)
+{
+	for (int i = 0; i < rep->n_fds; i++) {
+		struct stat st;
+
+		if (fstat(rep->fds[i], &st) < 0 || st.st_uid != c->broker_uid)
+			return false;
+	}
+	return true;
 }
 
 /* Moves the fds of every SCM_RIGHTS header into rep; more than fit were
@@ -236,6 +269,8 @@ static int conn_recv_one(struct wsync_client *c, int64_t deadline_ns, struct con
 			err = wsync_msg_validate(&rep->msg, (size_t)r, why, sizeof(why));
 			if (err)
 				return conn_garbled(c, rep, why);
+			if (!fds_are_brokers(c, rep))
+				return conn_garbled(c, rep, "an fd of another owner than the broker");
 			return 0;
 		}
 		if (r == 0)
@@ -252,11 +287,48 @@ static int conn_recv_one(struct wsync_client *c, int64_t deadline_ns, struct con
 	}
 }
 
+int wsync_conn_post(struct wsync_client *c, union wsync_msg_any *req)
+{
+	if (client_is_dead(c))
+		return wsync_conn_fail_dead(c);
+	req->hdr.seq = wsync_conn_next_seq(c);
+	return wsync_conn_send(c, req, NULL, 0);
+}
+
+/* Undoes what a request we stopped waiting for did on the broker's side. */
+static void conn_undo(struct wsync_client *c, uint32_t model_id, uint32_t what)
+{
+	union wsync_msg_any m;
+
+	wsync_msg_init(&m.hdr, WSYNC_MSG_CLOSE, 0);
+	m.close.m.model_id = model_id;
+	m.close.what = what;
+	(void)wsync_conn_post(c, &m);
+}
+
+/* A reply to a request nobody waits for any more (see the top of the file). */
+static void conn_stale(struct wsync_client *c, struct conn_reply *rep)
+{
+	if (wsync_pub_take_reply(c, rep->msg.hdr.seq, rep))
+		return;
+	wsync_reply_close_fds(rep, 0);
+	if (rep->msg.hdr.type == WSYNC_MSG_PUB_OPEN_OK)
+		conn_undo(c, rep->msg.pub_open_ok.model_id, WSYNC_CLOSE_PUB);
+	else if (rep->msg.hdr.type == WSYNC_MSG_SUB_OPEN_OK)
+		conn_undo(c, rep->msg.sub_open_ok.model_id, WSYNC_CLOSE_SUB);
+}
+
+/* Whether request a was sent before request b (seqs wrap, 0 is skipped). */
+static bool seq_before(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
 int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
                     int64_t deadline_ns, struct conn_reply *rep)
 {
-	int64_t limit = wsync_mono_ns() + c->reply_timeout_ns;
-	bool on_limit = deadline_ns < 0 || deadline_ns >= limit;
+	int64_t deadline = wsync_conn_deadline(c, deadline_ns);
+	bool on_limit = deadline_ns < 0 || deadline_ns >= deadline;
 	char why[160];
 	int err;
 
@@ -264,14 +336,13 @@ int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
 	if (client_is_dead(c))
 		return wsync_conn_fail_dead(c);
 	for (;;) {
-		err = conn_recv_one(c, on_limit ? limit : deadline_ns, rep);
+		err = conn_recv_one(c, deadline, rep);
 		if (err == -ETIMEDOUT) {
 			if (!on_limit)
 				return wsync_fail(-ETIMEDOUT, "no %s from the broker in time",
 				                  wsync_msg_name(want));
-			wsync_conn_mark_dead(c, "broker stopped answering");
 			return wsync_fail(-ETIMEDOUT, "broker did not answer within %lld ms "
-			                  "(waiting for %s); connection given up",
+			                  "(waiting for %s)",
 			                  (long long)(c->reply_timeout_ns / 1000000),
 			                  wsync_msg_name(want));
 		}
@@ -287,8 +358,10 @@ int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
 			wsync_conn_mark_dead(c, "refused by the broker");
 			return err;
 		}
-		if (wsync_pub_take_ack(c, rep->msg.hdr.seq, rep))
+		if (seq_before(rep->msg.hdr.seq, seq)) {
+			conn_stale(c, rep);
 			continue;
+		}
 		snprintf(why, sizeof(why), "unexpected %s with seq %u while waiting for %s seq %u",
 		         wsync_msg_name(rep->msg.hdr.type), rep->msg.hdr.seq,
 		         wsync_msg_name(want), seq);
@@ -306,9 +379,9 @@ int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
 	return 0;
 }
 
-int wsync_conn_call(struct wsync_client *c, union wsync_msg_any *req,
-                    const int *fds, int n_fds, uint32_t want,
-                    struct conn_reply *rep)
+int wsync_conn_call_by(struct wsync_client *c, union wsync_msg_any *req,
+                       const int *fds, int n_fds, uint32_t want, int64_t deadline_ns,
+                       uint32_t *seq_out, struct conn_reply *rep)
 {
 	int err;
 
@@ -316,8 +389,17 @@ int wsync_conn_call(struct wsync_client *c, union wsync_msg_any *req,
 	if (client_is_dead(c))
 		return wsync_conn_fail_dead(c);
 	req->hdr.seq = wsync_conn_next_seq(c);
+	if (seq_out)
+		*seq_out = req->hdr.seq;
 	err = wsync_conn_send(c, req, fds, n_fds);
 	if (err)
 		return err;
-	return wsync_conn_recv(c, req->hdr.seq, want, -1, rep);
+	return wsync_conn_recv(c, req->hdr.seq, want, deadline_ns, rep);
+}
+
+int wsync_conn_call(struct wsync_client *c, union wsync_msg_any *req,
+                    const int *fds, int n_fds, uint32_t want,
+                    struct conn_reply *rep)
+{
+	return wsync_conn_call_by(c, req, fds, n_fds, want, -1, NULL, rep);
 }

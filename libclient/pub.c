@@ -102,24 +102,23 @@ static void pub_free(struct wsync_pub *p)
 	if (p->next.valid && p->next.fd >= 0)
 		close(p->next.fd);
 	wsync_reply_close_fds(&p->ack, 0);
+	wsync_reply_close_fds(&p->begin_rep, 0);
 	wsync_name_index_free(&p->index);
 	free(p->tensors);
 	free(p);
 }
 
-/* CLOSE(pub), best effort: the broker also drops us when the socket closes. */
+/* CLOSE(pub), not waiting for its answer (a close must not wait for a
+ * broker that may be stopped): the broker handles it before anything this
+ * client sends later, and drops us anyway when the socket closes. */
 static void pub_close_remote(struct wsync_pub *p)
 {
 	union wsync_msg_any m;
-	struct conn_reply rep;
 
-	if (client_is_dead(p->c))
-		return;
 	wsync_msg_init(&m.hdr, WSYNC_MSG_CLOSE, 0);
 	m.close.m.model_id = p->model_id;
 	m.close.what = WSYNC_CLOSE_PUB;
-	if (wsync_conn_call(p->c, &m, NULL, 0, WSYNC_MSG_CLOSE_OK, &rep) == 0)
-		wsync_reply_close_fds(&rep, 0);
+	(void)wsync_conn_post(p->c, &m);
 }
 
 /* PUB_OPEN with the layout memfd; maps the model page from the reply. */
@@ -155,6 +154,7 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots)
 		goto out_close_remote;
 	}
 	p->model_id = ok->model_id;
+	p->entry = client_ctl_model(c, p->model_id);
 	p->n_slots = ok->n_slots;
 	err = wsync_map_fd(rep.fds[0], sizeof(*p->page), 1, 0, "model page", &page);
 	if (err)
@@ -284,8 +284,14 @@ static int pub_check_alive(struct wsync_pub *p)
 
 int wsync_pub_gone(struct wsync_pub *p)
 {
-	if (atomic_load_explicit(&p->page->flags, memory_order_acquire) & WSYNC_PAGE_CLOSED)
+	if (client_broker_stopped(p->c))
 		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", p->model);
+	/* A handle the broker cut off must not write the page any more: the
+	 * model may have another publisher now. */
+	if (atomic_load_explicit(&p->entry->publisher, memory_order_acquire) != p->c->session_id &&
+	    client_session_live(p->c))
+		return wsync_fail(-EPROTO, "model '%s': the broker cut this publisher off (its "
+		                  "log says why); open the model again", p->model);
 	if (client_is_dead(p->c))
 		return wsync_conn_fail_dead(p->c);
 	return 0;
@@ -346,8 +352,15 @@ int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
 	if (err)
 		return err;
 	err = wsync_conn_recv(p->c, seq, WSYNC_MSG_COMMIT_OK, -1, &rep);
-	if (!err)
+	if (!err) {
 		err = wsync_pub_apply_commit_ok(p, version, &rep);
+	} else if (err == -ETIMEDOUT && !client_is_dead(p->c)) {
+		/* collectors have the version; the confirmation is collected by
+		 * the next begin, like an async commit's */
+		p->ack_seq = seq;
+		p->ack_version = version;
+		p->ack_ready = false;
+	}
 	client_unlock(p->c);
 	if (err)
 		return err;
@@ -411,11 +424,14 @@ void wsync_pub_close(wsync_pub *p)
 	if (!p)
 		return;
 	c = p->c;
-	if (p->begun)
-		(void)wsync_pub_abort(p);
+	/* Nothing here waits for the broker: CLOSE settles a begun slab (the
+	 * grant is freed, or booked if it was published), and answers still
+	 * to come for this publisher are dropped when they arrive. */
+	if (p->begun) {
+		wsync_pub_guard(p, p->cur.slot);
+		p->begun = false;
+	}
 	client_lock(c);
-	if (p->ack_seq || p->ack_ready)
-		(void)wsync_pub_ack_collect(p, -1, NULL);
 	pub_close_remote(p);
 	for (struct wsync_pub **pp = &c->pubs; *pp; pp = &(*pp)->next_pub) {
 		if (*pp == p) {

@@ -6,10 +6,20 @@
  *
  * Who writes which word:
  *   page->latest    the model's publisher (its granted pair, at commit) and
- *                   the broker (restores); collectors only read it.
+ *                   the broker (restores); collectors only read it, and take
+ *                   it only while it equals entry->latest or entry->grant.
+ *   entry->latest   the broker only (ctl model entry, mapped read-only): the
+ *   entry->grant    last booked latest and the grant outstanding. A forged
+ *                   page word is never served: a collector falls back to
+ *                   entry->latest, so it sees only versions the broker
+ *                   granted, and never one below what it saw before.
  *   page->slots[k]  the publisher holding the grant of slot k, before latest
  *                   names k; read here only while k is pinned.
  *   hazard[i].pin   this client only (its session page); the broker reads it.
+ *   self->id        the broker: our session id while it counts our pins;
+ *                   checked (seq_cst) after the pin, so a view handed out was
+ *                   protected when it was taken; wsync_view_check() tells
+ *                   later whether it still is.
  *
  * Why a pinned slot is safe: acquire stores the pin (seq_cst) and then loads
  * latest again (seq_cst), retrying if latest moved. The broker, before it
@@ -90,10 +100,34 @@ static void hz_put(struct wsync_client *c, uint32_t idx)
 	atomic_store_explicit(&c->hz[idx].owner, NULL, memory_order_release);
 }
 
-static bool sub_broker_closed(const struct wsync_sub *s)
+#define ACQUIRE_MAX_TRIES 4096   /* an honest latest moves once per commit */
+
+uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint64_t **src)
 {
-	return (atomic_load_explicit(&s->page->flags, memory_order_acquire) & WSYNC_PAGE_CLOSED) ||
-	       atomic_load_explicit(&s->c->ctl->state, memory_order_relaxed) == WSYNC_BROKER_STOPPED;
+	uint64_t l = atomic_load_explicit(&s->page->latest, memory_order_acquire);
+	/* grant before latest: the broker stores them in the other order, so a
+	 * grant we see that is newer than l comes with a latest >= l */
+	uint64_t g = atomic_load_explicit(&s->entry->grant, memory_order_acquire);
+	uint64_t v = atomic_load_explicit(&s->entry->latest, memory_order_acquire);
+
+	if (l == v || (g && l == g)) {
+		*src = &s->page->latest;
+		return l;
+	}
+	*src = &s->entry->latest;
+	return v;
+}
+
+/* -ECONNRESET once the broker no longer counts this client's hazards. */
+static int sub_check_session(struct wsync_sub *s)
+{
+	struct wsync_client *c = s->c;
+
+	if (client_session_live(c))
+		return 0;
+	wsync_conn_mark_dead(c, "the broker ended this client's session");
+	return wsync_fail(-ECONNRESET, "model '%s': the broker ended this client's session "
+	                  "(its log says why); connect again", s->model);
 }
 
 /* Empties the notification eventfd before latest is read: a commit after
@@ -109,29 +143,38 @@ static void sub_drain_fd(struct wsync_sub *s)
 			;
 }
 
-/* Pins the slot latest names; returns 0 with *latest and *maps, or an error
- * with the record still claimed (the caller frees it). */
-static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz,
+/* Pins the slot the trusted latest names; returns 0 with *latest and
+ * *maps, or an error with the record still claimed (the caller frees it).
+ * Bounded: a latest that keeps moving (a publisher gone wrong) or goes
+ * below what this subscription saw before gives -EAGAIN, never a loop. */
+static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t deadline,
                           uint64_t *latest, struct sub_maps **maps)
 {
-	const struct wsync_model_page *pg = s->page;
+	uint64_t floor = 0, l = 0;
 
-	for (;;) {
-		uint64_t l = atomic_load_explicit(&pg->latest, memory_order_acquire);
-		uint32_t slot = wsync_latest_slot(l);
+	for (unsigned tries = 0; tries < ACQUIRE_MAX_TRIES; tries++) {
+		const _Atomic uint64_t *src;
 		struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
-		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS;
+		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS, slot;
 		int err;
 
+		l = wsync_sub_trusted_latest(s, &src);
+		slot = wsync_latest_slot(l);
 		if (slot == WSYNC_SLOT_NONE)
 			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
 		if (slot >= n_slots || wsync_latest_version(l) == 0)
 			return wsync_fail(-EPROTO, "model '%s': latest names slot %u v%llu of %u "
 			                  "slots", s->model, slot,
 			                  (unsigned long long)wsync_latest_version(l), n_slots);
+		floor = atomic_load_explicit(&s->last_version, memory_order_relaxed);
+		if (wsync_latest_version(l) < floor)
+			continue;                /* another thread took a newer one */
 		atomic_store(&hz->pin, wsync_pin_pack(s->model_id, slot));
-		if (atomic_load(&pg->latest) != l)
+		if (atomic_load(src) != l)
 			continue;
+		err = sub_check_session(s);
+		if (err)
+			return err;
 		if (m) {
 			*latest = l;
 			*maps = m;
@@ -140,13 +183,32 @@ static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz,
 		/* The model became READY after sub_open. The pin is already set,
 		 * so the slot stays ours while we map; then start over to check
 		 * the slot against the real slot count. */
-		err = wsync_sub_attach(s);
+		err = wsync_sub_attach(s, deadline);
 		if (err)
 			return err;
 	}
+	/* -ESTALE here, -EAGAIN to the caller of wsync_sub_acquire; a wait
+	 * goes on waiting */
+	if (wsync_latest_version(l) < floor)
+		return wsync_fail(-ESTALE, "model '%s': its latest went back from v%llu to v%llu "
+		                  "(its publisher misbehaved; the broker restores it)", s->model,
+		                  (unsigned long long)floor,
+		                  (unsigned long long)wsync_latest_version(l));
+	return wsync_fail(-ESTALE, "model '%s': latest moved %d times while it was pinned",
+	                  s->model, ACQUIRE_MAX_TRIES);
 }
 
 int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
+{
+	int err;
+
+	if (!s || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_acquire: subscription and out must not be NULL");
+	err = wsync_sub_acquire_by(s, -1, out);
+	return err == -ESTALE ? -EAGAIN : err;   /* the message stays */
+}
+
+int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, wsync_view *out)
 {
 	const struct wsync_slot_meta *meta;
 	struct wsync_client *c;
@@ -156,17 +218,15 @@ int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
 	uint32_t idx, slot;
 	int err;
 
-	if (!s || !out)
-		return wsync_fail(-EINVAL, "wsync_sub_acquire: subscription and out must not be NULL");
 	c = s->c;
-	if (sub_broker_closed(s))
+	if (client_broker_stopped(c))
 		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
 	sub_drain_fd(s);
 	if (hz_take(c, s, &idx))
 		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
 		                  s->model, WSYNC_MAX_VIEWS);
 	hz = client_hazard(c, idx);
-	err = sub_pin_latest(s, hz, &l, &m);
+	err = sub_pin_latest(s, hz, deadline, &l, &m);
 	if (err) {
 		hz_put(c, idx);
 		return err;
@@ -221,6 +281,22 @@ void wsync_sub_release(wsync_sub *s, wsync_view *v)
 	memset(v, 0, sizeof(*v));
 }
 
+int wsync_view_check(const wsync_view *v)
+{
+	struct wsync_client *c;
+
+	if (!v || !v->priv_sub)
+		return wsync_fail(-EINVAL, "wsync_view_check: not a held view");
+	c = v->priv_sub->c;
+	/* the reads of the view's bytes come before the check of the entry */
+	atomic_thread_fence(memory_order_acquire);
+	if (client_session_live(c) || client_broker_stopped(c))
+		return 0;
+	return wsync_fail(-ECONNRESET, "model '%s': the broker ended this client's session; "
+	                  "v%llu may have been rewritten since it was taken",
+	                  v->priv_sub->model, (unsigned long long)v->version);
+}
+
 static void sub_free(struct wsync_sub *s)
 {
 	int efd = atomic_load(&s->efd);
@@ -233,18 +309,17 @@ static void sub_free(struct wsync_sub *s)
 	free(s);
 }
 
+/* CLOSE without waiting for its answer: a close must not wait for a
+ * broker that may be stopped, and the broker also drops everything of ours
+ * when the socket closes. */
 static void sub_close_remote(struct wsync_sub *s)
 {
 	union wsync_msg_any m;
-	struct conn_reply rep;
 
-	if (client_is_dead(s->c))
-		return;
 	wsync_msg_init(&m.hdr, WSYNC_MSG_CLOSE, 0);
 	m.close.m.model_id = s->model_id;
 	m.close.what = WSYNC_CLOSE_SUB;
-	if (wsync_conn_call(s->c, &m, NULL, 0, WSYNC_MSG_CLOSE_OK, &rep) == 0)
-		wsync_reply_close_fds(&rep, 0);
+	(void)wsync_conn_post(s->c, &m);
 }
 
 /* Maps what SUB_OPEN_OK brought: the page, and if READY the layout and slabs. */
@@ -262,6 +337,7 @@ static int sub_map_open(struct wsync_sub *s, struct conn_reply *rep)
 	}
 	wsync_reply_close_fds(rep, want);
 	s->model_id = ok->model_id;
+	s->entry = client_ctl_model(s->c, s->model_id);
 	err = wsync_map_fd(rep->fds[0], sizeof(*s->page), 0, 0, "model page", &page);
 	if (err)
 		goto out_close;

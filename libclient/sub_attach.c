@@ -115,9 +115,13 @@ static int slabs_map(const struct wsync_sub *s, struct sub_maps *m, const int *f
 		void *addr;
 		int err = wsync_map_fd(fds[i], m->bytes, 0, 1, "slab", &addr);
 
-		if (err)
-			return wsync_fail(err, "model '%s': slot %u: %s", s->model, i,
-			                  wsync_errmsg_get());
+		if (err) {
+			char why[WSYNC_ERRMSG_LEN];
+
+			/* the detail is in the buffer we are about to format */
+			snprintf(why, sizeof(why), "%s", wsync_errmsg_get());
+			return wsync_fail(err, "model '%s': slot %u: %s", s->model, i, why);
+		}
 		m->slabs[i] = addr;
 	}
 	return 0;
@@ -168,7 +172,7 @@ out_close:
 	return err;
 }
 
-int wsync_sub_attach(struct wsync_sub *s)
+int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns)
 {
 	struct wsync_client *c = s->c;
 	union wsync_msg_any m;
@@ -184,7 +188,7 @@ int wsync_sub_attach(struct wsync_sub *s)
 	}
 	wsync_msg_init(&m.hdr, WSYNC_MSG_ATTACH, 0);
 	m.attach.m.model_id = s->model_id;
-	err = wsync_conn_call(c, &m, NULL, 0, WSYNC_MSG_ATTACH_OK, &rep);
+	err = wsync_conn_call_by(c, &m, NULL, 0, WSYNC_MSG_ATTACH_OK, deadline_ns, NULL, &rep);
 	if (!err && ok->model_id != s->model_id) {
 		wsync_reply_close_fds(&rep, 0);
 		err = wsync_fail(-EPROTO, "model '%s': ATTACH_OK names model %u, not %u",

@@ -8,10 +8,16 @@
  * (the increment follows the latest store), so the futex compares against a
  * value that has changed by then, or will change and wake us.
  *
- * A broker that shuts down cleanly sets WSYNC_PAGE_CLOSED, bumps seq and
- * wakes everyone. One that dies wakes nobody, so the sleep is cut into
- * slices of 200 ms and the session socket is checked for a hang-up between
- * slices: a dead broker is noticed within 200 ms even with WSYNC_FOREVER.
+ * The version looked at is the trusted latest (sub.c): a page word the
+ * broker does not stand behind wakes nobody into a view.
+ *
+ * A broker that shuts down cleanly sets its state STOPPED in the control
+ * segment (which only it writes; the model page is the publisher's too),
+ * then bumps seq and wakes everyone. One that dies wakes nobody, so the
+ * sleep is cut into slices of 200 ms and the session socket is checked for
+ * a hang-up between slices: a dead broker is noticed within 200 ms even
+ * with WSYNC_FOREVER. Every path back to the top of the loop checks the
+ * deadline first, so a wait returns by it whatever the page does.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -26,12 +32,6 @@
 
 #define WAIT_SLICE_NS 200000000          /* 200 ms */
 #define WAIT_SPIN_MAX_NS 1000000000      /* a spin is for microseconds, not seconds */
-
-static bool broker_shut_down(const struct wsync_sub *s)
-{
-	return (atomic_load_explicit(&s->page->flags, memory_order_acquire) & WSYNC_PAGE_CLOSED) ||
-	       atomic_load_explicit(&s->c->ctl->state, memory_order_relaxed) == WSYNC_BROKER_STOPPED;
-}
 
 static int wait_timed_out(struct wsync_sub *s, uint64_t after, int64_t timeout_ns)
 {
@@ -109,25 +109,31 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(seqw, memory_order_acquire);
-		uint64_t l = atomic_load(&s->page->latest);
+		const _Atomic uint64_t *src;
+		uint64_t l = wsync_sub_trusted_latest(s, &src);
 		int64_t now, until;
 		int err;
 
 		if (wsync_latest_version(l) > after_version &&
 		    wsync_latest_slot(l) != WSYNC_SLOT_NONE) {
-			err = wsync_sub_acquire(s, out);
-			if (err)
-				return err;
-			if (out->version > after_version)
+			err = wsync_sub_acquire_by(s, deadline, out);
+			if (!err && out->version > after_version)
 				return 0;
-			/* latest moved back under us (a restored commit): wait on */
-			wsync_sub_release(s, out);
-			continue;
+			if (!err)            /* moved back under us: wait on */
+				wsync_sub_release(s, out);
+			else if (err != -ESTALE)
+				return err;
+			/* -ESTALE: latest is being restored; the broker wakes us */
 		}
-		if (broker_shut_down(s))
+		if (client_broker_stopped(c))
 			return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
 		if (client_is_dead(c))
 			return wsync_conn_fail_dead(c);
+		if (!client_session_live(c)) {
+			wsync_conn_mark_dead(c, "the broker ended this client's session");
+			return wsync_fail(-ECONNRESET, "model '%s': the broker ended this client's "
+			                  "session (its log says why); connect again", s->model);
+		}
 		now = wsync_mono_ns();
 		checked = atomic_load_explicit(&c->hangup_checked_ns, memory_order_relaxed);
 		if (now - checked >= WAIT_SLICE_NS) {
@@ -189,9 +195,13 @@ int wsync_sub_fd(wsync_sub *s)
 	atomic_store_explicit(&s->efd, efd, memory_order_release);
 	/* A version committed before the broker knew the fd must not go
 	 * unnoticed: signal it now. */
-	if (wsync_latest_version(atomic_load(&s->page->latest)) >
-	    atomic_load_explicit(&s->last_version, memory_order_relaxed))
-		(void)eventfd_write(efd, 1);
+	{
+		const _Atomic uint64_t *src;
+
+		if (wsync_latest_version(wsync_sub_trusted_latest(s, &src)) >
+		    atomic_load_explicit(&s->last_version, memory_order_relaxed))
+			(void)eventfd_write(efd, 1);
+	}
 out_unlock:
 	client_unlock(c);
 	return efd;

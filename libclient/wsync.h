@@ -27,10 +27,28 @@
  * When the broker goes away: after a crash, acquire still returns the last
  * version (nothing can change it any more); waits and every call that talks
  * to the broker return -ENOTCONN. After a clean shutdown acquire returns
- * -ENOTCONN too. A broker that does not answer a request within 30 s
- * ($WSYNC_REPLY_TIMEOUT_MS) gives -ETIMEDOUT and leaves the client unusable.
- * In every case: wsync_close() and connect again; a restarted broker serves
- * the same models at the same or newer versions.
+ * -ENOTCONN too. In every case: wsync_close() and connect again; a
+ * restarted broker serves the same models at the same or newer versions.
+ *
+ * Deadlines: a call given a timeout returns by it, also when it needs the
+ * broker and the broker does not answer (it gets at least 5 ms for one
+ * round trip, so timeout 0 can still make one). Calls without a timeout
+ * wait for an answer up to $WSYNC_REPLY_TIMEOUT_MS (30 s by default), then
+ * return -ETIMEDOUT. A timeout never makes the client unusable: an answer
+ * that comes later is recognised and dropped or kept for the next call.
+ *
+ * Cut off: a broker that ends a client's session while the client runs
+ * (protocol errors, a client that stops reading its socket) stops counting
+ * its views. From then on acquire and wait return -ECONNRESET, and views
+ * held may be rewritten: wsync_view_check() says whether a view was still
+ * protected after you read it. A publisher that stores a `latest` the broker
+ * did not grant loses the publishing role only (its calls on that model
+ * fail with -EPROTO); the same client's subscriptions go on.
+ *
+ * Trust: wsync_connect talks only to a broker running as this user or root,
+ * or as the user named by $WSYNC_BROKER_UID (a uid or a user name, for a
+ * broker of another user that admits you through --group), whose socket
+ * lies in a directory no one else can write; anything else is -EPERM.
  *
  * fork(): do not use one client in both parent and child; connect anew in
  * the child.
@@ -137,7 +155,8 @@ const char *wsync_version_string(void);
  * instance name ("default", "lab"), or NULL for $WSYNC_ENDPOINT or else the
  * default broker. client_name (may be NULL) is shown by monitoring tools.
  * Errors: -ECONNREFUSED/-ENOENT no broker there, -EPERM refused by the broker's
- * uid/group check, -EPROTO protocol or layout version mismatch, -ENOMEM. */
+ * uid/group check or a socket served by an untrusted user (see Trust above),
+ * -EPROTO protocol or layout version mismatch, -ENOMEM. */
 int  wsync_connect(const char *endpoint, const char *client_name,
                    wsync_client **out);
 /* Closes the connection and every pub/sub still open on it. NULL is a no-op. */
@@ -204,6 +223,11 @@ int  wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 int  wsync_sub_set_spin(wsync_sub *s, int64_t spin_ns);
 /* Lets the broker reuse the view's slab. The view is cleared. */
 void wsync_sub_release(wsync_sub *s, wsync_view *v);
+/* 0 while the bytes of a held view are protected; -ECONNRESET once the
+ * broker has cut this client off, after which the slab may be rewritten.
+ * Call it after reading a view to know that what you read was one
+ * version, whole (like a seqlock's check). Costs two loads. */
+int  wsync_view_check(const wsync_view *v);
 /* A file descriptor that becomes readable when a version newer than the last
  * one acquired through this subscription is committed (an eventfd; acquire and
  * wait drain it). Owned by the subscription; do not close it. Negative errno

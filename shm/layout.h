@@ -9,7 +9,9 @@
  *                                          clients map read-only)
  *   wsync.<uid>.<name>.<gen>.m<id>.page    model page: `latest` and the futex
  *                                          word (publisher of the model and
- *                                          broker write, collectors read)
+ *                                          broker write, collectors read, and
+ *                                          trust latest only while the ctl
+ *                                          entry's latest or grant equals it)
  *   wsync.<uid>.<name>.<gen>.m<id>.layout  tensor layout (broker writes)
  *   wsync.<uid>.<name>.<gen>.m<id>.s<k>    slab k: raw tensor bytes, no header
  *   (memfd)                                session page: one per connection,
@@ -39,7 +41,7 @@
 #define WSYNC_CACHELINE        64
 #define WSYNC_PAGE             4096
 
-#define WSYNC_LAYOUT_VERSION   1u
+#define WSYNC_LAYOUT_VERSION   2u
 #define WSYNC_MAGIC_CTL        0x4c544353594e5357ull   /* "WSYNSCTL" */
 #define WSYNC_MAGIC_PAGE       0x4547505359534e57ull
 #define WSYNC_MAGIC_LAYOUT     0x54594c5359534e57ull
@@ -132,8 +134,16 @@ struct wsync_ctl_model {
 	_Atomic uint32_t publisher;      /* session id, 0 = none */
 	_Atomic uint32_t subscribers;
 	_Atomic uint8_t  slot_state[WSYNC_MAX_SLOTS];  /* enum wsync_slot_state */
+	/* The grant outstanding, wsync_latest_pack(version, slot), 0 = none.
+	 * Stored before the grant leaves the broker, cleared after `latest`
+	 * took its booked value. With `latest` it is all a collector trusts:
+	 * the model page's latest counts only while it equals one of the two
+	 * (libclient/sub.c). */
+	_Atomic uint64_t grant;
+	uint8_t  reserved[248];
 };
-static_assert(sizeof(struct wsync_ctl_model) == 256, "ctl model entry size");
+static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
+static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
@@ -167,7 +177,10 @@ struct wsync_slot_meta {
 static_assert(sizeof(struct wsync_slot_meta) == 32, "slot meta size");
 
 enum wsync_page_flags {
-	WSYNC_PAGE_CLOSED = 1u << 0,     /* broker shut down: waiters return */
+	/* Set by a broker shutting down, for clients of older versions. The
+	 * page is the publisher's to write too, so no client trusts it: the
+	 * ctl header's state says whether the broker stopped. */
+	WSYNC_PAGE_CLOSED = 1u << 0,
 };
 
 struct wsync_model_page {

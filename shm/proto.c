@@ -116,7 +116,7 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		      "client name invalid");
 		return 0;
 	case WSYNC_MSG_HELLO_OK:
-		CHECK(m->hello_ok.reserved == 0, "reserved field not zero");
+		CHECK(m->hello_ok.session_index < WSYNC_MAX_SESSIONS, "session index out of range");
 		CHECK(m->hello_ok.max_slots >= WSYNC_MIN_SLOTS &&
 		      m->hello_ok.max_slots <= WSYNC_MAX_SLOTS, "max_slots out of range");
 		return 0;

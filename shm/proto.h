@@ -34,11 +34,14 @@
  * version}. It writes the slab, fills page->slots[slot] (version, step,
  * published_ns), stores page->latest = pack(version, slot) (seq_cst),
  * increments page->seq and FUTEX_WAKEs all waiters — collectors run now —
- * and then sends COMMIT. The broker checks that latest is exactly the granted
- * pair, updates its books, signals NOTIFY eventfds, and in COMMIT_OK already
- * grants the next slot when one is free (prefetch), so the next BEGIN is
- * local. If the check fails the broker restores latest to its last validated
- * value under a fresh version, replies -EPROTO and disconnects the publisher.
+ * and then sends COMMIT. The broker checks that the COMMIT names exactly the
+ * granted pair, books it (the ctl entry's latest, which collectors check
+ * the page's word against), signals NOTIFY eventfds, and in COMMIT_OK
+ * already grants the next slot when one is free (prefetch), so the next
+ * BEGIN is local. A COMMIT that does not match the grant is answered -EPROTO
+ * and the session loses the publishing role (not the session). A page word
+ * that is neither the booked latest nor the grant is repaired, never served
+ * (libclient/sub.c).
  *
  * A publisher whose socket closes (exit, crash, kill -9) loses its grant: if
  * it had already stored latest = its grant, the broker books it as committed
@@ -105,7 +108,8 @@ struct wsync_msg_hello_ok {
 	uint64_t generation;
 	uint64_t ctl_bytes;
 	uint32_t broker_pid;
-	uint32_t reserved;
+	uint32_t session_index;          /* this session's entry in the ctl session
+	                                    table: its id there says the session lives */
 };
 
 struct wsync_model_ref {                 /* names a model in a request */
