@@ -253,6 +253,7 @@ static int handle_pub_open(struct req *r)
 	struct session *s = r->s;
 	wsync_tensor_desc *in = NULL, *canon = NULL;
 	uint32_t n_slots = p->slots;
+	int fds[1 + WSYNC_MAX_SLOTS];
 	bool declared_here = false;
 	union wsync_msg_any ok;
 	struct model *m;
@@ -325,12 +326,19 @@ static int handle_pub_open(struct req *r)
 	log_info("model '%s': publisher is session %u '%s' pid %d", m->name, s->id,
 	         s->name, (int)s->pid);
 
+	/* The page and every slab, writable: the publisher maps them all now,
+	 * off its publish path, and no grant needs to carry an fd. */
+	fds[0] = m->page_fd;
+	for (uint32_t k = 0; k < m->books.n_slots; k++)
+		fds[1 + k] = m->slab_fd[k];
+	s->m[m->id].fds_sent = m->books.n_slots >= 32 ? UINT32_MAX
+	                                              : (1u << m->books.n_slots) - 1;
 	memset(&ok, 0, sizeof(ok));
 	ok.pub_open_ok.model_id = m->id;
 	ok.pub_open_ok.n_slots = m->books.n_slots;
 	ok.pub_open_ok.bytes = m->bytes;
 	ok.pub_open_ok.generation = b->generation;
-	reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, &m->page_fd, 1);
+	reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, 1 + (int)m->books.n_slots);
 	return 0;
 
 out_undeclare:

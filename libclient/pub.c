@@ -49,14 +49,19 @@
 #include "shm/futex.h"
 #include "shm/segment.h"
 
+#define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_GUARDED)
+
 static int opts_check(const struct wsync_client *c, const char *model,
                       const wsync_model_opts *o)
 {
 	if (!o)
 		return 0;
-	if (o->flags & ~(uint32_t)WSYNC_PUB_UNGUARDED)
+	if (o->flags & ~(uint32_t)PUB_FLAGS_KNOWN)
 		return wsync_fail(-EINVAL, "model '%s': unknown opts.flags 0x%x",
-		                  model, o->flags & ~(uint32_t)WSYNC_PUB_UNGUARDED);
+		                  model, o->flags & ~(uint32_t)PUB_FLAGS_KNOWN);
+	if ((o->flags & WSYNC_PUB_UNGUARDED) && (o->flags & WSYNC_PUB_GUARDED))
+		return wsync_fail(-EINVAL, "model '%s': opts.flags asks for both "
+		                  "WSYNC_PUB_GUARDED and WSYNC_PUB_UNGUARDED", model);
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return wsync_fail(-EINVAL, "model '%s': opts.reserved[%zu] must be 0",
@@ -121,7 +126,34 @@ static void pub_close_remote(struct wsync_pub *p)
 	(void)wsync_conn_post(p->c, &m);
 }
 
-/* PUB_OPEN with the layout memfd; maps the model page from the reply. */
+/*
+ * Maps and populates every slab the broker sent with PUB_OPEN_OK, so that
+ * the page-table work of a first publish (tens of times a copy of the slab
+ * on 4 KiB pages) is paid here, once, and not inside a begin. A broker that
+ * sends no slab fds (an older one) leaves the mapping to the first grant of
+ * each slot.
+ */
+static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
+{
+	if (n_fds <= 0)
+		return 0;
+	if ((uint32_t)n_fds != p->n_slots)
+		return wsync_fail(-EPROTO, "model '%s': PUB_OPEN_OK with %d slab fds for %u "
+		                  "slots", p->model, n_fds, p->n_slots);
+	for (uint32_t k = 0; k < p->n_slots; k++) {
+		void *addr;
+		int err = wsync_map_fd(fds[k], p->bytes, 1, 1, "slab", &addr);
+
+		if (err)
+			return err;
+		p->slabs[k] = addr;
+		wsync_pub_guard(p, k);
+	}
+	return 0;
+}
+
+/* PUB_OPEN with the layout memfd; maps the model page and the slabs from
+ * the reply. */
 static int pub_declare(struct wsync_pub *p, uint32_t slots)
 {
 	struct wsync_client *c = p->c;
@@ -161,6 +193,9 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots)
 		goto out_close_remote;
 	p->page = page;
 	err = wsync_page_check(p->page, p->model_id, p->model);
+	if (err)
+		goto out_close_remote;
+	err = pub_map_slabs(p, rep.fds + 1, rep.n_fds - 1);
 	if (err)
 		goto out_close_remote;
 	wsync_reply_close_fds(&rep, 0);
@@ -204,7 +239,7 @@ int wsync_pub_open(wsync_client *c, const char *model,
 		return wsync_fail(-ENOMEM, "model '%s': out of memory", model);
 	p->c = c;
 	p->cur.fd = p->next.fd = -1;
-	p->guarded = !(opts && (opts->flags & WSYNC_PUB_UNGUARDED));
+	p->guarded = opts && (opts->flags & WSYNC_PUB_GUARDED);
 	snprintf(p->model, sizeof(p->model), "%s", model);
 	p->n_tensors = n_tensors;
 	p->tensors = calloc(n_tensors, sizeof(*p->tensors));

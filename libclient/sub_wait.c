@@ -87,7 +87,7 @@ static void wait_spin(const _Atomic uint32_t *seqw, uint32_t seq, int64_t spin_n
 int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
                    wsync_view *out)
 {
-	bool spun = false;
+	bool spun = false, attach_tried = false;
 	/* the futex only reads the word; the page is mapped read-only */
 	_Atomic uint32_t *seqw;
 	int64_t deadline, checked;
@@ -143,6 +143,17 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 		}
 		if (deadline >= 0 && now >= deadline)
 			return wait_timed_out(s, after_version, timeout_ns);
+		/* The model got its layout since we subscribed: map its slabs
+		 * now, while nothing newer is there, rather than on the path of
+		 * the first version's wake-up. */
+		if (!attach_tried && !atomic_load_explicit(&s->maps, memory_order_acquire) &&
+		    atomic_load_explicit(&s->entry->state, memory_order_acquire) == WSYNC_MODEL_READY) {
+			attach_tried = true;
+			err = wsync_sub_attach(s, deadline);
+			if (err && err != -ETIMEDOUT && err != -ENODATA)
+				return err;
+			continue;
+		}
 		if (!spun && atomic_load_explicit(&s->spin_ns, memory_order_relaxed) > 0) {
 			/* once per wait: spin, then look at latest again */
 			spun = true;

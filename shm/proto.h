@@ -16,7 +16,7 @@
  *
  *   request         reply            fds client->broker   fds broker->client
  *   HELLO           HELLO_OK         -                    ctl (ro), session page (rw)
- *   PUB_OPEN        PUB_OPEN_OK      layout memfd         model page (rw)
+ *   PUB_OPEN        PUB_OPEN_OK      layout memfd         model page (rw), slab 0..n-1 (rw)
  *   SUB_OPEN        SUB_OPEN_OK      -                    model page (ro) [+ layout (ro),
  *                                                         slab 0..n-1 (ro) if READY]
  *   ATTACH          ATTACH_OK        -                    layout (ro), slab 0..n-1 (ro)

@@ -10,7 +10,7 @@
  * faults) is a row of its own; so is begin+commit without any copy, which is
  * the library's own cost. The copy itself is the library's
  * wsync_slab_copy_tensors (streaming stores, 1 or 2 threads), with and
- * without the write guard (WSYNC_PUB_UNGUARDED), and a plain memcpy per
+ * with the opt-in write guard (WSYNC_PUB_GUARDED), and a plain memcpy per
  * tensor for what a trainer gets without the helper.
  */
 #include <errno.h>
@@ -37,7 +37,7 @@ struct pub_run {
 	double *memcpy1, *memcpy_tensors, *memcpy2;
 	double *pub_memcpy, *lib1, *lib2, *lib2_ug, *overhead, *overhead_ug, *fresh;
 	int n_fresh;
-	wsync_pub *p_ug;                /* the same model, WSYNC_PUB_UNGUARDED */
+	wsync_pub *p_ug;                /* the same model, WSYNC_PUB_GUARDED */
 };
 
 #define PUB_SERIES 10               /* sample arrays above */
@@ -98,10 +98,10 @@ static int pub_setup(struct pub_run *r)
 	err = model_open(r->c, "pub-warm", PUB_BYTES, PUB_TENSORS, 0, &r->p);
 	if (err)
 		return pub_fail(r, "wsync_pub_open", err);
-	err = model_open_flags(r->c, "pub-warm-unguarded", PUB_BYTES, PUB_TENSORS, 0,
-	                       WSYNC_PUB_UNGUARDED, &r->p_ug);
+	err = model_open_flags(r->c, "pub-warm-guarded", PUB_BYTES, PUB_TENSORS, 0,
+	                       WSYNC_PUB_GUARDED, &r->p_ug);
 	if (err)
-		return pub_fail(r, "wsync_pub_open (unguarded)", err);
+		return pub_fail(r, "wsync_pub_open (guarded)", err);
 	return 0;
 }
 
@@ -195,12 +195,12 @@ static void pub_rows(struct pub_run *r)
 	                         "(1 thread), commit", r->lib1, R, m1), 1.2);
 	row_target_ratio(pub_row(r, "same, wsync_slab_copy_tensors with 2 threads",
 	                         r->lib2, R, m1), 1.0);
-	pub_row(r, "same, 2 threads, WSYNC_PUB_UNGUARDED (no mprotect)", r->lib2_ug, R, m1);
+	pub_row(r, "same, 2 threads, WSYNC_PUB_GUARDED (opt-in write guard)", r->lib2_ug, R, m1);
 	pub_row(r, "begin, memcpy each tensor, commit (no copy helper)", r->pub_memcpy, R, m1);
-	pub_row(r, "first publish into fresh slabs (page faults)", r->fresh,
+	pub_row(r, "first publish after wsync_pub_open (slabs mapped at open)", r->fresh,
 	        (size_t)r->n_fresh, m1);
 	pub_row(r, "begin + commit without copying (library cost)", r->overhead, R, m1);
-	pub_row(r, "same, WSYNC_PUB_UNGUARDED", r->overhead_ug, R, m1);
+	pub_row(r, "same, WSYNC_PUB_GUARDED", r->overhead_ug, R, m1);
 	pub_row(r, "memcpy 64 tensors one by one, warm (no wsync)", r->memcpy_tensors, R, m1);
 	pub_row(r, "memcpy 256 MiB split across 2 threads (no wsync)", r->memcpy2, R, m1);
 }

@@ -2,9 +2,10 @@
  * readonly_view — collectors cannot change weights: a collector's view is
  * mapped from a read-only fd (mprotect to writable fails with EACCES), and
  * a write through view->base kills the collector with SIGSEGV; another
- * collector then reads the version unchanged. A trainer's slab is read-only
- * again once committed: a stray write after commit faults in the trainer and
- * the published version stays intact.
+ * collector then reads the version unchanged. With WSYNC_PUB_GUARDED a
+ * trainer's slab is read-only again once committed: a stray write after
+ * commit faults in the trainer and the published version stays intact;
+ * without it (the default) the slab stays writable.
  */
 #include "tests/lib/harness.h"
 
@@ -94,8 +95,11 @@ static int stray_trainer(void *arg)
 	wsync_client *c = NULL;
 	wsync_pub *p = NULL;
 	wsync_slab slab;
+	wsync_tensor_desc d[2];
+	wsync_model_opts o = { .flags = WSYNC_PUB_GUARDED };
+	size_t n = harness_model_2t(d);
 	TEST_OK(harness_connect(&B, "ro-stray-trainer", &c));
-	TEST_OK(harness_pub_open_2t(c, MODEL_STRAY, 0, &p));
+	TEST_OK(wsync_pub_open(c, MODEL_STRAY, d, n, &o, &p));
 	TEST_OK(wsync_pub_begin(p, 5 * HARNESS_S, &slab));
 	harness_fill(slab.base, slab.bytes, 42);
 	uint64_t v = 0;
@@ -109,9 +113,9 @@ static int stray_trainer(void *arg)
 
 #define MODEL_UNGUARDED "ro.unguarded"
 
-/* With WSYNC_PUB_UNGUARDED the slab stays writable after commit (no fault):
- * the flag really removes the guard, which is what it costs. Unknown flags
- * are refused. */
+/* Without WSYNC_PUB_GUARDED (the default; WSYNC_PUB_UNGUARDED says it
+ * explicitly) the slab stays writable after commit (no fault). Unknown
+ * flags, and both guard flags at once, are refused. */
 static int unguarded_trainer(void *arg)
 {
 	(void)arg;
@@ -124,6 +128,8 @@ static int unguarded_trainer(void *arg)
 	TEST_OK(harness_connect(&B, "ro-unguarded-trainer", &c));
 	TEST_RC(wsync_pub_open(c, MODEL_UNGUARDED, d, n, &o, &p), -EINVAL);
 	TEST_CONTAINS(wsync_errmsg(), "opts.flags");
+	o.flags = WSYNC_PUB_UNGUARDED | WSYNC_PUB_GUARDED;
+	TEST_RC(wsync_pub_open(c, MODEL_UNGUARDED, d, n, &o, &p), -EINVAL);
 	o.flags = WSYNC_PUB_UNGUARDED;
 	TEST_OK(wsync_pub_open(c, MODEL_UNGUARDED, d, n, &o, &p));
 	TEST_OK(wsync_pub_begin(p, 5 * HARNESS_S, &slab));
