@@ -1,6 +1,7 @@
 /* libclient/maps.c — mapping the segments the broker hands over. */
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "client_internal.h"
 #include "shm/errmsg.h"
@@ -22,6 +23,13 @@ int wsync_map_fd(int fd, uint64_t bytes, int writable, int populate,
 	if (err)
 		return wsync_fail(err, "%s: mmap of %llu bytes: %s", what,
 		                  (unsigned long long)bytes, strerror(-err));
+#ifdef MADV_POPULATE_WRITE
+	/* MAP_POPULATE maps a shared file's pages read-only (it does not dirty
+	 * them), so every first write would still fault: fault them writable
+	 * now. Kernels before 5.14 say EINVAL; the writes then fault later. */
+	if (writable && populate)
+		(void)madvise(*out, bytes, MADV_POPULATE_WRITE);
+#endif
 	return 0;
 }
 

@@ -147,6 +147,13 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		if (err)
 			return err;
 		p->slabs[k] = addr;
+		/* A slot that never held a version (nobody reads it; only we will
+		 * be granted it) is written once now: on virtual machines the
+		 * first write to fresh memory costs ten times a copy (the host
+		 * backs the page then), and this is the time to pay it. */
+		if (atomic_load_explicit(&p->entry->slot_state[k], memory_order_acquire) ==
+		    WSYNC_SLOT_FREE)
+			memset(addr, 0, p->bytes);
 		wsync_pub_guard(p, k);
 	}
 	return 0;
