@@ -19,6 +19,7 @@ struct session;
 struct model;
 struct loop;
 struct hwm_floors;
+struct reader_wait;
 
 struct broker {
 	struct config cfg;
@@ -39,6 +40,8 @@ struct broker {
 	uint32_t        next_session_id;       /* never reused in a generation */
 	struct session *all_sessions;          /* every allocated session */
 	uint32_t        n_rejected;            /* refused peers awaiting their answer */
+	uint64_t        incarnations;          /* last model incarnation given */
+	struct reader_wait *reader_waits;      /* pending WAIT_READERS (readers.c) */
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
 

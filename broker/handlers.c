@@ -35,6 +35,7 @@
 #include "loop.h"
 #include "model.h"
 #include "publish.h"
+#include "readers.h"
 #include "session.h"
 #include "state.h"
 #include "shm/clock.h"
@@ -288,9 +289,20 @@ static int handle_pub_open(struct req *r)
 
 		if (wsync_layout_diff(canon, p->n_tensors, m->tensors, m->n_tensors,
 		                      diff, sizeof(diff))) {
-			err = req_fail(r, -EEXIST, "model '%s': layout differs from the existing "
-			               "one: %s", p->model, diff);
-			goto out_free;
+			if (!(p->flags & WSYNC_OPEN_REPLACE)) {
+				err = req_fail(r, -EEXIST, "model '%s': layout differs from the "
+				               "existing one: %s (open it with the replace flag to "
+				               "replace it)", p->model, diff);
+				goto out_free;
+			}
+			if (m->pub) {
+				err = req_fail(r, -EBUSY, "model '%s' cannot be replaced: it is "
+				               "published by session %u '%s' (pid %d)", p->model,
+				               m->pub->id, m->pub->name, (int)m->pub->pid);
+				goto out_free;
+			}
+			model_delete(b, m, "replaced with another layout");
+			m = NULL;
 		}
 	}
 	if (m && m->pub) {
@@ -338,6 +350,7 @@ static int handle_pub_open(struct req *r)
 	ok.pub_open_ok.n_slots = m->books.n_slots;
 	ok.pub_open_ok.bytes = m->bytes;
 	ok.pub_open_ok.generation = b->generation;
+	ok.pub_open_ok.incarnation = m->incarnation;
 	reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, 1 + (int)m->books.n_slots);
 	return 0;
 
@@ -393,6 +406,7 @@ static int handle_sub_open(struct req *r)
 	memset(&ok, 0, sizeof(ok));
 	ok.sub_open_ok.model_id = m->id;
 	ok.sub_open_ok.state = m->state;
+	ok.sub_open_ok.incarnation = m->incarnation;
 	fds[n_fds++] = m->page_ro_fd;
 	if (m->state == WSYNC_MODEL_READY) {
 		ok.sub_open_ok.n_slots = m->books.n_slots;
@@ -413,8 +427,8 @@ static int handle_attach(struct req *r)
 	union wsync_msg_any ok;
 
 	if (!m || !r->s->m[id].subs)
-		return req_fail(r, -EPROTO, "ATTACH of model %u, which this session did not "
-		                "subscribe to", id);
+		return req_fail(r, -EIDRM, "ATTACH of model %u, which this session does not "
+		                "subscribe to (deleted?)", id);
 	if (m->state != WSYNC_MODEL_READY)
 		return req_fail(r, -ENODATA, "model '%s' has no layout yet (no publisher "
 		                "opened it)", m->name);
@@ -424,6 +438,7 @@ static int handle_attach(struct req *r)
 	ok.attach_ok.n_tensors = m->n_tensors;
 	ok.attach_ok.bytes = m->bytes;
 	ok.attach_ok.layout_bytes = m->layout_bytes;
+	ok.attach_ok.incarnation = m->incarnation;
 	n_fds = ready_fds(m, fds);
 	reply(r, &ok, WSYNC_MSG_ATTACH_OK, fds, n_fds);
 	return 0;
@@ -588,8 +603,8 @@ static int handle_notify(struct req *r)
 	int fd;
 
 	if (!m || !r->s->m[id].subs)
-		return req_fail(r, -EPROTO, "NOTIFY for model %u, which this session did not "
-		                "subscribe to", id);
+		return req_fail(r, -EIDRM, "NOTIFY for model %u, which this session does not "
+		                "subscribe to (deleted?)", id);
 	fd = req_take_fd(r);
 	if (fd < 0)
 		return req_fail(r, -EINVAL, "NOTIFY came without an eventfd");
@@ -619,9 +634,9 @@ static int handle_close(struct req *r)
 	struct session_model *sm;
 	union wsync_msg_any ok;
 
-	if (!m)
-		return req_fail(r, -EPROTO, "CLOSE of model %u, which this session did not "
-		                "open", c->m.model_id);
+	if (!m)   /* deleted meanwhile, or never opened: nothing to close */
+		return req_fail(r, -EIDRM, "CLOSE of model %u, which this session does not "
+		                "have open (deleted?)", c->m.model_id);
 	sm = &r->s->m[m->id];
 	if (c->what == WSYNC_CLOSE_PUB) {
 		if (m->pub != r->s)
@@ -630,7 +645,7 @@ static int handle_close(struct req *r)
 		publish_leave(r->b, m, r->s, "closed");
 	} else {
 		if (!sm->subs)
-			return req_fail(r, -EPROTO, "CLOSE of a subscription to '%s', which this "
+			return req_fail(r, -EIDRM, "CLOSE of a subscription to '%s', which this "
 			                "session does not have", m->name);
 		if (--sm->subs == 0) {
 			m->subscribers--;
@@ -642,6 +657,48 @@ static int handle_close(struct req *r)
 	ok.close_ok.model_id = c->m.model_id;
 	reply(r, &ok, WSYNC_MSG_CLOSE_OK, NULL, 0);
 	return 0;
+}
+
+/* ---- DELETE, WAIT_READERS ---------------------------------------------------- */
+
+static int handle_delete(struct req *r)
+{
+	const struct wsync_msg_delete *d = &r->m->delete_;
+	struct model *m = model_find(r->b, d->model);
+	union wsync_msg_any ok;
+	char why[64 + WSYNC_INSTANCE_MAX];
+	uint64_t hwm;
+
+	if (!m)
+		return req_fail(r, -ENOENT, "no model '%s' in broker '%s'", d->model,
+		                r->b->cfg.name);
+	if (m->pub)
+		return req_fail(r, -EBUSY, "model '%s' is published by session %u '%s' (pid "
+		                "%d): close the publisher first", m->name, m->pub->id,
+		                m->pub->name, (int)m->pub->pid);
+	hwm = m->hwm;
+	snprintf(why, sizeof(why), "deleted by session %u '%s'", r->s->id, r->s->name);
+	model_delete(r->b, m, why);
+	memset(&ok, 0, sizeof(ok));
+	ok.delete_ok.hwm = hwm;
+	reply(r, &ok, WSYNC_MSG_DELETE_OK, NULL, 0);
+	return 0;
+}
+
+static int handle_wait_readers(struct req *r)
+{
+	const struct wsync_msg_wait_readers *w = &r->m->wait_readers;
+	struct model *m = req_model(r, w->m.model_id);
+
+	if (!m)
+		return req_fail(r, -EIDRM, "WAIT_READERS on model %u, which this session does "
+		                "not have open (deleted?)", w->m.model_id);
+	if (m->state != WSYNC_MODEL_READY || w->version > m->hwm)
+		return req_fail(r, -EINVAL, "model '%s': v%llu was never granted (newest "
+		                "v%llu)", m->name, (unsigned long long)w->version,
+		                (unsigned long long)m->hwm);
+	return readers_wait(r->b, r->s, m, r->m->hdr.seq, w->version, w->n_readers,
+	                    w->timeout_ms, r->why, sizeof(r->why));
 }
 
 /* ---- dispatch ---------------------------------------------------------------- */
@@ -661,6 +718,8 @@ static const struct {
 	[WSYNC_MSG_ABORT]    = { handle_abort, 0 },
 	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1 },
 	[WSYNC_MSG_CLOSE]    = { handle_close, 0 },
+	[WSYNC_MSG_DELETE]   = { handle_delete, 0 },
+	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0 },
 };
 
 /* Checks that need no handler; 0 or -errno with the reason in r. */

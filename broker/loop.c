@@ -45,6 +45,7 @@
 #include "log.h"
 #include "model.h"
 #include "publish.h"
+#include "readers.h"
 #include "session.h"
 #include "shm/clock.h"
 
@@ -81,6 +82,9 @@ struct loop {
 	int      signal_fd;
 	struct signalfd_siginfo si;
 	struct __kernel_timespec tick;
+	struct __kernel_timespec poll;   /* readers.c's timer; its address tells
+	                                    its CQE from the tick's */
+	bool     poll_armed;
 	bool     accept_armed, signal_armed, tick_armed;
 	bool     stopping, stop;
 	uint32_t writes;                 /* eventfd writes in flight */
@@ -205,6 +209,30 @@ static void arm_tick(struct loop *l)
 	io_uring_prep_timeout(sqe, &l->tick, 0, 0);
 	io_uring_sqe_set_data64(sqe, op_data(NULL, OP_TICK));
 	l->tick_armed = true;
+}
+
+void loop_poll_soon(struct broker *b, int64_t ns)
+{
+	struct loop *l = b->loop;
+	struct io_uring_sqe *sqe;
+
+	if (!l || l->poll_armed || l->stopping)
+		return;
+	sqe = sqe_get(l);
+	l->poll.tv_sec = ns / 1000000000;
+	l->poll.tv_nsec = ns % 1000000000;
+	io_uring_prep_timeout(sqe, &l->poll, 0, 0);
+	io_uring_sqe_set_data64(sqe, op_data(&l->poll, OP_TICK));
+	l->poll_armed = true;
+}
+
+static void on_poll(struct broker *b)
+{
+	struct loop *l = b->loop;
+
+	l->poll_armed = false;
+	if (!l->stopping && readers_poll(b))
+		loop_poll_soon(b, READERS_POLL_NS);
 }
 
 static void arm_recv(struct loop *l, struct session *s)
@@ -493,7 +521,12 @@ static void dispatch(struct broker *b, uint64_t data, int res, uint32_t flags)
 	switch (data & OP_KIND_MASK) {
 	case OP_ACCEPT:  on_accept_cqe(b, res, flags); break;
 	case OP_SIGNAL:  on_signal(b, res); break;
-	case OP_TICK:    on_tick(b, res); break;
+	case OP_TICK:
+		if (p == &l->poll)
+			on_poll(b);
+		else
+			on_tick(b, res);
+		break;
 	case OP_RECV:    on_recv(b, p, res); break;
 	case OP_SEND:    on_send(b, p, res); break;
 	case OP_EVENTFD: on_eventfd(l, p, res); break;
@@ -601,7 +634,7 @@ static bool loop_busy(const struct broker *b)
 	const struct loop *l = b->loop;
 
 	return b->all_sessions || l->writes || l->cancels || l->accept_armed ||
-	       l->signal_armed || l->tick_armed;
+	       l->signal_armed || l->tick_armed || l->poll_armed;
 }
 
 void loop_shutdown(struct broker *b)

@@ -54,5 +54,8 @@ void loop_notify(struct broker *b, struct notifier *n);
 /* Called once a session is reaped: shuts its socket down as soon as its
  * queued replies went out; the session is freed when its last op completes. */
 void loop_close_session(struct broker *b, struct session *s);
+/* Calls readers_poll() in about ns, and again while it says waits are
+ * pending; nothing if such a call is already due. */
+void loop_poll_soon(struct broker *b, int64_t ns);
 
 #endif

@@ -15,6 +15,7 @@
 #include "ctl.h"
 #include "guard.h"
 #include "log.h"
+#include "session.h"
 #include "state.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -108,6 +109,7 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 	atomic_store(&e->publisher, 0);
 	atomic_store(&e->subscribers, 0);
 	atomic_store(&e->grant, 0);
+	atomic_store(&e->incarnation, 0);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&e->slot_state[i], WSYNC_SLOT_FREE);
 }
@@ -164,11 +166,13 @@ int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 	atomic_store(&m->page->latest, m->latest);
 
 	m->state = WSYNC_MODEL_DECLARED;
+	m->incarnation = ++b->incarnations;
 	m->ctl = ctl_model(b, m->id);
 	ctl_entry_reset(m->ctl, m->id);
 	snprintf(m->ctl->name, sizeof(m->ctl->name), "%s", name);
 	atomic_store(&m->ctl->hwm_version, hwm);
 	atomic_store(&m->ctl->latest, m->latest);
+	atomic_store(&m->ctl->incarnation, m->incarnation);
 	atomic_store(&m->ctl->state, WSYNC_MODEL_DECLARED);
 	b->models[m->id] = m;
 	*out = m;
@@ -379,6 +383,18 @@ bool model_drop_if_unused(struct broker *b, struct model *m)
 		return false;
 	model_undeclare(b, m, "never published and nobody has it open");
 	return true;
+}
+
+void model_delete(struct broker *b, struct model *m, const char *why)
+{
+	while (m->n_members)
+		session_forget_model(b, m->members[m->n_members - 1], m);
+	m->subscribers = 0;
+	/* subscribers learn from the entry (incarnation 0), then wake */
+	atomic_store(&m->ctl->incarnation, 0);
+	atomic_store(&m->ctl->state, WSYNC_MODEL_FREE);
+	model_wake(m);
+	model_undeclare(b, m, why);
 }
 
 void model_destroy(struct broker *b, struct model *m, bool unlink_them)

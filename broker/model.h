@@ -23,6 +23,7 @@
 struct model {
 	uint32_t id;
 	uint32_t state;                  /* enum wsync_model_state */
+	uint64_t incarnation;            /* broker-wide, given at declare */
 	char     name[WSYNC_NAME_MAX];
 	struct wsync_ctl_model *ctl;
 
@@ -84,6 +85,14 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
 void model_undeclare(struct broker *b, struct model *m, const char *why);
 /* Undeclares m if it is DECLARED and nobody has it open; true if it did. */
 bool model_drop_if_unused(struct broker *b, struct model *m);
+/*
+ * Deletes a model that has no publisher: every session that has it open
+ * forgets it (its notifier goes), the ctl entry is cleared (incarnation 0,
+ * which tells subscribers -EIDRM), waiters are woken, and the segments are
+ * unlinked; mappings in clients keep the memory while they last. The
+ * high-water mark stays the floor of the name.
+ */
+void model_delete(struct broker *b, struct model *m, const char *why);
 /* Frees a model at shutdown, unlinking its segments when unlink_them. */
 void model_destroy(struct broker *b, struct model *m, bool unlink_them);
 

@@ -16,6 +16,7 @@
 #include "loop.h"
 #include "model.h"
 #include "publish.h"
+#include "readers.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
 
@@ -77,7 +78,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	void *map;
 	int fd, err, seals;
 
-	fd = fault_memfd_create("wsync-session", WSYNC_PAGE);
+	fd = fault_memfd_create("wsync-session", WSYNC_SESSION_PAGE_BYTES);
 	if (fd < 0) {
 		snprintf(why, whylen, "cannot create a session page: %s", strerror(-fd));
 		return fd;
@@ -89,7 +90,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 		snprintf(why, whylen, "session page is not sealed against shrinking");
 		goto out_close;
 	}
-	err = fault_seg_map(fd, WSYNC_PAGE, 1, 1, &map);
+	err = fault_seg_map(fd, WSYNC_SESSION_PAGE_BYTES, 1, 1, &map);
 	if (err) {
 		snprintf(why, whylen, "cannot map a session page: %s", strerror(-err));
 		goto out_close;
@@ -172,6 +173,21 @@ void session_release_model(struct broker *b, struct session *s, struct model *m)
 	model_drop_if_unused(b, m);
 }
 
+void session_forget_model(struct broker *b, struct session *s, struct model *m)
+{
+	struct session_model *sm = &s->m[m->id];
+	uint64_t bit = UINT64_C(1) << m->id;
+
+	if (sm->ev)
+		loop_notifier_release(b, sm->ev);
+	memset(sm, 0, sizeof(*sm));
+	if (s->models & bit) {
+		model_remove_member(m, s);
+		s->models &= ~bit;
+	}
+	session_mirror(b, s);
+}
+
 static void session_drop_models(struct broker *b, struct session *s)
 {
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
@@ -201,6 +217,7 @@ void session_disconnect(struct broker *b, struct session *s, const char *why)
 	/* Its hazards stop counting here: the client is gone or cut off. */
 	session_drop_models(b, s);
 	s->state = SESSION_CLOSING;
+	readers_session_gone(b, s);
 	if (s->index >= 0) {
 		struct wsync_ctl_session *e = ctl_session(b, (uint32_t)s->index);
 
@@ -228,7 +245,7 @@ void session_free(struct broker *b, struct session *s)
 	if (s->all_next)
 		s->all_next->all_pprev = s->all_pprev;
 	if (s->page)
-		munmap(s->page, WSYNC_PAGE);
+		munmap(s->page, WSYNC_SESSION_PAGE_BYTES);
 	if (s->page_fd >= 0)
 		close(s->page_fd);
 	if (s->fd >= 0)

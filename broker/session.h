@@ -96,6 +96,9 @@ int  session_open_model(struct broker *b, struct session *s, struct model *m);
  * use it afterwards. */
 void session_release_model(struct broker *b, struct session *s, struct model *m);
 void session_mirror(struct broker *b, struct session *s);
+/* Forgets m entirely (it is being deleted; s does not publish it): its
+ * subscriptions and notifier go, without freeing m. */
+void session_forget_model(struct broker *b, struct session *s, struct model *m);
 
 /*
  * Reaps a session (any reason): settles what it published, drops its

@@ -93,6 +93,7 @@ struct wsync_pub {
 	struct wsync_name_index index;
 	struct wsync_model_page *page;   /* rw */
 	const struct wsync_ctl_model *entry;  /* ro: says whether we still publish */
+	uint64_t incarnation;
 	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
 	bool guarded;                    /* slabs read-only outside a grant */
 
@@ -130,6 +131,7 @@ struct wsync_sub {
 	uint32_t model_id;
 	const struct wsync_model_page *page;  /* ro */
 	const struct wsync_ctl_model *entry;  /* ro, written by the broker only */
+	uint64_t incarnation;                 /* entry->incarnation at open */
 	_Atomic(struct sub_maps *) maps;      /* NULL until the model is READY */
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
@@ -170,6 +172,8 @@ static inline const struct wsync_ctl_model *client_ctl_model(const struct wsync_
 
 /* Marks the connection unusable; later requests fail with -ENOTCONN. */
 void wsync_conn_mark_dead(struct wsync_client *c, const char *why);
+/* -EIDRM once the model of a subscription was deleted or replaced. */
+int wsync_sub_check_model(const struct wsync_sub *s);
 /* -ENOTCONN with the reason the client died. Caller holds the lock. */
 int wsync_conn_fail_dead(struct wsync_client *c);
 /* Polls the socket without waiting: true (and the client marked dead) if

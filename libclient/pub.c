@@ -49,7 +49,7 @@
 #include "shm/futex.h"
 #include "shm/segment.h"
 
-#define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_GUARDED)
+#define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_GUARDED | WSYNC_PUB_REPLACE)
 
 static int opts_check(const struct wsync_client *c, const char *model,
                       const wsync_model_opts *o)
@@ -161,7 +161,7 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 
 /* PUB_OPEN with the layout memfd; maps the model page and the slabs from
  * the reply. */
-static int pub_declare(struct wsync_pub *p, uint32_t slots)
+static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace)
 {
 	struct wsync_client *c = p->c;
 	union wsync_msg_any m;
@@ -179,6 +179,7 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots)
 	m.pub_open.slots = slots;
 	m.pub_open.bytes = p->bytes;
 	m.pub_open.layout_hash = wsync_layout_hash(p->tensors, p->n_tensors);
+	m.pub_open.flags = replace ? WSYNC_OPEN_REPLACE : 0;
 
 	client_lock(c);
 	err = wsync_conn_call(c, &m, &fd, 1, WSYNC_MSG_PUB_OPEN_OK, &rep);
@@ -194,6 +195,7 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots)
 	}
 	p->model_id = ok->model_id;
 	p->entry = client_ctl_model(c, p->model_id);
+	p->incarnation = ok->incarnation;
 	p->n_slots = ok->n_slots;
 	err = wsync_map_fd(rep.fds[0], sizeof(*p->page), 1, 0, "model page", &page);
 	if (err)
@@ -265,7 +267,8 @@ int wsync_pub_open(wsync_client *c, const char *model,
 		err = wsync_fail(err, "model '%s': tensor name index: %s", model, strerror(-err));
 		goto out_free;
 	}
-	err = pub_declare(p, opts ? opts->slots : 0);
+	err = pub_declare(p, opts ? opts->slots : 0,
+	                  opts && (opts->flags & WSYNC_PUB_REPLACE));
 	if (err)
 		goto out_free;
 	*out = p;

@@ -118,6 +118,14 @@ uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint6
 	return v;
 }
 
+int wsync_sub_check_model(const struct wsync_sub *s)
+{
+	if (atomic_load_explicit(&s->entry->incarnation, memory_order_acquire) == s->incarnation)
+		return 0;
+	return wsync_fail(-EIDRM, "model '%s' was deleted or replaced since this "
+	                  "subscription opened it; subscribe again", s->model);
+}
+
 /* -ECONNRESET once the broker no longer counts this client's hazards. */
 static int sub_check_session(struct wsync_sub *s)
 {
@@ -158,6 +166,9 @@ static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t 
 		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS, slot;
 		int err;
 
+		err = wsync_sub_check_model(s);
+		if (err)
+			return err;
 		l = wsync_sub_trusted_latest(s, &src);
 		slot = wsync_latest_slot(l);
 		if (slot == WSYNC_SLOT_NONE)
@@ -257,6 +268,53 @@ int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, wsync_view *out)
 	                      memory_order_relaxed);
 	if (version > atomic_load_explicit(&s->last_version, memory_order_relaxed))
 		atomic_store_explicit(&s->last_version, version, memory_order_relaxed);
+	/* for a publisher waiting on its readers (broker/readers.c) */
+	if (version > atomic_load_explicit(&c->session->acquired[s->model_id],
+	                                   memory_order_relaxed))
+		atomic_store_explicit(&c->session->acquired[s->model_id], version,
+		                      memory_order_relaxed);
+	return 0;
+}
+
+int wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step, int64_t *published_ns)
+{
+	const struct wsync_slot_meta *meta;
+	const _Atomic uint64_t *src;
+	uint64_t l, st;
+	int64_t ns;
+	int err;
+
+	if (!s)
+		return wsync_fail(-EINVAL, "wsync_sub_latest: subscription is NULL");
+	if (client_broker_stopped(s->c))
+		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+	err = wsync_sub_check_model(s);
+	if (err)
+		return err;
+	/* a seqlock on latest: the slot latest names is not rewritten before
+	 * latest moves away from it */
+	for (unsigned tries = 0;; tries++) {
+		l = wsync_sub_trusted_latest(s, &src);
+		if (wsync_latest_slot(l) == WSYNC_SLOT_NONE)
+			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
+		if (wsync_latest_slot(l) >= WSYNC_MAX_SLOTS)
+			return wsync_fail(-EPROTO, "model '%s': latest names slot %u", s->model,
+			                  wsync_latest_slot(l));
+		meta = &s->page->slots[wsync_latest_slot(l)];
+		st = atomic_load_explicit(&meta->step, memory_order_relaxed);
+		ns = atomic_load_explicit(&meta->published_ns, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(src, memory_order_relaxed) == l)
+			break;
+		if (tries >= ACQUIRE_MAX_TRIES)
+			return wsync_fail(-EAGAIN, "model '%s': latest keeps moving", s->model);
+	}
+	if (version)
+		*version = wsync_latest_version(l);
+	if (step)
+		*step = st;
+	if (published_ns)
+		*published_ns = ns;
 	return 0;
 }
 
@@ -338,6 +396,7 @@ static int sub_map_open(struct wsync_sub *s, struct conn_reply *rep)
 	wsync_reply_close_fds(rep, want);
 	s->model_id = ok->model_id;
 	s->entry = client_ctl_model(s->c, s->model_id);
+	s->incarnation = ok->incarnation;
 	err = wsync_map_fd(rep->fds[0], sizeof(*s->page), 0, 0, "model page", &page);
 	if (err)
 		goto out_close;
@@ -408,7 +467,8 @@ void wsync_sub_close(wsync_sub *s)
 		return;
 	c = s->c;
 	client_lock(c);
-	sub_close_remote(s);
+	if (atomic_load(&s->entry->incarnation) == s->incarnation)   /* not deleted */
+		sub_close_remote(s);
 	for (struct wsync_sub **pp = &c->subs; *pp; pp = &(*pp)->next_sub) {
 		if (*pp == s) {
 			*pp = s->next_sub;

@@ -193,6 +193,12 @@ int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns)
 		wsync_reply_close_fds(&rep, 0);
 		err = wsync_fail(-EPROTO, "model '%s': ATTACH_OK names model %u, not %u",
 		                 s->model, ok->model_id, s->model_id);
+	} else if (!err && ok->incarnation != s->incarnation) {
+		wsync_reply_close_fds(&rep, 0);
+		err = wsync_sub_check_model(s);
+		if (!err)
+			err = wsync_fail(-EIDRM, "model '%s' was replaced; subscribe again",
+			                 s->model);
 	}
 	if (!err) {
 		int want = 1 + (int)ok->n_slots;

@@ -36,6 +36,10 @@
 static int wait_timed_out(struct wsync_sub *s, uint64_t after, int64_t timeout_ns)
 {
 	atomic_fetch_add_explicit(&s->c->session->timeouts, 1, memory_order_relaxed);
+	if (atomic_load_explicit(&s->entry->state, memory_order_acquire) != WSYNC_MODEL_READY)
+		return wsync_fail(-ETIMEDOUT, "model '%s': no version within %lld ns: the "
+		                  "model has never been published (no publisher opened it; "
+		                  "is the name right?)", s->model, (long long)timeout_ns);
 	return wsync_fail(-ETIMEDOUT, "model '%s': no version after v%llu within %lld ns",
 	                  s->model, (unsigned long long)after, (long long)timeout_ns);
 }
@@ -127,6 +131,9 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 		}
 		if (client_broker_stopped(c))
 			return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+		err = wsync_sub_check_model(s);
+		if (err)
+			return err;
 		if (client_is_dead(c))
 			return wsync_conn_fail_dead(c);
 		if (!client_session_live(c)) {

@@ -111,6 +111,11 @@ enum wsync_model_flags {
 	 * (on 4 KiB pages about as much as copying the slab), which is why it
 	 * is not the default. */
 	WSYNC_PUB_GUARDED = 1u << 2,
+	/* If the model exists with another layout and has no publisher, it is
+	 * deleted (its readers get -EIDRM and subscribe again; views they hold
+	 * stay intact) and created with this layout. Versions go on above the
+	 * old model's. Without it such an open fails with -EEXIST. */
+	WSYNC_PUB_REPLACE = 1u << 3,
 };
 
 typedef struct wsync_model_opts {
@@ -238,6 +243,44 @@ int  wsync_view_check(const wsync_view *v);
 int  wsync_sub_fd(wsync_sub *s);
 /* Releases nothing held: release views first. NULL is a no-op. */
 void wsync_sub_close(wsync_sub *s);
+
+/* The newest version of the model without pinning anything (no system
+ * call, no view): its number, step and commit time (any pointer may be
+ * NULL). -ENODATA if nothing was published yet, -EIDRM if the model was
+ * deleted, -ENOTCONN if the broker shut down. */
+int  wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step,
+                      int64_t *published_ns);
+
+/* ---- models: list, delete, readers' acknowledgement --------------------- */
+
+typedef struct wsync_model_info {
+	char     name[WSYNC_NAME_MAX];
+	uint32_t published;              /* 1 once a publisher gave it a layout */
+	uint32_t n_tensors, n_slots;
+	uint64_t bytes;                  /* one slab */
+	uint64_t version, step;          /* latest (0 if none yet) */
+	int64_t  published_ns;           /* CLOCK_REALTIME of the latest commit */
+	uint32_t publishers, subscribers;/* sessions */
+	uint64_t reserved[4];
+} wsync_model_info;
+
+/* The broker's models, read from its control segment (no round trip):
+ * fills up to cap entries of out and sets *n to how many there are (which
+ * may be more than cap). out may be NULL when cap is 0. Models merely
+ * subscribed to (published == 0) are listed too. */
+int  wsync_models(wsync_client *c, wsync_model_info *out, size_t cap, size_t *n);
+/* Deletes a model that has no publisher (-EBUSY names it otherwise,
+ * -ENOENT if there is no such model). Its subscribers' calls return -EIDRM
+ * from then on (waits wake); views they hold stay intact until released.
+ * The name can be published again, at versions above the old ones. */
+int  wsync_model_delete(wsync_client *c, const char *model);
+/* Waits until n_readers subscribers of the model (0 = every current one)
+ * have acquired a version >= version, up to timeout_ns: 0 and the number of
+ * subscribers that have it in *have (may be NULL); -ETIMEDOUT naming the
+ * ones behind; -EIDRM if the model was deleted. A subscriber that exits
+ * stops counting. With no subscriber and n_readers 0 it returns at once. */
+int  wsync_pub_wait_readers(wsync_pub *p, uint64_t version, uint32_t n_readers,
+                            int64_t timeout_ns, uint32_t *have);
 
 /* ---- tensors ------------------------------------------------------------ */
 

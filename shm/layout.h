@@ -140,10 +140,15 @@ struct wsync_ctl_model {
 	 * the model page's latest counts only while it equals one of the two
 	 * (libclient/sub.c). */
 	_Atomic uint64_t grant;
-	uint8_t  reserved[248];
+	/* Which model this entry holds: a broker-wide number given at every
+	 * declare, 0 once the model is deleted. A subscription remembers the
+	 * one it opened; any other value means its model is gone (-EIDRM). */
+	_Atomic uint64_t incarnation;
+	uint8_t  reserved[240];
 };
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
+static_assert(offsetof(struct wsync_ctl_model, incarnation) == 264, "ctl model incarnation");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
@@ -249,8 +254,17 @@ struct wsync_session_page {
 	_Atomic uint64_t timeouts;
 	uint8_t  pad[WSYNC_CACHELINE - 32];
 	struct wsync_hazard hazards[WSYNC_MAX_VIEWS];
+	/* Second page: the highest version this client acquired of model i
+	 * (by model id), raised at acquire when it grows. Read by the broker
+	 * for wsync_pub_wait_readers; a lie here only fools the publisher
+	 * that waits on it. */
+	_Atomic uint64_t acquired[WSYNC_MAX_MODELS];
+	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 8];
 };
-static_assert(sizeof(struct wsync_session_page) == WSYNC_PAGE, "session page is one page");
+#define WSYNC_SESSION_PAGE_BYTES (2 * WSYNC_PAGE)
+static_assert(sizeof(struct wsync_session_page) == WSYNC_SESSION_PAGE_BYTES,
+              "session page is two pages");
 static_assert(offsetof(struct wsync_session_page, hazards) == WSYNC_CACHELINE, "hazards offset");
+static_assert(offsetof(struct wsync_session_page, acquired) == WSYNC_PAGE, "acquired offset");
 
 #endif /* WSYNC_SHM_LAYOUT_H */

@@ -34,6 +34,11 @@ static const struct {
 	[WSYNC_MSG_CLOSE]       = { "CLOSE", sizeof(struct wsync_msg_close) },
 	[WSYNC_MSG_CLOSE_OK]    = { "CLOSE_OK", sizeof(struct wsync_msg_close_ok) },
 	[WSYNC_MSG_ERROR]       = { "ERROR", sizeof(struct wsync_msg_error) },
+	[WSYNC_MSG_DELETE]      = { "DELETE", sizeof(struct wsync_msg_delete) },
+	[WSYNC_MSG_DELETE_OK]   = { "DELETE_OK", sizeof(struct wsync_msg_delete_ok) },
+	[WSYNC_MSG_WAIT_READERS]    = { "WAIT_READERS", sizeof(struct wsync_msg_wait_readers) },
+	[WSYNC_MSG_WAIT_READERS_OK] = { "WAIT_READERS_OK",
+	                                sizeof(struct wsync_msg_wait_readers_ok) },
 };
 
 size_t wsync_msg_size(uint32_t type)
@@ -129,8 +134,8 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		CHECK(m->pub_open.slots <= WSYNC_MAX_SLOTS, "slots %u over %d",
 		      m->pub_open.slots, WSYNC_MAX_SLOTS);
 		CHECK(m->pub_open.bytes > 0, "bytes is zero");
-		CHECK(m->pub_open.flags == 0 && m->pub_open.reserved == 0,
-		      "flags or reserved field not zero");
+		CHECK((m->pub_open.flags & ~(uint32_t)WSYNC_OPEN_REPLACE) == 0 &&
+		      m->pub_open.reserved == 0, "unknown flags or reserved field not zero");
 		return 0;
 	case WSYNC_MSG_PUB_OPEN_OK:
 		CHECK(m->pub_open_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
@@ -197,6 +202,19 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		/* the three share one shape */
 		CHECK(m->abort_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		CHECK(m->abort_ok.reserved == 0, "reserved field not zero");
+		return 0;
+	case WSYNC_MSG_DELETE:
+		CHECK(wsync_name_valid(m->delete_.model, sizeof(m->delete_.model)),
+		      "model name invalid (1..%d of [A-Za-z0-9._:/-], not starting with '.' or '/')",
+		      WSYNC_NAME_MAX - 1);
+		return 0;
+	case WSYNC_MSG_DELETE_OK:
+		return 0;
+	case WSYNC_MSG_WAIT_READERS:
+		CHECK(m->wait_readers.version > 0, "version is zero");
+		return model_ref_ok(&m->wait_readers.m, why, whylen);
+	case WSYNC_MSG_WAIT_READERS_OK:
+		CHECK(m->wait_readers_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		return 0;
 	case WSYNC_MSG_ERROR:
 		CHECK(m->error.err < 0, "error code %d not negative", m->error.err);

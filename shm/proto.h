@@ -25,6 +25,8 @@
  *   ABORT           ABORT_OK         -                    -
  *   NOTIFY          NOTIFY_OK        eventfd              -
  *   CLOSE           CLOSE_OK         -                    -
+ *   DELETE          DELETE_OK        -                    -
+ *   WAIT_READERS    WAIT_READERS_OK  -                    -
  *
  * Order rules (else -EPROTO): HELLO first and once; BEGIN/COMMIT/ABORT only
  * by the model's publisher; COMMIT/ABORT only for the slot and version of the
@@ -57,7 +59,7 @@
 #include "layout.h"
 
 #define WSYNC_PROTO_MAGIC     0x31595357u   /* "WSY1" */
-#define WSYNC_PROTO_VERSION   1u
+#define WSYNC_PROTO_VERSION   2u
 #define WSYNC_MSG_MAX_FDS     (3 + WSYNC_MAX_SLOTS)
 #define WSYNC_ERRMSG_MAX      480
 
@@ -81,6 +83,10 @@ enum wsync_msg_type {
 	WSYNC_MSG_CLOSE,
 	WSYNC_MSG_CLOSE_OK,
 	WSYNC_MSG_ERROR,
+	WSYNC_MSG_DELETE,
+	WSYNC_MSG_DELETE_OK,
+	WSYNC_MSG_WAIT_READERS,
+	WSYNC_MSG_WAIT_READERS_OK,
 	WSYNC_MSG_TYPE_END,
 };
 
@@ -126,16 +132,22 @@ struct wsync_msg_pub_open {
 	uint32_t slots;                  /* 0 = default */
 	uint64_t bytes;                  /* slab size the client computed */
 	uint64_t layout_hash;            /* wsync_layout_hash() of the descriptors */
-	uint32_t flags;                  /* 0 */
+	uint32_t flags;                  /* enum wsync_open_flags */
 	uint32_t reserved;
 };
-/* broker -> client; fd: model page (rw) */
+enum wsync_open_flags {
+	/* a model of that name with another layout and no publisher is deleted
+	 * (its readers get -EIDRM) and created again with this layout */
+	WSYNC_OPEN_REPLACE = 1u << 0,
+};
+/* broker -> client; fds: model page (rw), slab 0..n_slots-1 (rw) */
 struct wsync_msg_pub_open_ok {
 	struct wsync_msg_hdr hdr;
 	uint32_t model_id;
 	uint32_t n_slots;
 	uint64_t bytes;
 	uint64_t generation;
+	uint64_t incarnation;            /* the ctl entry's, see layout.h */
 };
 
 struct wsync_msg_sub_open {
@@ -152,6 +164,7 @@ struct wsync_msg_sub_open_ok {
 	uint32_t n_tensors;
 	uint64_t bytes;
 	uint64_t layout_bytes;           /* size of the layout segment */
+	uint64_t incarnation;            /* the ctl entry's, see layout.h */
 };
 
 /* client -> broker: send me the layout and slabs of a model I subscribed to */
@@ -168,6 +181,7 @@ struct wsync_msg_attach_ok {
 	uint32_t reserved;
 	uint64_t bytes;
 	uint64_t layout_bytes;
+	uint64_t incarnation;            /* the ctl entry's, see layout.h */
 };
 
 struct wsync_msg_begin {
@@ -250,6 +264,34 @@ struct wsync_msg_close_ok {
 	uint32_t reserved;
 };
 
+/* delete a model that has no publisher: its readers get -EIDRM, its
+ * version numbers stay the floor of the name */
+struct wsync_msg_delete {
+	struct wsync_msg_hdr hdr;
+	char     model[WSYNC_NAME_MAX];
+};
+struct wsync_msg_delete_ok {
+	struct wsync_msg_hdr hdr;
+	uint64_t hwm;                    /* the name's version floor */
+};
+
+/* publisher -> broker: answer once n_readers subscribers (0 = all current
+ * ones) acquired a version >= version, or ERROR -ETIMEDOUT naming the
+ * laggards after timeout_ms (UINT32_MAX = no limit) */
+struct wsync_msg_wait_readers {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+	uint64_t version;
+	uint32_t n_readers;
+	uint32_t timeout_ms;
+};
+struct wsync_msg_wait_readers_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t n_readers;              /* how many had it */
+	uint64_t version;
+};
+
 struct wsync_msg_error {
 	struct wsync_msg_hdr hdr;
 	int32_t  err;                    /* negative errno */
@@ -280,6 +322,10 @@ union wsync_msg_any {
 	struct wsync_msg_close close;
 	struct wsync_msg_close_ok close_ok;
 	struct wsync_msg_error error;
+	struct wsync_msg_delete delete_;
+	struct wsync_msg_delete_ok delete_ok;
+	struct wsync_msg_wait_readers wait_readers;
+	struct wsync_msg_wait_readers_ok wait_readers_ok;
 };
 
 static_assert(sizeof(struct wsync_msg_hello) == 88, "hello size");

@@ -41,6 +41,10 @@ static const size_t sizes[END] = {
 	[WSYNC_MSG_CLOSE] = sizeof(struct wsync_msg_close),
 	[WSYNC_MSG_CLOSE_OK] = sizeof(struct wsync_msg_close_ok),
 	[WSYNC_MSG_ERROR] = sizeof(struct wsync_msg_error),
+	[WSYNC_MSG_DELETE] = sizeof(struct wsync_msg_delete),
+	[WSYNC_MSG_DELETE_OK] = sizeof(struct wsync_msg_delete_ok),
+	[WSYNC_MSG_WAIT_READERS] = sizeof(struct wsync_msg_wait_readers),
+	[WSYNC_MSG_WAIT_READERS_OK] = sizeof(struct wsync_msg_wait_readers_ok),
 };
 
 /* A well-formed message of type t: plausible values, reserved fields 0. */
@@ -142,6 +146,23 @@ static size_t make_valid(uint32_t t, union wsync_msg_any *m)
 		m->error.err = -EBUSY;
 		m->error.req_type = WSYNC_MSG_BEGIN;
 		snprintf(m->error.msg, sizeof m->error.msg, "slot 0 pinned by collector-3");
+		break;
+	case WSYNC_MSG_DELETE:
+		snprintf(m->delete_.model, sizeof m->delete_.model, "policy");
+		break;
+	case WSYNC_MSG_DELETE_OK:
+		m->delete_ok.hwm = 12;
+		break;
+	case WSYNC_MSG_WAIT_READERS:
+		m->wait_readers.m.model_id = 3;
+		m->wait_readers.version = 5;
+		m->wait_readers.n_readers = 2;
+		m->wait_readers.timeout_ms = 100;
+		break;
+	case WSYNC_MSG_WAIT_READERS_OK:
+		m->wait_readers_ok.model_id = 3;
+		m->wait_readers_ok.n_readers = 2;
+		m->wait_readers_ok.version = 5;
 		break;
 	}
 	return sizes[t];
@@ -413,7 +434,6 @@ static void refuses_nonzero_reserved_fields(void **state)
 	struct { uint32_t type; size_t off; size_t size; const char *what; } fields[] = {
 #define F(T, memb, fld) { T, offsetof(union wsync_msg_any, memb.fld), \
 	                  sizeof(((union wsync_msg_any *)0)->memb.fld), #memb "." #fld }
-		F(WSYNC_MSG_PUB_OPEN, pub_open, flags),
 		F(WSYNC_MSG_PUB_OPEN, pub_open, reserved),
 		F(WSYNC_MSG_ATTACH, attach, m.reserved),
 		F(WSYNC_MSG_ATTACH_OK, attach_ok, reserved),
