@@ -309,6 +309,43 @@ int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,
 /* wsync_slab_copy for any two buffers that do not overlap. */
 int  wsync_copy(void *dst, const void *src, size_t len, unsigned threads);
 
+/* ---- parts of tensors (tensor-parallel slices, sharded publishers) -------- */
+
+#define WSYNC_SHARD_WHOLE 0xffffffffu    /* a wsync_shard's dim: the whole tensor */
+
+/* A part of one tensor: indices [start, end) along dim (0 or 1), or the
+ * whole tensor (dim WSYNC_SHARD_WHOLE, start and end ignored). */
+typedef struct wsync_shard {
+	uint32_t tensor;                 /* index in the layout */
+	uint32_t dim;
+	uint64_t start, end;
+} wsync_shard;
+
+/* Where a part lives in a slab: rows runs of row_bytes bytes, the first at
+ * offset (from the slab's base), each stride bytes after the previous one.
+ * A part along dim 0, or a whole tensor, is one run. */
+typedef struct wsync_slice {
+	uint64_t offset;
+	uint64_t rows;
+	uint64_t row_bytes;
+	uint64_t stride;
+} wsync_slice;
+
+/* The slice of part `part` of tensor d. -EINVAL (with a message) for a dim
+ * the tensor does not have or a range outside it. */
+int  wsync_shard_slice(const wsync_tensor_desc *d, const wsync_shard *part,
+                       wsync_slice *out);
+/* The slice of part k of K equal parts of tensor d along dim (as
+ * tensor-parallel inference splits: row-parallel dim 0, column-parallel
+ * dim 1). -EINVAL unless 0 <= k < K and K divides the dim's size. */
+int  wsync_tensor_part(const wsync_tensor_desc *d, uint32_t dim, uint32_t k, uint32_t K,
+                       wsync_slice *out);
+/* Copies a slice out of a view's bytes (base = view->base) into dst,
+ * contiguous (rows * row_bytes bytes). */
+void wsync_slice_read(void *dst, const void *base, const wsync_slice *s);
+/* Copies contiguous src into a slice of a begun slab (base = slab->base). */
+void wsync_slice_write(void *base, const void *src, const wsync_slice *s);
+
 /* Bytes of one element of dtype, 0 if unknown. */
 size_t      wsync_dtype_size(uint32_t dtype);
 /* "f32", "bf16", ... or "?" */
