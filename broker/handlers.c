@@ -31,6 +31,7 @@
 
 #include "fault.h"
 #include "ctl.h"
+#include "group.h"
 #include "log.h"
 #include "loop.h"
 #include "model.h"
@@ -119,7 +120,8 @@ static struct model *req_published(struct req *r, uint32_t id)
 {
 	struct model *m = req_model(r, id);
 
-	return m && m->pub == r->s && m->state == WSYNC_MODEL_READY ? m : NULL;
+	return m && m->state == WSYNC_MODEL_READY &&
+	       (m->pub == r->s || group_rank_of(m, r->s, NULL)) ? m : NULL;
 }
 
 static int declare(struct req *r, const char *name, struct model **out)
@@ -163,10 +165,13 @@ static int handle_hello(struct req *r)
 
 /* ---- PUB_OPEN -------------------------------------------------------------- */
 
-/* Copies the publisher's descriptors out of its memfd, once. */
-static int layout_read(struct req *r, int fd, uint32_t n, wsync_tensor_desc **out)
+/* Copies the publisher's descriptors, then n_parts wsync_shard (a rank of
+ * a group), out of its memfd, once. */
+static int layout_read(struct req *r, int fd, uint32_t n, uint32_t n_parts,
+                       wsync_tensor_desc **out)
 {
-	size_t want = (size_t)n * sizeof(wsync_tensor_desc), done = 0;
+	size_t want = (size_t)n * sizeof(wsync_tensor_desc) +
+	              (size_t)n_parts * sizeof(wsync_shard), done = 0;
 	struct statfs sfs;
 	struct stat st;
 	char *buf;
@@ -177,7 +182,8 @@ static int layout_read(struct req *r, int fd, uint32_t n, wsync_tensor_desc **ou
 		return req_fail(r, -EINVAL, "the layout fd is not a memfd");
 	if ((uint64_t)st.st_size != want)
 		return req_fail(r, -EINVAL, "the layout memfd holds %lld bytes; %u tensors "
-		                "need exactly %zu", (long long)st.st_size, n, want);
+		                "and %u parts need exactly %zu", (long long)st.st_size, n,
+		                n_parts, want);
 	buf = fault_malloc(want);
 	if (!buf)
 		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors", n);
@@ -255,6 +261,8 @@ static int handle_pub_open(struct req *r)
 	wsync_tensor_desc *in = NULL, *canon = NULL;
 	uint32_t n_slots = p->slots;
 	int fds[1 + WSYNC_MAX_SLOTS];
+	wsync_shard *parts = NULL;
+	bool group = p->group_size > 1;
 	bool declared_here = false;
 	union wsync_msg_any ok;
 	struct model *m;
@@ -274,14 +282,22 @@ static int handle_pub_open(struct req *r)
 		                "%d..%u", p->model, p->slots, b->cfg.name, WSYNC_MIN_SLOTS,
 		                b->cfg.max_slots);
 	}
-	err = layout_read(r, fd, p->n_tensors, &in);
+	err = layout_read(r, fd, p->n_tensors, p->n_parts, &in);
 	close(fd);
 	if (err || !in)
 		return err ? err : -EINVAL;
+	if (p->n_parts) {
+		parts = fault_malloc((size_t)p->n_parts * sizeof(*parts));
+		if (!parts) {
+			free(in);
+			return req_fail(r, -ENOMEM, "out of memory for %u parts", p->n_parts);
+		}
+		memcpy(parts, in + p->n_tensors, (size_t)p->n_parts * sizeof(*parts));
+	}
 	err = layout_check(r, in, &canon, &hash);
 	free(in);
 	if (err)
-		return err;
+		goto out_free;
 
 	m = model_find(b, p->model);
 	if (m && m->state == WSYNC_MODEL_READY) {
@@ -295,10 +311,9 @@ static int handle_pub_open(struct req *r)
 				               "replace it)", p->model, diff);
 				goto out_free;
 			}
-			if (m->pub) {
-				err = req_fail(r, -EBUSY, "model '%s' cannot be replaced: it is "
-				               "published by session %u '%s' (pid %d)", p->model,
-				               m->pub->id, m->pub->name, (int)m->pub->pid);
+			if (model_published(m)) {
+				err = req_fail(r, -EBUSY, "model '%s' cannot be replaced: it has a "
+				               "publisher", p->model);
 				goto out_free;
 			}
 			model_delete(b, m, "replaced with another layout");
@@ -309,6 +324,11 @@ static int handle_pub_open(struct req *r)
 		err = req_fail(r, -EBUSY, "model '%s' is already published by session %u "
 		               "'%s' (pid %d)", p->model, m->pub->id, m->pub->name,
 		               (int)m->pub->pid);
+		goto out_free;
+	}
+	if (m && m->group && !group) {
+		err = req_fail(r, -EBUSY, "model '%s' is published by a group of %u ranks",
+		               p->model, m->group->size);
 		goto out_free;
 	}
 	if (!m) {
@@ -324,12 +344,22 @@ static int handle_pub_open(struct req *r)
 			goto out_undeclare;
 		canon = NULL;                 /* the model's now */
 	}
+	if (group) {
+		err = group_join(b, m, s, p->group_size, p->rank, p->group_timeout_ms, parts,
+		                 p->n_parts, r->why, sizeof(r->why));
+		if (err)
+			goto out_undeclare;
+		parts = NULL;                 /* the group's now */
+	}
 	err = session_open_model(b, s, m);
 	if (err) {
+		if (group)
+			group_leave(b, m, s, "its open failed");
 		err = req_fail(r, err, "model '%s': too many sessions", p->model);
 		goto out_undeclare;
 	}
-	m->pub = s;
+	if (!group)
+		m->pub = s;
 	s->m[m->id].pub = true;
 	s->m[m->id].fds_sent = 0;
 	atomic_store(&m->ctl->publisher, s->id);
@@ -355,9 +385,10 @@ static int handle_pub_open(struct req *r)
 	return 0;
 
 out_undeclare:
-	if (declared_here && !m->n_members)
+	if (declared_here && !m->n_members && !model_published(m))
 		model_undeclare(b, m, "its first PUB_OPEN failed");
 out_free:
+	free(parts);
 	free(canon);
 	return err;
 }
@@ -468,6 +499,11 @@ static int handle_begin(struct req *r)
 	if (!m)
 		return req_fail(r, -EPROTO, "BEGIN on model %u, which this session does not "
 		                "publish", id);
+	if (m->group) {
+		err = group_ready(m, r->why, sizeof(r->why));
+		if (err)
+			return err;
+	}
 	if (m->granted) {
 		publish_current(m, r->s, &g);
 		reply_grant(r, m, &g);
@@ -501,6 +537,20 @@ static int handle_commit(struct req *r)
 	if (!m)
 		return req_fail(r, -EPROTO, "COMMIT on model %u, which this session does not "
 		                "publish", c->m.model_id);
+	if (m->group) {
+		uint32_t rank = 0;
+		int err;
+
+		group_rank_of(m, r->s, &rank);
+		err = group_commit(r->b, m, rank, r->m->hdr.seq, c->slot, c->version, c->step,
+		                   r->why, sizeof(r->why));
+		if (err == -EPROTO) {   /* this rank broke the protocol: it is cut off */
+			publish_leave(r->b, m, r->s, "cut off: a COMMIT that does not match "
+			              "the grant");
+			session_release_model(r->b, r->s, m);
+		}
+		return err;             /* 0: answered when the group is complete */
+	}
 	if (!m->granted || c->slot != m->grant_slot || c->version != m->grant_version) {
 		if (!m->granted)
 			req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u without a grant; "
@@ -553,6 +603,24 @@ static int handle_abort(struct req *r)
 	if (!m)
 		return req_fail(r, -EPROTO, "ABORT on model %u, which this session does not "
 		                "publish", a->m.model_id);
+	if (m->group) {
+		uint32_t rank = 0;
+		char why[64];
+
+		group_rank_of(m, r->s, &rank);
+		if (m->granted && a->slot == m->grant_slot && a->version == m->grant_version) {
+			snprintf(why, sizeof(why), "rank %u aborted it", rank);
+			group_drop(r->b, m, -ECONNABORTED, why);
+		} else if (a->version != m->group->dropped_version) {
+			return req_fail(r, -EPROTO, "model '%s': ABORT of v%llu slot %u does not "
+			                "match the grant", m->name, (unsigned long long)a->version,
+			                a->slot);
+		}
+		memset(&ok, 0, sizeof(ok));
+		ok.abort_ok.model_id = m->id;
+		reply(r, &ok, WSYNC_MSG_ABORT_OK, NULL, 0);
+		return 0;
+	}
 	if (!m->granted || a->slot != m->grant_slot || a->version != m->grant_version)
 		return req_fail(r, -EPROTO, "model '%s': ABORT of v%llu slot %u does not match "
 		                "the grant", m->name, (unsigned long long)a->version, a->slot);
@@ -639,7 +707,7 @@ static int handle_close(struct req *r)
 		                "have open (deleted?)", c->m.model_id);
 	sm = &r->s->m[m->id];
 	if (c->what == WSYNC_CLOSE_PUB) {
-		if (m->pub != r->s)
+		if (m->pub != r->s && !group_rank_of(m, r->s, NULL))
 			return req_fail(r, -EPROTO, "CLOSE of the publisher of '%s', which this "
 			                "session is not", m->name);
 		publish_leave(r->b, m, r->s, "closed");
@@ -676,6 +744,9 @@ static int handle_delete(struct req *r)
 		return req_fail(r, -EBUSY, "model '%s' is published by session %u '%s' (pid "
 		                "%d): close the publisher first", m->name, m->pub->id,
 		                m->pub->name, (int)m->pub->pid);
+	if (m->group)
+		return req_fail(r, -EBUSY, "model '%s' is published by a group of %u ranks: "
+		                "close them first", m->name, m->group->size);
 	hwm = m->hwm;
 	snprintf(why, sizeof(why), "deleted by session %u '%s'", r->s->id, r->s->name);
 	model_delete(r->b, m, why);

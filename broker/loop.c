@@ -41,6 +41,7 @@
 #include "fault.h"
 #include "auth.h"
 #include "ctl.h"
+#include "group.h"
 #include "handlers.h"
 #include "log.h"
 #include "model.h"
@@ -85,6 +86,7 @@ struct loop {
 	struct __kernel_timespec poll;   /* readers.c's timer; its address tells
 	                                    its CQE from the tick's */
 	bool     poll_armed;
+	int64_t  poll_due_ns;            /* when the armed one fires (CLOCK_MONOTONIC) */
 	bool     accept_armed, signal_armed, tick_armed;
 	bool     stopping, stop;
 	uint32_t writes;                 /* eventfd writes in flight */
@@ -215,24 +217,40 @@ void loop_poll_soon(struct broker *b, int64_t ns)
 {
 	struct loop *l = b->loop;
 	struct io_uring_sqe *sqe;
+	int64_t due = wsync_mono_ns() + ns;
 
-	if (!l || l->poll_armed || l->stopping)
+	if (!l || l->stopping || (l->poll_armed && l->poll_due_ns <= due))
 		return;
 	sqe = sqe_get(l);
 	l->poll.tv_sec = ns / 1000000000;
 	l->poll.tv_nsec = ns % 1000000000;
-	io_uring_prep_timeout(sqe, &l->poll, 0, 0);
-	io_uring_sqe_set_data64(sqe, op_data(&l->poll, OP_TICK));
-	l->poll_armed = true;
+	if (l->poll_armed) {
+		/* sooner than the timer armed: move it */
+		io_uring_prep_timeout_update(sqe, &l->poll, op_data(&l->poll, OP_TICK), 0);
+		io_uring_sqe_set_data64(sqe, op_data(NULL, OP_CANCEL));
+		l->cancels++;
+	} else {
+		io_uring_prep_timeout(sqe, &l->poll, 0, 0);
+		io_uring_sqe_set_data64(sqe, op_data(&l->poll, OP_TICK));
+		l->poll_armed = true;
+	}
+	l->poll_due_ns = due;
 }
 
 static void on_poll(struct broker *b)
 {
 	struct loop *l = b->loop;
 
+	int64_t next;
+
 	l->poll_armed = false;
-	if (!l->stopping && readers_poll(b))
-		loop_poll_soon(b, READERS_POLL_NS);
+	if (l->stopping)
+		return;
+	next = group_poll(b);
+	if (readers_poll(b) && (next < 0 || next > READERS_POLL_NS))
+		next = READERS_POLL_NS;
+	if (next >= 0)
+		loop_poll_soon(b, next);
 }
 
 static void arm_recv(struct loop *l, struct session *s)

@@ -13,6 +13,7 @@
 
 #include "fault.h"
 #include "ctl.h"
+#include "group.h"
 #include "guard.h"
 #include "log.h"
 #include "session.h"
@@ -360,6 +361,7 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		shm_unlink(seg);
 	if (b->models[m->id] == m)
 		b->models[m->id] = NULL;
+	group_free(m->group);
 	free(m->tensors);
 	free(m->members);
 	free(m);
@@ -379,7 +381,7 @@ void model_undeclare(struct broker *b, struct model *m, const char *why)
 
 bool model_drop_if_unused(struct broker *b, struct model *m)
 {
-	if (m->state != WSYNC_MODEL_DECLARED || m->n_members || m->pub)
+	if (m->state != WSYNC_MODEL_DECLARED || m->n_members || model_published(m))
 		return false;
 	model_undeclare(b, m, "never published and nobody has it open");
 	return true;

@@ -20,6 +20,8 @@
 #include "slots.h"
 #include "shm/layout.h"
 
+struct pub_group;
+
 struct model {
 	uint32_t id;
 	uint32_t state;                  /* enum wsync_model_state */
@@ -42,8 +44,9 @@ struct model {
 	int      slab_fd[WSYNC_MAX_SLOTS];
 	int      slab_ro_fd[WSYNC_MAX_SLOTS];
 
-	/* publishing */
+	/* publishing: one publisher (pub), or a group of ranks (group.h) */
 	struct session *pub;
+	struct pub_group *group;
 	bool     granted;
 	uint32_t grant_slot;
 	uint64_t grant_version;
@@ -56,6 +59,12 @@ struct model {
 	uint32_t n_members;
 	uint32_t subscribers;            /* sessions subscribed */
 };
+
+/* Whether anybody publishes m (one publisher or a group's ranks). */
+static inline bool model_published(const struct model *m)
+{
+	return m->pub || m->group;
+}
 
 /* Versions fit in the 56 high bits of `latest`. */
 #define MODEL_VERSION_MAX ((UINT64_C(1) << 56) - 2)

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "group.h"
 #include "log.h"
 #include "loop.h"
 #include "model.h"
@@ -312,6 +313,12 @@ void publish_audit(struct broker *b)
 
 void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why)
 {
+	if (group_rank_of(m, s, NULL)) {
+		group_leave(b, m, s, why);
+		s->m[m->id].pub = false;
+		s->m[m->id].fds_sent = 0;
+		return;
+	}
 	if (m->pub != s)
 		return;
 	if (m->state == WSYNC_MODEL_READY)

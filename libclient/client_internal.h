@@ -96,6 +96,12 @@ struct wsync_pub {
 	uint64_t incarnation;
 	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
 	bool guarded;                    /* slabs read-only outside a grant */
+	/* one rank of a group (group_size > 1): the broker books a version when
+	 * every rank committed it, so commit neither writes the page nor
+	 * returns before then; no grant is prefetched */
+	uint32_t group_size, rank;
+	wsync_shard *parts;              /* this rank's declaration */
+	size_t n_parts;
 
 	uint64_t last_committed;         /* grants must carry a newer version */
 	bool     begun;

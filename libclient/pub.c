@@ -48,6 +48,7 @@
 #include "shm/errmsg.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
+#include "shm/shard.h"
 
 #define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_GUARDED | WSYNC_PUB_REPLACE)
 
@@ -66,6 +67,14 @@ static int opts_check(const struct wsync_client *c, const char *model,
 		if (o->reserved[i])
 			return wsync_fail(-EINVAL, "model '%s': opts.reserved[%zu] must be 0",
 			                  model, i);
+	if (o->reserved32)
+		return wsync_fail(-EINVAL, "model '%s': opts.reserved32 must be 0", model);
+	if (o->group_size > WSYNC_MAX_RANKS ||
+	    (o->group_size > 1 ? o->rank >= o->group_size
+	                       : o->rank != 0 || o->group_timeout_ms != 0))
+		return wsync_fail(-EINVAL, "model '%s': rank %u of a group of %u (1..%d ranks; "
+		                  "a group deadline needs a group)", model, o->rank,
+		                  o->group_size, WSYNC_MAX_RANKS);
 	if (o->slots && (o->slots < WSYNC_MIN_SLOTS || o->slots > c->max_slots))
 		return wsync_fail(-EINVAL, "model '%s': %u slots, the broker allows %d..%u",
 		                  model, o->slots, WSYNC_MIN_SLOTS, c->max_slots);
@@ -73,26 +82,39 @@ static int opts_check(const struct wsync_client *c, const char *model,
 }
 
 /* The layout memfd the broker reads the descriptors from. */
-static int layout_memfd(const struct wsync_pub *p)
+static int pwrite_all(int fd, const void *buf, size_t len, off_t at)
 {
-	size_t len = p->n_tensors * sizeof(wsync_tensor_desc), done = 0;
-	const char *src = (const char *)p->tensors;
-	int fd = wsync_memfd_create("wsync-layout", len), err;
+	size_t done = 0;
 
-	if (fd < 0)
-		return wsync_fail(fd, "model '%s': layout memfd: %s", p->model, strerror(-fd));
 	while (done < len) {
-		ssize_t r = pwrite(fd, src + done, len - done, (off_t)done);
+		ssize_t r = pwrite(fd, (const char *)buf + done, len - done, at + (off_t)done);
 
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0) {
-			err = r < 0 ? -errno : -EIO;
-			close(fd);
-			return wsync_fail(err, "model '%s': writing the layout memfd: %s",
-			                  p->model, strerror(-err));
-		}
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
 		done += (size_t)r;
+	}
+	return 0;
+}
+
+/* The memfd the broker reads the descriptors from, then this rank's
+ * parts if it is one of a group. */
+static int layout_memfd(const struct wsync_pub *p)
+{
+	size_t len = p->n_tensors * sizeof(wsync_tensor_desc);
+	size_t plen = p->n_parts * sizeof(wsync_shard);
+	int fd = wsync_memfd_create("wsync-layout", len + plen), err;
+
+	if (fd < 0)
+		return wsync_fail(fd, "model '%s': layout memfd: %s", p->model, strerror(-fd));
+	err = pwrite_all(fd, p->tensors, len, 0);
+	if (!err && plen)
+		err = pwrite_all(fd, p->parts, plen, (off_t)len);
+	if (err) {
+		close(fd);
+		return wsync_fail(err, "model '%s': writing the layout memfd: %s", p->model,
+		                  strerror(-err));
 	}
 	return fd;
 }
@@ -109,6 +131,7 @@ static void pub_free(struct wsync_pub *p)
 	wsync_reply_close_fds(&p->ack, 0);
 	wsync_reply_close_fds(&p->begin_rep, 0);
 	wsync_name_index_free(&p->index);
+	free(p->parts);
 	free(p->tensors);
 	free(p);
 }
@@ -161,7 +184,8 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 
 /* PUB_OPEN with the layout memfd; maps the model page and the slabs from
  * the reply. */
-static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace)
+static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
+                       uint32_t group_timeout_ms)
 {
 	struct wsync_client *c = p->c;
 	union wsync_msg_any m;
@@ -180,6 +204,12 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace)
 	m.pub_open.bytes = p->bytes;
 	m.pub_open.layout_hash = wsync_layout_hash(p->tensors, p->n_tensors);
 	m.pub_open.flags = replace ? WSYNC_OPEN_REPLACE : 0;
+	if (p->group_size > 1) {
+		m.pub_open.group_size = (uint16_t)p->group_size;
+		m.pub_open.rank = (uint16_t)p->rank;
+		m.pub_open.n_parts = (uint32_t)p->n_parts;
+		m.pub_open.group_timeout_ms = group_timeout_ms;
+	}
 
 	client_lock(c);
 	err = wsync_conn_call(c, &m, &fd, 1, WSYNC_MSG_PUB_OPEN_OK, &rep);
@@ -221,9 +251,49 @@ out_unlock:
 	return err;
 }
 
+/* Checks and keeps a group rank's parts (against the layout alone: the
+ * broker checks them against the other ranks'). */
+static int pub_take_parts(struct wsync_pub *p, const wsync_model_opts *o,
+                          const wsync_shard *parts, size_t n_parts)
+{
+	char why[WSYNC_ERRMSG_LEN - 160];
+	const wsync_shard *all[1] = { parts };
+	int err;
+
+	if (!parts || n_parts == 0 || n_parts > WSYNC_MAX_TENSORS)
+		return wsync_fail(-EINVAL, "model '%s': rank %u of %u declares %zu parts "
+		                  "(1..%d)", p->model, o->rank, o->group_size, n_parts,
+		                  WSYNC_MAX_TENSORS);
+	err = wsync_shards_check(p->tensors, p->n_tensors, all, &n_parts, 1, 0, why,
+	                         sizeof(why));
+	if (err)
+		return wsync_fail(err, "model '%s': rank %u: %s", p->model, o->rank, why);
+	p->parts = malloc(n_parts * sizeof(*p->parts));
+	if (!p->parts)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory for %zu parts", p->model,
+		                  n_parts);
+	memcpy(p->parts, parts, n_parts * sizeof(*p->parts));
+	p->n_parts = n_parts;
+	p->group_size = o->group_size;
+	p->rank = o->rank;
+	return 0;
+}
+
 int wsync_pub_open(wsync_client *c, const char *model,
                    const wsync_tensor_desc *tensors, size_t n_tensors,
                    const wsync_model_opts *opts, wsync_pub **out)
+{
+	if (opts && opts->group_size > 1)
+		return wsync_fail(-EINVAL, "model '%s': a rank of a group opens with "
+		                  "wsync_pub_open_shard, saying which parts it writes",
+		                  model ? model : "(null)");
+	return wsync_pub_open_shard(c, model, tensors, n_tensors, opts, NULL, 0, out);
+}
+
+int wsync_pub_open_shard(wsync_client *c, const char *model,
+                         const wsync_tensor_desc *tensors, size_t n_tensors,
+                         const wsync_model_opts *opts, const wsync_shard *parts,
+                         size_t n_parts, wsync_pub **out)
 {
 	char why[WSYNC_ERRMSG_LEN - 160];
 	struct wsync_pub *p;
@@ -267,8 +337,18 @@ int wsync_pub_open(wsync_client *c, const char *model,
 		err = wsync_fail(err, "model '%s': tensor name index: %s", model, strerror(-err));
 		goto out_free;
 	}
+	if (opts && opts->group_size > 1) {
+		err = pub_take_parts(p, opts, parts, n_parts);
+		if (err)
+			goto out_free;
+	} else if (n_parts) {
+		err = wsync_fail(-EINVAL, "model '%s': parts given to a publisher that is not "
+		                 "in a group (opts.group_size)", model);
+		goto out_free;
+	}
 	err = pub_declare(p, opts ? opts->slots : 0,
-	                  opts && (opts->flags & WSYNC_PUB_REPLACE));
+	                  opts && (opts->flags & WSYNC_PUB_REPLACE),
+	                  opts ? opts->group_timeout_ms : 0);
 	if (err)
 		goto out_free;
 	*out = p;
@@ -277,6 +357,20 @@ int wsync_pub_open(wsync_client *c, const char *model,
 out_free:
 	pub_free(p);
 	return err;
+}
+
+int wsync_slab_part(const wsync_slab *s, size_t i, wsync_slice *out)
+{
+	const struct wsync_pub *p;
+
+	if (!s || !s->priv_pub || !out)
+		return wsync_fail(-EINVAL, "wsync_slab_part: not a begun slab");
+	p = s->priv_pub;
+	if (i >= p->n_parts)
+		return wsync_fail(-EINVAL, "model '%s': part %zu of %zu (this publisher %s)",
+		                  p->model, i, p->n_parts,
+		                  p->n_parts ? "declared fewer" : "is not a group rank");
+	return wsync_shard_slice(&p->tensors[p->parts[i].tensor], &p->parts[i], out);
 }
 
 /* Steps 1-3 of the commit order (see the top of this file). */
@@ -332,8 +426,10 @@ int wsync_pub_gone(struct wsync_pub *p)
 	if (client_broker_stopped(p->c))
 		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", p->model);
 	/* A handle the broker cut off must not write the page any more: the
-	 * model may have another publisher now. */
-	if (atomic_load_explicit(&p->entry->publisher, memory_order_acquire) != p->c->session_id &&
+	 * model may have another publisher now. (Ranks of a group never write
+	 * the page; the ctl entry names one of them.) */
+	if (p->group_size <= 1 &&
+	    atomic_load_explicit(&p->entry->publisher, memory_order_acquire) != p->c->session_id &&
 	    client_session_live(p->c))
 		return wsync_fail(-EPROTO, "model '%s': the broker cut this publisher off (its "
 		                  "log says why); open the model again", p->model);
@@ -377,7 +473,13 @@ static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
 		return err;
 	*version = p->cur.version;
 	slot = p->cur.slot;
-	pub_publish(p, step);
+	if (p->group_size > 1) {
+		/* the broker makes it visible when every rank committed */
+		wsync_pub_guard(p, slot);
+		p->begun = false;
+	} else {
+		pub_publish(p, step);
+	}
 
 	client_lock(p->c);
 	err = pub_send_commit(p, *version, slot, step, seq);

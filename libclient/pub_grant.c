@@ -206,7 +206,8 @@ static int pub_request_grant(struct wsync_pub *p, int64_t deadline_ns, struct pu
 		err = begin_collect(p, deadline_ns, &rep);
 		if (!err)
 			return grant_from_reply(p, &rep, g);
-		if (err != -EBUSY)
+		/* all slots held, or (a group) a rank not open yet: try again */
+		if (err != -EBUSY && !(err == -EAGAIN && p->group_size > 1))
 			return err;
 		/* the broker's message (who holds what) stays in wsync_errmsg */
 		now = wsync_mono_ns();

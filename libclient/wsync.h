@@ -122,8 +122,37 @@ typedef struct wsync_model_opts {
 	uint32_t slots;     /* slabs kept for this model: 0 = default (4),
 	                       2 .. the broker's --max-slots */
 	uint32_t flags;     /* enum wsync_model_flags, 0 = none */
-	uint64_t reserved[6];
+	/* Sharded publishers (wsync_pub_open_shard): the number of ranks
+	 * publishing the model together (0 or 1: one publisher), this one's
+	 * rank, and how long after a version's first commit every rank must
+	 * have committed it (0 = no limit). */
+	uint32_t group_size, rank;
+	uint32_t group_timeout_ms;
+	uint32_t reserved32;
+	uint64_t reserved[4];
 } wsync_model_opts;
+
+/* ---- parts of tensors (tensor-parallel slices, sharded publishers) -------- */
+
+#define WSYNC_SHARD_WHOLE 0xffffffffu    /* a wsync_shard's dim: the whole tensor */
+
+/* A part of one tensor: indices [start, end) along dim (0 or 1), or the
+ * whole tensor (dim WSYNC_SHARD_WHOLE, start and end ignored). */
+typedef struct wsync_shard {
+	uint32_t tensor;                 /* index in the layout */
+	uint32_t dim;
+	uint64_t start, end;
+} wsync_shard;
+
+/* Where a part lives in a slab: rows runs of row_bytes bytes, the first at
+ * offset (from the slab's base), each stride bytes after the previous one.
+ * A part along dim 0, or a whole tensor, is one run. */
+typedef struct wsync_slice {
+	uint64_t offset;
+	uint64_t rows;
+	uint64_t row_bytes;
+	uint64_t stride;
+} wsync_slice;
 
 typedef struct wsync_view {              /* filled by acquire/wait, read-only */
 	uint64_t version, step;
@@ -183,6 +212,27 @@ int  wsync_default_endpoint(char *buf, size_t len);
 int  wsync_pub_open(wsync_client *c, const char *model,
                     const wsync_tensor_desc *tensors, size_t n_tensors,
                     const wsync_model_opts *opts, wsync_pub **out);
+/*
+ * One rank of a group of opts->group_size publishers of a model (FSDP or
+ * tensor-parallel trainer ranks, each holding a shard): parts[] say which
+ * parts of the layout this rank writes (whole tensors, or index ranges along
+ * dim 0 or 1). The broker refuses (-EINVAL, naming the tensor and ranks)
+ * parts that overlap another rank's, and once every rank opened, bytes no
+ * rank writes. Every rank begins (all get the same slab), writes its parts
+ * (wsync_slab_part gives where) and commits with the same step; the version
+ * becomes visible, whole, when the last rank commits, and each rank's
+ * wsync_pub_commit returns then. If a rank aborts, dies, gives another step
+ * or misses the group deadline, the version is dropped (never visible, its
+ * slot free) and the other ranks' commits fail with -ECONNABORTED (or
+ * -EINVAL for steps) saying why; begin answers -EAGAIN-retried until every
+ * rank is open again. Collectors see ordinary whole tensors.
+ */
+int  wsync_pub_open_shard(wsync_client *c, const char *model,
+                          const wsync_tensor_desc *tensors, size_t n_tensors,
+                          const wsync_model_opts *opts, const wsync_shard *parts,
+                          size_t n_parts, wsync_pub **out);
+/* Where part i of this publisher's declaration lives in a begun slab. */
+int  wsync_slab_part(const wsync_slab *s, size_t i, wsync_slice *out);
 /* Grants a writable slab for the next version. Waits up to timeout_ns while
  * every slot is held by readers, then -EBUSY (wsync_errmsg() says who holds
  * what). The slab's previous contents are unspecified. -EALREADY if a slab is
@@ -308,28 +358,6 @@ int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,
                              unsigned threads);
 /* wsync_slab_copy for any two buffers that do not overlap. */
 int  wsync_copy(void *dst, const void *src, size_t len, unsigned threads);
-
-/* ---- parts of tensors (tensor-parallel slices, sharded publishers) -------- */
-
-#define WSYNC_SHARD_WHOLE 0xffffffffu    /* a wsync_shard's dim: the whole tensor */
-
-/* A part of one tensor: indices [start, end) along dim (0 or 1), or the
- * whole tensor (dim WSYNC_SHARD_WHOLE, start and end ignored). */
-typedef struct wsync_shard {
-	uint32_t tensor;                 /* index in the layout */
-	uint32_t dim;
-	uint64_t start, end;
-} wsync_shard;
-
-/* Where a part lives in a slab: rows runs of row_bytes bytes, the first at
- * offset (from the slab's base), each stride bytes after the previous one.
- * A part along dim 0, or a whole tensor, is one run. */
-typedef struct wsync_slice {
-	uint64_t offset;
-	uint64_t rows;
-	uint64_t row_bytes;
-	uint64_t stride;
-} wsync_slice;
 
 /* The slice of part `part` of tensor d. -EINVAL (with a message) for a dim
  * the tensor does not have or a range outside it. */

@@ -134,8 +134,15 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		CHECK(m->pub_open.slots <= WSYNC_MAX_SLOTS, "slots %u over %d",
 		      m->pub_open.slots, WSYNC_MAX_SLOTS);
 		CHECK(m->pub_open.bytes > 0, "bytes is zero");
-		CHECK((m->pub_open.flags & ~(uint32_t)WSYNC_OPEN_REPLACE) == 0 &&
-		      m->pub_open.reserved == 0, "unknown flags or reserved field not zero");
+		CHECK((m->pub_open.flags & ~(uint32_t)WSYNC_OPEN_REPLACE) == 0, "unknown flags");
+		CHECK(m->pub_open.group_size <= WSYNC_MAX_RANKS, "group of %u ranks, at most %d",
+		      m->pub_open.group_size, WSYNC_MAX_RANKS);
+		CHECK(m->pub_open.group_size > 1 ? m->pub_open.rank < m->pub_open.group_size &&
+		      m->pub_open.n_parts >= 1 && m->pub_open.n_parts <= WSYNC_MAX_TENSORS :
+		      m->pub_open.rank == 0 && m->pub_open.n_parts == 0 &&
+		      m->pub_open.group_timeout_ms == 0,
+		      "rank %u of %u with %u parts", m->pub_open.rank, m->pub_open.group_size,
+		      m->pub_open.n_parts);
 		return 0;
 	case WSYNC_MSG_PUB_OPEN_OK:
 		CHECK(m->pub_open_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");

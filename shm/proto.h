@@ -133,8 +133,14 @@ struct wsync_msg_pub_open {
 	uint64_t bytes;                  /* slab size the client computed */
 	uint64_t layout_hash;            /* wsync_layout_hash() of the descriptors */
 	uint32_t flags;                  /* enum wsync_open_flags */
-	uint32_t reserved;
+	uint16_t group_size;             /* ranks publishing the model together; 0/1 = one */
+	uint16_t rank;                   /* this publisher's rank in the group */
+	uint32_t n_parts;                /* wsync_shard entries after the descriptors
+	                                    in the memfd (group_size > 1) */
+	uint32_t group_timeout_ms;       /* a version must be committed by every rank
+	                                    this long after the first COMMIT; 0 = no limit */
 };
+#define WSYNC_MAX_RANKS 32
 enum wsync_open_flags {
 	/* a model of that name with another layout and no publisher is deleted
 	 * (its readers get -EIDRM) and created again with this layout */
@@ -329,7 +335,7 @@ union wsync_msg_any {
 };
 
 static_assert(sizeof(struct wsync_msg_hello) == 88, "hello size");
-static_assert(sizeof(struct wsync_msg_pub_open) == 176, "pub_open size");
+static_assert(sizeof(struct wsync_msg_pub_open) == 184, "pub_open size");
 static_assert(sizeof(struct wsync_msg_commit) == 48, "commit size");
 static_assert(sizeof(struct wsync_msg_error) == 512, "error size");
 static_assert(sizeof(union wsync_msg_any) == 512, "largest message");

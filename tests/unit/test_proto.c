@@ -434,7 +434,6 @@ static void refuses_nonzero_reserved_fields(void **state)
 	struct { uint32_t type; size_t off; size_t size; const char *what; } fields[] = {
 #define F(T, memb, fld) { T, offsetof(union wsync_msg_any, memb.fld), \
 	                  sizeof(((union wsync_msg_any *)0)->memb.fld), #memb "." #fld }
-		F(WSYNC_MSG_PUB_OPEN, pub_open, reserved),
 		F(WSYNC_MSG_ATTACH, attach, m.reserved),
 		F(WSYNC_MSG_ATTACH_OK, attach_ok, reserved),
 		F(WSYNC_MSG_BEGIN, begin, m.reserved),

@@ -1,0 +1,309 @@
+/*
+ * sharded — one model published by a group of 4 ranks (processes), each
+ * writing its part: tensor "a" cut along dim 0, "b" along dim 1 (strided
+ * parts), "c" whole by one rank. Collectors see bit-exact whole tensors,
+ * never a mix of two versions. Overlapping declarations are refused, as is
+ * a second process opening a rank already open. Ranks giving different
+ * steps get -EINVAL and nothing is published. A rank SIGKILLed between
+ * begin and commit makes the others' commits fail with -ECONNABORTED,
+ * nothing becomes visible, and once it is restarted the group publishes
+ * again. A rank that never commits is cut short by the group deadline.
+ * A tensor-parallel slice read by a collector equals the same slice of the
+ * whole tensor.
+ */
+#include "tests/lib/harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MODEL "shard.policy"
+#define RANKS 4
+#define A_ROWS 64
+#define A_COLS 32
+#define B_ROWS 16
+#define B_COLS 64
+#define C_LEN  100
+
+static struct broker B;
+
+static void layout(wsync_tensor_desc d[3])
+{
+	uint64_t a[2] = { A_ROWS, A_COLS }, b[2] = { B_ROWS, B_COLS }, c[1] = { C_LEN };
+
+	harness_desc(&d[0], "a", WSYNC_F32, 2, a);
+	harness_desc(&d[1], "b", WSYNC_F32, 2, b);
+	harness_desc(&d[2], "c", WSYNC_F32, 1, c);
+}
+
+/* The 32-bit word at element e of tensor t for a step. */
+static uint32_t word(uint64_t step, uint32_t t, uint64_t e)
+{
+	return (uint32_t)(step * 0x9E3779B1u) ^ (t << 24) ^ (uint32_t)e;
+}
+
+static size_t rank_parts(uint32_t r, wsync_shard *p)
+{
+	size_t n = 0;
+
+	p[n++] = (wsync_shard){ 0, 0, r * (A_ROWS / RANKS), (r + 1) * (A_ROWS / RANKS) };
+	p[n++] = (wsync_shard){ 1, 1, r * (B_COLS / RANKS), (r + 1) * (B_COLS / RANKS) };
+	if (r == RANKS - 1)
+		p[n++] = (wsync_shard){ 2, WSYNC_SHARD_WHOLE, 0, 0 };
+	return n;
+}
+
+/* Fills this rank's parts of a begun slab with the pattern of step. */
+static void fill_parts(const wsync_slab *slab, const wsync_shard *parts, size_t n,
+                       uint64_t step)
+{
+	for (size_t i = 0; i < n; i++) {
+		const wsync_tensor_desc *d = &slab->tensors[parts[i].tensor];
+		uint64_t cols = d->ndim == 2 ? d->shape[1] : 1, k = 0;
+		wsync_slice s;
+		uint32_t *buf;
+
+		TEST_OK(wsync_slab_part(slab, i, &s));
+		buf = malloc(s.rows * s.row_bytes);
+		TEST_ASSERT(buf);
+		for (uint64_t r = 0; r < s.rows; r++) {
+			for (uint64_t j = 0; j < s.row_bytes / 4; j++) {
+				uint64_t e;
+
+				if (parts[i].dim == 1)
+					e = r * cols + parts[i].start + j;
+				else if (parts[i].dim == 0)
+					e = parts[i].start * cols + j;
+				else
+					e = j;
+				buf[k++] = word(step, parts[i].tensor, e);
+			}
+		}
+		wsync_slice_write(slab->base, buf, &s);
+		free(buf);
+	}
+}
+
+/* 0 if every element of every tensor of v carries v's step. */
+static int verify_whole(const wsync_view *v)
+{
+	for (uint32_t t = 0; t < 3; t++) {
+		const wsync_tensor_desc *d = &v->tensors[t];
+		const uint32_t *w = (const uint32_t *)((const char *)v->base + d->offset);
+		uint64_t n = wsync_tensor_bytes(d) / 4;
+
+		for (uint64_t e = 0; e < n; e++)
+			if (w[e] != word(v->step, t, e)) {
+				harness_log("v%llu step %llu: tensor %u element %llu is 0x%08x",
+				            (unsigned long long)v->version,
+				            (unsigned long long)v->step, t, (unsigned long long)e, w[e]);
+				return -1;
+			}
+	}
+	return 0;
+}
+
+/* ---- a rank: a child process driven by commands ------------------------------ */
+
+enum { OP_PUBLISH = 1, OP_BEGIN, OP_COMMIT, OP_EXIT };
+#define CMD(op, arg) (((uint64_t)(op) << 56) | (arg))
+
+struct rank {
+	uint32_t r;
+	uint32_t timeout_ms;
+	struct chan cmd, res;
+	pid_t pid;
+};
+
+static int rank_main(void *arg)
+{
+	struct rank *rk = arg;
+	wsync_tensor_desc d[3];
+	wsync_shard parts[3];
+	size_t n = rank_parts(rk->r, parts);
+	wsync_model_opts o = { .group_size = RANKS, .rank = rk->r,
+	                       .group_timeout_ms = rk->timeout_ms };
+	wsync_client *c = NULL;
+	wsync_pub *p = NULL;
+	char name[32];
+
+	layout(d);
+	snprintf(name, sizeof(name), "rank-%u", rk->r);
+	TEST_OK(harness_connect(&B, name, &c));
+	chan_send(&rk->res, (uint64_t)(int64_t)wsync_pub_open_shard(c, MODEL, d, 3, &o, parts,
+	                                                               n, &p));
+	for (;;) {
+		uint64_t cmd = chan_recv(&rk->cmd, getppid());
+		uint64_t op = cmd >> 56, step = cmd & ((UINT64_C(1) << 56) - 1);
+		wsync_slab slab;
+		int rc = 0;
+
+		if (op == OP_EXIT)
+			break;
+		if (op == OP_PUBLISH || op == OP_BEGIN) {
+			rc = wsync_pub_begin(p, 10 * HARNESS_S, &slab);
+			if (!rc)
+				fill_parts(&slab, parts, n, step);
+		}
+		if (!rc && (op == OP_PUBLISH || op == OP_COMMIT))
+			rc = wsync_pub_commit(p, step, NULL);
+		if (rc)
+			harness_log("rank %u: %s: %s", rk->r, wsync_strerror(rc), wsync_errmsg());
+		chan_send(&rk->res, (uint64_t)(int64_t)rc);
+	}
+	wsync_close(c);
+	return 0;
+}
+
+static struct rank ranks[RANKS];
+
+static int rank_start(uint32_t r, uint32_t timeout_ms)
+{
+	struct rank *rk = &ranks[r];
+
+	rk->r = r;
+	rk->timeout_ms = timeout_ms;
+	chan_open(&rk->cmd);
+	chan_open(&rk->res);
+	rk->pid = harness_fork(rank_main, rk);
+	return (int)(int64_t)chan_recv(&rk->res, rk->pid);
+}
+
+static void rank_stop(uint32_t r)
+{
+	chan_send(&ranks[r].cmd, CMD(OP_EXIT, 0));
+	harness_expect_exit0(ranks[r].pid, "a rank");
+	chan_close(&ranks[r].cmd);
+	chan_close(&ranks[r].res);
+}
+
+static int rank_result(uint32_t r)
+{
+	return (int)(int64_t)chan_recv(&ranks[r].res, ranks[r].pid);
+}
+
+/* Every rank publishes step; each result must be want. */
+static void group_publish(uint64_t step, int want)
+{
+	for (uint32_t r = 0; r < RANKS; r++)
+		chan_send(&ranks[r].cmd, CMD(OP_PUBLISH, step));
+	for (uint32_t r = 0; r < RANKS; r++)
+		TEST_RC(rank_result(r), want);
+}
+
+int main(void)
+{
+	wsync_client *c = NULL;
+	wsync_sub *s = NULL;
+	wsync_view v;
+	uint64_t seen = 0;
+
+	if (harness_broker_start(&B, NULL))
+		return 1;
+	TEST_OK(harness_connect(&B, "collector", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	for (uint32_t r = 0; r < RANKS; r++)
+		TEST_OK(rank_start(r, 0));
+
+	/* a second process for a rank already open, and overlapping parts */
+	{
+		wsync_tensor_desc d[3];
+		wsync_shard parts[3];
+		size_t n = rank_parts(1, parts);
+		wsync_model_opts o = { .group_size = RANKS, .rank = 1 };
+		wsync_client *x = NULL;
+		wsync_pub *p = NULL;
+
+		layout(d);
+		TEST_OK(harness_connect(&B, "intruder", &x));
+		TEST_RC(wsync_pub_open_shard(x, MODEL, d, 3, &o, parts, n, &p), -EBUSY);
+		o.rank = 0;
+		parts[0] = (wsync_shard){ 0, 0, 0, 20 };
+		TEST_RC(wsync_pub_open_shard(x, "shard.overlap", d, 3, &o, parts, 1, &p), 0);
+		o.rank = 1;
+		parts[0] = (wsync_shard){ 0, 0, 16, 32 };
+		TEST_RC(wsync_pub_open_shard(x, "shard.overlap", d, 3, &o, parts, 1, &p), -EINVAL);
+		TEST_CONTAINS(wsync_errmsg(), "overlap");
+		wsync_close(x);
+	}
+
+	/* versions: whole, never mixed */
+	for (uint64_t step = 1; step <= 20; step++) {
+		group_publish(step, 0);
+		TEST_OK(wsync_sub_wait(s, seen, 5 * HARNESS_S, &v));
+		TEST_EQ_U64(v.step, step);
+		TEST_ASSERT(verify_whole(&v) == 0);
+		seen = v.version;
+		wsync_sub_release(s, &v);
+	}
+
+	/* a tensor-parallel reader's slice equals the whole tensor's columns */
+	{
+		wsync_slice sl;
+		uint32_t part[A_ROWS * A_COLS / 2];
+
+		TEST_OK(wsync_sub_acquire(s, &v));
+		TEST_OK(wsync_tensor_part(&v.tensors[0], 1, 1, 2, &sl));
+		wsync_slice_read(part, v.base, &sl);
+		for (uint64_t r = 0; r < A_ROWS; r++)
+			for (uint64_t j = 0; j < A_COLS / 2; j++)
+				TEST_ASSERT(part[r * (A_COLS / 2) + j] ==
+				            word(v.step, 0, r * A_COLS + A_COLS / 2 + j));
+		wsync_sub_release(s, &v);
+	}
+
+	/* different steps: nothing published, every rank told */
+	for (uint32_t r = 0; r < RANKS; r++)
+		chan_send(&ranks[r].cmd, CMD(OP_PUBLISH, r == 2 ? 99 : 21));
+	for (uint32_t r = 0; r < RANKS; r++)
+		TEST_RC(rank_result(r), -EINVAL);
+	TEST_RC(wsync_sub_wait(s, seen, 100 * HARNESS_MS, &v), -ETIMEDOUT);
+
+	/* rank 3 dies between begin and commit */
+	chan_send(&ranks[3].cmd, CMD(OP_BEGIN, 22));
+	TEST_OK(rank_result(3));
+	for (uint32_t r = 0; r < 3; r++)
+		chan_send(&ranks[r].cmd, CMD(OP_PUBLISH, 22));
+	harness_sleep_ms(100);
+	kill(ranks[3].pid, SIGKILL);
+	harness_wait_status(ranks[3].pid, 5000);
+	for (uint32_t r = 0; r < 3; r++)
+		TEST_RC(rank_result(r), -ECONNABORTED);
+	TEST_RC(wsync_sub_wait(s, seen, 100 * HARNESS_MS, &v), -ETIMEDOUT);
+	chan_close(&ranks[3].cmd);
+	chan_close(&ranks[3].res);
+	TEST_OK(rank_start(3, 0));
+	group_publish(23, 0);
+	TEST_OK(wsync_sub_wait(s, seen, 5 * HARNESS_S, &v));
+	TEST_EQ_U64(v.step, 23);
+	TEST_ASSERT(verify_whole(&v) == 0);
+	seen = v.version;
+	wsync_sub_release(s, &v);
+	for (uint32_t r = 0; r < RANKS; r++)
+		rank_stop(r);
+
+	/* a group deadline: rank 3 begins but never commits */
+	for (uint32_t r = 0; r < RANKS; r++)
+		TEST_OK(rank_start(r, 300));
+	group_publish(24, 0);
+	chan_send(&ranks[3].cmd, CMD(OP_BEGIN, 25));
+	TEST_OK(rank_result(3));
+	for (uint32_t r = 0; r < 3; r++)
+		chan_send(&ranks[r].cmd, CMD(OP_PUBLISH, 25));
+	for (uint32_t r = 0; r < 3; r++)
+		TEST_RC(rank_result(r), -ECONNABORTED);
+	chan_send(&ranks[3].cmd, CMD(OP_COMMIT, 25));
+	TEST_RC(rank_result(3), -ECONNABORTED);
+	group_publish(26, 0);
+	TEST_OK(wsync_sub_wait(s, seen, 5 * HARNESS_S, &v));
+	TEST_EQ_U64(v.step, 26);
+	TEST_ASSERT(verify_whole(&v) == 0);
+	wsync_sub_release(s, &v);
+	for (uint32_t r = 0; r < RANKS; r++)
+		rank_stop(r);
+
+	wsync_close(c);
+	harness_broker_finish(&B);
+	return 0;
+}
