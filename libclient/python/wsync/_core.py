@@ -463,6 +463,8 @@ def connect(endpoint=None, name=None):
 
 # ---- publisher --------------------------------------------------------------
 
+_ABORT = object()      # Publisher._finish without a step
+
 
 class Publisher(_Handle):
     """The only writer of one model. Drive it from one thread at a time
@@ -559,15 +561,15 @@ class Publisher(_Handle):
         finally:
             self._leave()
 
-    def _finish(self, slab, call, step=None):
-        if step is not None:
+    def _finish(self, slab, call, step=_ABORT):
+        if step is not _ABORT:
             step = _uint(step, "step")
         self._enter()
         try:
             with self._drive:
                 if slab._done or self._slab is not slab:
                     raise ClosedError("wsync: this slab was already committed or aborted")
-                if step is None:
+                if step is _ABORT:
                     rc = call(self._ptr)
                     v = None
                 else:
