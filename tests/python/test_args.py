@@ -186,3 +186,32 @@ def test_after_a_shutdown_acquire_and_waits_raise(broker):
             sub.wait(after=v1, timeout=WAIT_S)
         assert view.version == v1 and np.all(a == 5)     # held views stay readable
         view.release()
+
+
+_BIG_COPY_SCRIPT = """
+import numpy as np, wsync
+rng = np.random.default_rng(1)
+# 40 MiB in tensors of odd sizes: the process's first large copy picks the
+# copy method on its first chunks, which straddle tensors
+sizes = [3 << 20, 5, (7 << 20) + 3, 1 << 20, (29 << 20) + 1001, 77]
+sd = {"t" + str(i): rng.integers(0, 255, n, dtype=np.uint8) for i, n in enumerate(sizes)}
+with wsync.connect(%r) as c:
+    pub = c.publisher_like("big", sd, guard=%r)
+    sub = c.subscriber("big")
+    for step in (1, 2, 3):
+        sd = {k: v + np.uint8(step) for k, v in sd.items()}
+        with pub.begin(timeout=10) as slab:
+            slab.copy_from(sd, threads=step - 1)
+            slab.commit(step)
+        with sub.acquire() as v:
+            assert all(np.array_equal(v.numpy(k), sd[k]) for k in sd), step
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_copy_from_large_model_in_a_fresh_process(broker, guard):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "libclient", "python"))
+    r = subprocess.run([sys.executable, "-c", _BIG_COPY_SCRIPT % (broker.sock, guard)],
+                       env=env, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert r.returncode == 0 and r.stdout == b"ok\n", r.stdout.decode()
