@@ -141,9 +141,12 @@ def test_guard_option_reaches_the_library(broker, guard):
 def test_handles_do_not_pickle_but_model_refs_do(client):
     pub = client.publisher("m", LAYOUT)
     sub = client.subscriber("m")
-    for h in (client, pub, sub):
-        with pytest.raises(TypeError, match="connect in the child"):
-            pickle.dumps(h)
+    publish(pub, 3)
+    with sub.acquire() as view, pub.begin(timeout=WAIT_S) as slab:
+        for h in (client, pub, sub, view, slab):
+            with pytest.raises(TypeError, match="connect in the child"):
+                pickle.dumps(h)
+        slab.abort()
     ref = pickle.loads(pickle.dumps(sub.ref()))
     assert ref == pub.ref() == wsync.ModelRef(client.endpoint, "m")
     v1 = publish(pub, 4)

@@ -101,6 +101,12 @@ def _timeout_ns(t):
     return FOREVER if t is None else min(int(t * 1e9), 2**63 - 1)
 
 
+def _no_pickle(what):
+    raise TypeError("wsync: a %s cannot be pickled or sent to another process: "
+                    "connect in the child (pass wsync.ModelRef(endpoint, model), "
+                    "e.g. from .ref(), and call its connect())" % what)
+
+
 class _Handle:
     """Calls in flight, closing and the order of frees.
 
@@ -195,9 +201,7 @@ class _Handle:
         return False
 
     def __reduce__(self):
-        raise TypeError("wsync: a %s cannot be pickled or sent to another process: "
-                        "connect in the child (pass wsync.ModelRef(endpoint, model), "
-                        "e.g. from .ref(), and call its connect())" % self._what)
+        _no_pickle(self._what)
 
     def __del__(self):
         # Never waits: a call in flight (impossible for an object nobody
@@ -768,6 +772,9 @@ class Slab:
                     pass
         self._arrays = []
 
+    def __reduce__(self):
+        _no_pickle("slab")
+
     def __enter__(self):
         return self
 
@@ -1037,6 +1044,9 @@ class View:
         self._release(self._has_arrays())
 
     _byref = ctypes.byref
+
+    def __reduce__(self):
+        _no_pickle("view (copy its arrays, or pass a ModelRef)")
 
     def _release(self, keep_pin):
         sub = self.subscriber
