@@ -37,6 +37,8 @@ SCRIPTS = {
     "subscriber": 'sub = c.subscriber("m")',
     "publish_then_subscribe": 'pub = publish(c, "m")\nsub = c.subscriber("m")',
     "begun_slab": 'pub = c.publisher("m", LAYOUT)\nslab = pub.begin(timeout=5)',
+    "slab_arrays": 'pub = publish(c, "m")\nslab = pub.begin(timeout=5)\n'
+                   'a = slab.numpy("w")',
     "held_view": 'pub = publish(c, "m")\nsub = c.subscriber("m")\nview = sub.acquire()',
     "held_arrays": 'pub = publish(c, "m")\nsub = c.subscriber("m")\n'
                    'arrays = sub.acquire().state_dict()\nw = sub.wait(timeout=0).numpy("w")',
@@ -44,6 +46,17 @@ SCRIPTS = {
                     't = sub.acquire().torch("w")',
     "two_clients": 'c2 = wsync.connect(SOCK)\npub = publish(c2, "m")\n'
                    'sub = c.subscriber("m")\nview = sub.acquire()\na = view.numpy("w")',
+    "daemon_thread_waiting": """
+import threading, time
+sub = c.subscriber("m")
+started = threading.Event()
+def waiter():
+    started.set()
+    sub.wait(after=0, timeout=None)
+threading.Thread(target=waiter, daemon=True).start()
+started.wait()
+time.sleep(0.3)
+""",
     # explicit cycles, collected by gc.collect() before exit, in both orders
     "cycle_client_first": """
 class Box:
@@ -137,3 +150,24 @@ def test_closing_a_subscriber_keeps_live_torch_tensors_readable(broker):
         assert torch.all(tensor == 1.0)   # mapped, and never rewritten
         del tensor, view                  # the last reference: released, closed
         publish(3)
+
+
+def test_closing_a_publisher_keeps_live_slab_arrays_mapped(broker):
+    torch = pytest.importorskip("torch")
+    with wsync.connect(broker.sock, "trainer") as t:
+        pub = t.publisher("m", [("w", "f32", (1024,))])
+        with pub.begin(timeout=WAIT_S) as slab:
+            slab.numpy("w")[:] = 2.0
+            slab.commit(1)
+        slab = pub.begin(timeout=WAIT_S)
+        tensor = slab.torch("w")          # a begun slab, closed under it
+        tensor[:] = 5.0
+        pub.close()
+        assert not slab.active
+        assert torch.all(tensor == 5.0)   # still mapped (the slab was aborted)
+        with wsync.connect(broker.sock, "reader") as c:
+            with c.subscriber("m").acquire() as v:
+                assert v.step == 1 and v.numpy("w")[0] == 2.0
+        del tensor, slab                  # the last array: the publisher goes
+        with wsync.connect(broker.sock, "next") as c2:
+            c2.publisher("m", [("w", "f32", (1024,))]).close()

@@ -3,9 +3,10 @@
 Ownership mirrors the C library: a View keeps its Subscriber alive, a
 Subscriber or Publisher its Client, and every array handed out keeps its View
 or Slab alive. So the garbage collector never releases or unmaps memory an
-array still points at. Explicit calls do: View.release() (and leaving its
-`with` block), Subscriber.close(), Publisher.close() and Client.close() end
-the validity of arrays taken through them. See docs/PYTHON.md.
+array still points at, and nothing else unmaps it either: closing a handle
+frees its C handle only once no View or Slab object of it is left (see
+_Handle). View.release() (and leaving its `with` block) lets the slab be
+rewritten. See docs/PYTHON.md.
 """
 import ctypes
 import math
@@ -113,7 +114,8 @@ class _Handle:
     close() stops new calls and waits for those in flight (a sliced wait
     notices within a slice and raises ClosedError). The C handle is freed
     only when nothing depends on it any more: a client pins it for each
-    open publisher or subscriber, a subscriber for each View object alive.
+    open publisher or subscriber, a subscriber for each View object alive, a
+    publisher for each Slab object with arrays alive.
     So finalizers may run in any order (the garbage collector breaking a
     reference cycle, interpreter exit) and a C handle is never used after
     its parent was freed. Finalizers take only reentrant locks and use
@@ -310,6 +312,11 @@ def _raw(owner, base, nbytes):
         raw._wsync_owner = owner
         owner._rawref = weakref.ref(raw)
     return raw
+
+
+def _has_arrays(owner):
+    """True while an array made by _raw for owner is alive."""
+    return owner._rawref is not None and owner._rawref() is not None
 
 
 def _rw(raw):
@@ -592,13 +599,17 @@ class Publisher(_Handle):
             self._leave()
 
     def close(self):
-        """Aborts a begun slab, if any, and stops publishing. Arrays taken
-        from slabs of this publisher become invalid. Idempotent."""
+        """Aborts a begun slab, if any, and stops publishing: no more
+        begin(). The library's publisher is closed (its slabs unmapped, the
+        model free for another publisher) at once, or once the last array
+        taken from one of its slabs is gone. Idempotent."""
         if not self._mark_closed():
             return
-        if self._slab is not None:
-            self._slab._retire()
-            self._slab = None
+        slab, self._slab = self._slab, None
+        if slab is not None:
+            if _has_arrays(slab) and self._gen == self._gens[0]:
+                self._lib.wsync_pub_abort(self._ptr)   # now; the mapping stays
+            slab._retire()
         self._free_if_done()
 
 
@@ -619,6 +630,8 @@ class Slab:
         self.nbytes = cs.bytes
         self._by_name = {s.name: s for s in pub._layout}
         self.version = None        # set by commit / commit_async
+        self._pinned = True        # holds pub's C handle (mappings) while arrays live
+        pub._pin()
 
     def __repr__(self):
         return "<wsync.Slab of %r %s>" % (self.publisher.model,
@@ -771,6 +784,15 @@ class Slab:
                 except ValueError:
                     pass
         self._arrays = []
+        if not _has_arrays(self):
+            self._unpin()
+
+    def _unpin(self):
+        pub = self.publisher
+        with pub._cond:
+            unpin, self._pinned = self._pinned, False
+        if unpin:
+            pub._unpin()
 
     def __reduce__(self):
         _no_pickle("slab")
@@ -795,6 +817,10 @@ class Slab:
         try:
             if not self._done and not self.publisher._closed:
                 self.abort()
+        except Exception:
+            pass
+        try:
+            self._unpin()
         except Exception:
             pass
 
@@ -938,7 +964,7 @@ class Subscriber(_Handle):
         if not self._mark_closed():
             return
         for v in list(self._views):
-            if not v._has_arrays():
+            if not _has_arrays(v):
                 v.release()
         self._free_if_done()
 
@@ -951,10 +977,11 @@ class View:
 
     Lifetime: numpy()/torch() return zero-copy arrays over the broker's
     read-only mapping. They are valid until the view is released (release(),
-    or the end of its `with` block) or its subscriber or client is closed.
-    After that the slot may be rewritten by the next version (reads are then
-    torn), or unmapped (reads crash). The garbage collector never releases a
-    view while one of its arrays is alive."""
+    or the end of its `with` block); after that the slot may be rewritten by
+    the next version (reads are then torn). Closing the subscriber or client
+    does not release a view with live arrays, and the memory stays mapped
+    while the view object lives. The garbage collector never releases a view
+    while one of its arrays is alive."""
 
     def __init__(self, sub, cv):
         self.subscriber = sub
@@ -984,9 +1011,6 @@ class View:
     @property
     def released(self):
         return self._released
-
-    def _has_arrays(self):
-        return self._rawref is not None and self._rawref() is not None
 
     def _spec(self, name):
         self._check()
@@ -1041,7 +1065,7 @@ class View:
         """Lets the broker reuse this version's slab. Arrays taken from the
         view must not be used afterwards (they may read a later version;
         their memory stays mapped while they live). Idempotent."""
-        self._release(self._has_arrays())
+        self._release(_has_arrays(self))
 
     _byref = ctypes.byref
 
