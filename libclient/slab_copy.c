@@ -45,7 +45,7 @@
 
 #define COPY_MAX_THREADS     16
 #define COPY_PER_THREAD_MIN  (4u << 20)
-#define COPY_SPLIT_ALIGN     4096u
+#define COPY_CHUNK           (2u << 20)
 #define COPY_NT_MIN          (256u << 10)
 #define COPY_STACK_SEGS      256
 #define COPY_PROBE_MIN       (32u << 20)
@@ -70,6 +70,17 @@ struct copy_job {
 	const struct copy_seg *segs;
 	size_t n_segs, lo, hi;
 	int method;                     /* for pieces of COPY_NT_MIN or more */
+};
+
+/* A copy shared by threads that take COPY_CHUNK-byte ranges in turn from
+ * `next` until `total`: a thread that starts late, or is preempted by
+ * another process, leaves more of the work to the others instead of
+ * making the caller wait for its fixed share. */
+struct copy_work {
+	const struct copy_seg *segs;
+	size_t n_segs, total;
+	atomic_size_t next;
+	int method;
 };
 
 #if defined(__x86_64__)
@@ -134,19 +145,37 @@ static void copy_piece(char *d, const char *s, size_t n, int method)
 		memcpy(d, s, n);
 }
 
-static void *copy_job_run(void *arg)
+/* Copies bytes [job->lo, job->hi). *seg and *pos are a cursor: a segment
+ * at or before the one holding lo, and its offset; they are left at the
+ * segment holding hi, so that a later, higher range starts from there. */
+static void copy_range(const struct copy_job *job, size_t *seg, size_t *pos)
 {
-	const struct copy_job *job = arg;
-	size_t pos = 0;
-
-	for (size_t i = 0; i < job->n_segs && pos < job->hi; i++) {
-		const struct copy_seg *g = &job->segs[i];
-		size_t a = job->lo > pos ? job->lo : pos;
-		size_t e = job->hi < pos + g->len ? job->hi : pos + g->len;
+	while (*seg < job->n_segs && *pos < job->hi) {
+		const struct copy_seg *g = &job->segs[*seg];
+		size_t a = job->lo > *pos ? job->lo : *pos;
+		size_t e = job->hi < *pos + g->len ? job->hi : *pos + g->len;
 
 		if (a < e)
-			copy_piece(g->dst + (a - pos), g->src + (a - pos), e - a, job->method);
-		pos += g->len;
+			copy_piece(g->dst + (a - *pos), g->src + (a - *pos), e - a, job->method);
+		if (*pos + g->len > job->hi)
+			break;
+		*pos += g->len;
+		(*seg)++;
+	}
+}
+
+static void *copy_work_run(void *arg)
+{
+	struct copy_work *w = arg;
+	struct copy_job job = { w->segs, w->n_segs, 0, 0, w->method };
+	size_t seg = 0, pos = 0;
+
+	for (;;) {
+		job.lo = atomic_fetch_add_explicit(&w->next, COPY_CHUNK, memory_order_relaxed);
+		if (job.lo >= w->total)
+			break;
+		job.hi = w->total - job.lo > COPY_CHUNK ? job.lo + COPY_CHUNK : w->total;
+		copy_range(&job, &seg, &pos);
 	}
 	copy_fence();
 	return NULL;
@@ -194,17 +223,22 @@ static size_t copy_probe(const struct copy_seg *segs, size_t n_segs)
 	int64_t best[2] = { INT64_MAX, INT64_MAX };
 	struct copy_job job = { segs, n_segs, 0, 0, COPY_MEMCPY };
 	int expected = COPY_UNDECIDED, pick;
+	size_t seg = 0, pos = 0;
 
 	for (unsigned k = 0; k < 2 * COPY_PROBE_ROUNDS; k++) {
+		size_t seg_at = seg, pos_at = pos;
 		int64_t t0, dt;
 
 		job.lo = (size_t)k * COPY_PROBE_CHUNK;
 		job.hi = job.lo + COPY_PROBE_CHUNK;
 		job.method = COPY_TOUCH;
-		copy_job_run(&job);
+		copy_range(&job, &seg, &pos);
+		seg = seg_at;
+		pos = pos_at;
 		job.method = k & 1 ? COPY_STREAM : COPY_MEMCPY;
 		t0 = copy_clock_ns();
-		copy_job_run(&job);
+		copy_range(&job, &seg, &pos);
+		copy_fence();
 		dt = copy_clock_ns() - t0;
 		if (dt < best[k & 1])
 			best[k & 1] = dt;
@@ -215,16 +249,17 @@ static size_t copy_probe(const struct copy_seg *segs, size_t n_segs)
 }
 #endif
 
-/* Copies the segments (total bytes in all) with up to `threads` threads;
- * a thread that cannot be started leaves its share to the caller. */
+/* Copies the segments (total bytes in all) with up to `threads` threads,
+ * the caller among them; a thread that cannot be started leaves its chunks
+ * to the others. */
 static void copy_segments(const struct copy_seg *segs, size_t n_segs, size_t total,
                           unsigned threads)
 {
-	struct copy_job jobs[COPY_MAX_THREADS];
 	pthread_t tids[COPY_MAX_THREADS];
 	bool started[COPY_MAX_THREADS] = { false };
 	int method = atomic_load_explicit(&copy_method_chosen, memory_order_relaxed);
-	size_t done = 0, chunk;
+	struct copy_work work;
+	size_t done = 0;
 	unsigned n;
 
 #if defined(__x86_64__)
@@ -235,27 +270,20 @@ static void copy_segments(const struct copy_seg *segs, size_t n_segs, size_t tot
 #else
 	method = COPY_MEMCPY;
 #endif
+	if (done >= total)
+		return;
 	n = copy_threads(threads, total - done);
-	chunk = ((total - done) / n + COPY_SPLIT_ALIGN - 1) & ~(size_t)(COPY_SPLIT_ALIGN - 1);
-	for (unsigned i = 0; i < n; i++) {
-		size_t lo = done + (size_t)i * chunk;
-
-		jobs[i].segs = segs;
-		jobs[i].n_segs = n_segs;
-		jobs[i].lo = lo < total ? lo : total;
-		jobs[i].hi = lo + chunk < total && i + 1 < n ? lo + chunk : total;
-		jobs[i].method = method;
-	}
+	work.segs = segs;
+	work.n_segs = n_segs;
+	work.total = total;
+	work.method = method;
+	atomic_init(&work.next, done);
 	for (unsigned i = 1; i < n; i++)
-		started[i] = jobs[i].lo < jobs[i].hi &&
-		             pthread_create(&tids[i], NULL, copy_job_run, &jobs[i]) == 0;
-	copy_job_run(&jobs[0]);
-	for (unsigned i = 1; i < n; i++) {
+		started[i] = pthread_create(&tids[i], NULL, copy_work_run, &work) == 0;
+	copy_work_run(&work);
+	for (unsigned i = 1; i < n; i++)
 		if (started[i])
 			pthread_join(tids[i], NULL);
-		else if (jobs[i].lo < jobs[i].hi)
-			copy_job_run(&jobs[i]);
-	}
 }
 
 int wsync_copy(void *dst, const void *src, size_t len, unsigned threads)

@@ -53,6 +53,8 @@ static const struct {
 	{ "py_wsync_publish", "Python wsync begin+copy_from+commit", false },
 	{ "py_wsync_publish_unguarded", "Python wsync publish, guard=False, 1 process",
 	  false },
+	{ "torch_copy_slab", "torch copy_ into slab.torch() views, 1 process", false },
+	{ "py_wsync_copy_from", "Python wsync slab.copy_from, 1 process", false },
 };
 
 #define N_PEER_METHODS (sizeof peer_methods / sizeof peer_methods[0])

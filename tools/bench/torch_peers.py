@@ -38,6 +38,9 @@ package of this source tree, libclient/python), default options:
   py_wsync_publish the trainer's begin + copy_from + commit alone (from the
                    py_wsync_views rounds)
   py_wsync_publish_unguarded  the same with guard=False, in one process
+  py_wsync_copy_from  slab.copy_from(state_dict) alone, in one process
+  torch_copy_slab  torch copy_ of each tensor into slab.torch() views alone,
+                   the same rounds, interleaved with py_wsync_copy_from
 
 Output: one JSON object per line on stdout, for wsync-bench to parse:
   {"method": "gloo_flat", "mib": 16, "ms": 12.3, "samples": 5}
@@ -62,7 +65,7 @@ GROUPS = {
     "rpc": ["rpc_async", "rpc_sync"],
     "mpq": ["mp_queue", "mp_queue_load", "torch_shm_copy"],
     "pyws": ["py_wsync_views", "py_wsync_load", "py_wsync_publish",
-             "py_wsync_publish_unguarded"],
+             "py_wsync_publish_unguarded", "py_wsync_copy_from", "torch_copy_slab"],
 }
 
 PR_SET_PDEATHSIG = 1
@@ -333,15 +336,43 @@ def pyws_trainer(ctx, torch, client, model, mib):
         if times is not None:
             times.append((time.monotonic_ns() - t0) / 1e6)
 
-    publish(pubs[0])                # the collectors' first version
-    ctx.barrier.wait()
+    for pub in pubs:                # every slab written once: no first-touch
+        for _ in range(5):          # page faults in the measured rounds
+            publish(pub)
+    ctx.barrier.wait()              # the collectors take the latest version
     times = []
     trainer_rounds(ctx, "py_wsync_views", mib, lambda: publish(pubs[0], times))
     report(ctx, "py_wsync_publish", mib, times[1:])
     trainer_rounds(ctx, "py_wsync_load", mib, lambda: publish(pubs[0]))
     local_rounds(ctx, "py_wsync_publish_unguarded", mib, lambda: publish(pubs[1]))
+    copy_rounds(ctx, torch, pubs[0], sd, mib, step)
     for p in pubs:
         p.close()
+
+
+def copy_rounds(ctx, torch, pub, sd, mib, step):
+    """The copy into a begun slab alone, copy_from and torch's copy_ in turn
+    within each round (the collectors wait at the barrier)."""
+    def torch_copy(slab):
+        views = slab.state_dict("torch")
+        with torch.no_grad():
+            for k, t in sd.items():
+                views[k].copy_(t)
+
+    samples = {"torch_copy_slab": [], "py_wsync_copy_from": []}
+    fns = {"torch_copy_slab": torch_copy, "py_wsync_copy_from": lambda s: s.copy_from(sd)}
+    for rep in range(1 + ctx.args.repeats):
+        ctx.barrier.wait()
+        for method, fn in fns.items():
+            step[0] += 1
+            with pub.begin(timeout=60) as slab:
+                t0 = time.monotonic_ns()
+                fn(slab)
+                samples[method].append((time.monotonic_ns() - t0) / 1e6)
+                slab.commit(step[0])
+        ctx.barrier.wait()
+    for method, xs in samples.items():
+        report(ctx, method, mib, xs[1:])
 
 
 def pyws_collector(ctx, torch, client, model, mib):
@@ -367,6 +398,7 @@ def pyws_collector(ctx, torch, client, model, mib):
 
     collector_rounds(ctx, take_views)
     collector_rounds(ctx, take_and_load)
+    collector_rounds(ctx, lambda: None)
     collector_rounds(ctx, lambda: None)
     sub.close()
 
