@@ -5,10 +5,21 @@
  *  - one core moves about 12 GB/s on the machines we measure; a second core
  *    adds a third or more, so large copies are split across threads;
  *  - a model is many tensors of a few MiB, each below glibc's switch to
- *    streaming stores (tens of MiB), so every destination line is first read
- *    for ownership. Pieces of 256 KiB or more are copied here with streaming
- *    (non-temporal) stores, four pages at a time to keep several DRAM pages
- *    open; the slab is read by other cores next, never by this one.
+ *    streaming stores (tens of MiB), so on many CPUs every destination line
+ *    is first read for ownership. Streaming (non-temporal) stores, four
+ *    pages at a time to keep several DRAM pages open, avoid that; the slab
+ *    is read by other cores next, never by this one. But on CPUs whose
+ *    `rep movsb` (ERMS/FSRM, which glibc's memcpy uses) already avoids the
+ *    read for ownership, memcpy is as fast or faster.
+ * So the method for pieces of 256 KiB or more is picked per CPU, by
+ * measuring, once per process: the first copy of 32 MiB or more starts with
+ * 1 MiB chunks of its own data, alternately with memcpy and with streaming
+ * stores, eight of each on the calling thread (each chunk's pages touched
+ * first, so that page faults are not timed); streaming stores are kept
+ * only if their best chunk beats memcpy's best by 5% (glibc's choice wins
+ * ties), and the rest of that copy and every later one use the winner.
+ * Nothing is copied twice; smaller copies before that use memcpy. The
+ * number of online CPUs is also read once (sysconf reads /sys each call).
  * Streaming stores are weakly ordered: each thread fences before it
  * finishes, and the join orders its stores before the caller's commit.
  *
@@ -18,8 +29,10 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_internal.h"
@@ -32,9 +45,19 @@
 
 #define COPY_MAX_THREADS     16
 #define COPY_PER_THREAD_MIN  (4u << 20)
-#define COPY_SPLIT_ALIGN     4096u
+#define COPY_CHUNK           (2u << 20)
 #define COPY_NT_MIN          (256u << 10)
 #define COPY_STACK_SEGS      256
+#define COPY_PROBE_MIN       (32u << 20)
+#define COPY_PROBE_CHUNK     (1u << 20)
+#define COPY_PROBE_ROUNDS    8
+
+/* COPY_TOUCH writes one byte per page (its final value): page faults
+ * taken before a probe chunk is timed. */
+enum copy_method { COPY_UNDECIDED, COPY_MEMCPY, COPY_STREAM, COPY_TOUCH };
+
+static _Atomic int copy_method_chosen;  /* enum copy_method, for this process */
+static atomic_long copy_cpus_online;    /* 0 until read */
 
 struct copy_seg {
 	char *dst;
@@ -46,6 +69,18 @@ struct copy_seg {
 struct copy_job {
 	const struct copy_seg *segs;
 	size_t n_segs, lo, hi;
+	int method;                     /* for pieces of COPY_NT_MIN or more */
+};
+
+/* A copy shared by threads that take COPY_CHUNK-byte ranges in turn from
+ * `next` until `total`: a thread that starts late, or is preempted by
+ * another process, leaves more of the work to the others instead of
+ * making the caller wait for its fixed share. */
+struct copy_work {
+	const struct copy_seg *segs;
+	size_t n_segs, total;
+	atomic_size_t next;
+	int method;
 };
 
 #if defined(__x86_64__)
@@ -99,35 +134,69 @@ static void copy_fence(void)
 }
 #endif
 
-static void copy_piece(char *d, const char *s, size_t n)
+static void copy_piece(char *d, const char *s, size_t n, int method)
 {
-	if (n >= COPY_NT_MIN)
+	if (method == COPY_TOUCH)
+		for (size_t o = 0; o < n; o += 4096)
+			d[o] = s[o];
+	else if (n >= COPY_NT_MIN && method == COPY_STREAM)
 		copy_stream(d, s, n);
 	else
 		memcpy(d, s, n);
 }
 
-static void *copy_job_run(void *arg)
+/* Copies bytes [job->lo, job->hi). *seg and *pos are a cursor: a segment
+ * at or before the one holding lo, and its offset; they are left at the
+ * segment holding hi, so that a later, higher range starts from there. */
+static void copy_range(const struct copy_job *job, size_t *seg, size_t *pos)
 {
-	const struct copy_job *job = arg;
-	size_t pos = 0;
-
-	for (size_t i = 0; i < job->n_segs && pos < job->hi; i++) {
-		const struct copy_seg *g = &job->segs[i];
-		size_t a = job->lo > pos ? job->lo : pos;
-		size_t e = job->hi < pos + g->len ? job->hi : pos + g->len;
+	while (*seg < job->n_segs && *pos < job->hi) {
+		const struct copy_seg *g = &job->segs[*seg];
+		size_t a = job->lo > *pos ? job->lo : *pos;
+		size_t e = job->hi < *pos + g->len ? job->hi : *pos + g->len;
 
 		if (a < e)
-			copy_piece(g->dst + (a - pos), g->src + (a - pos), e - a);
-		pos += g->len;
+			copy_piece(g->dst + (a - *pos), g->src + (a - *pos), e - a, job->method);
+		if (*pos + g->len > job->hi)
+			break;
+		*pos += g->len;
+		(*seg)++;
+	}
+}
+
+static void *copy_work_run(void *arg)
+{
+	struct copy_work *w = arg;
+	struct copy_job job = { w->segs, w->n_segs, 0, 0, w->method };
+	size_t seg = 0, pos = 0;
+
+	for (;;) {
+		job.lo = atomic_fetch_add_explicit(&w->next, COPY_CHUNK, memory_order_relaxed);
+		if (job.lo >= w->total)
+			break;
+		job.hi = w->total - job.lo > COPY_CHUNK ? job.lo + COPY_CHUNK : w->total;
+		copy_range(&job, &seg, &pos);
 	}
 	copy_fence();
 	return NULL;
 }
 
+static long cpus_online(void)
+{
+	long cpus = atomic_load_explicit(&copy_cpus_online, memory_order_relaxed);
+
+	if (!cpus) {
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		if (cpus < 1)
+			cpus = 1;
+		atomic_store_explicit(&copy_cpus_online, cpus, memory_order_relaxed);
+	}
+	return cpus;
+}
+
 static unsigned copy_threads(unsigned asked, size_t len)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	long cpus = cpus_online();
 	unsigned n = asked ? asked : (unsigned)(cpus > 0 ? cpus : 1);
 
 	if (n > COPY_MAX_THREADS)
@@ -137,35 +206,84 @@ static unsigned copy_threads(unsigned asked, size_t len)
 	return n ? n : 1;
 }
 
-/* Copies the segments (total bytes in all) with up to `threads` threads;
- * a thread that cannot be started leaves its share to the caller. */
+#if defined(__x86_64__)
+static int64_t copy_clock_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Picks this process's method (see the top of the file) while copying the
+ * first COPY_PROBE_ROUNDS * 2 chunks of the segments; returns the bytes
+ * copied. Concurrent first copies may both measure; either result stands. */
+static size_t copy_probe(const struct copy_seg *segs, size_t n_segs)
+{
+	int64_t best[2] = { INT64_MAX, INT64_MAX };
+	struct copy_job job = { segs, n_segs, 0, 0, COPY_MEMCPY };
+	int expected = COPY_UNDECIDED, pick;
+	size_t seg = 0, pos = 0;
+
+	for (unsigned k = 0; k < 2 * COPY_PROBE_ROUNDS; k++) {
+		size_t seg_at = seg, pos_at = pos;
+		int64_t t0, dt;
+
+		job.lo = (size_t)k * COPY_PROBE_CHUNK;
+		job.hi = job.lo + COPY_PROBE_CHUNK;
+		job.method = COPY_TOUCH;
+		copy_range(&job, &seg, &pos);
+		seg = seg_at;
+		pos = pos_at;
+		job.method = k & 1 ? COPY_STREAM : COPY_MEMCPY;
+		t0 = copy_clock_ns();
+		copy_range(&job, &seg, &pos);
+		copy_fence();
+		dt = copy_clock_ns() - t0;
+		if (dt < best[k & 1])
+			best[k & 1] = dt;
+	}
+	pick = best[1] * 100 < best[0] * 95 ? COPY_STREAM : COPY_MEMCPY;
+	atomic_compare_exchange_strong(&copy_method_chosen, &expected, pick);
+	return job.hi;
+}
+#endif
+
+/* Copies the segments (total bytes in all) with up to `threads` threads,
+ * the caller among them; a thread that cannot be started leaves its chunks
+ * to the others. */
 static void copy_segments(const struct copy_seg *segs, size_t n_segs, size_t total,
                           unsigned threads)
 {
-	struct copy_job jobs[COPY_MAX_THREADS];
 	pthread_t tids[COPY_MAX_THREADS];
 	bool started[COPY_MAX_THREADS] = { false };
-	unsigned n = copy_threads(threads, total);
-	size_t chunk = (total / n + COPY_SPLIT_ALIGN - 1) & ~(size_t)(COPY_SPLIT_ALIGN - 1);
+	int method = atomic_load_explicit(&copy_method_chosen, memory_order_relaxed);
+	struct copy_work work;
+	size_t done = 0;
+	unsigned n;
 
-	for (unsigned i = 0; i < n; i++) {
-		size_t lo = (size_t)i * chunk;
-
-		jobs[i].segs = segs;
-		jobs[i].n_segs = n_segs;
-		jobs[i].lo = lo < total ? lo : total;
-		jobs[i].hi = lo + chunk < total && i + 1 < n ? lo + chunk : total;
+#if defined(__x86_64__)
+	if (method == COPY_UNDECIDED && total >= COPY_PROBE_MIN) {
+		done = copy_probe(segs, n_segs);
+		method = atomic_load_explicit(&copy_method_chosen, memory_order_relaxed);
 	}
+#else
+	method = COPY_MEMCPY;
+#endif
+	if (done >= total)
+		return;
+	n = copy_threads(threads, total - done);
+	work.segs = segs;
+	work.n_segs = n_segs;
+	work.total = total;
+	work.method = method;
+	atomic_init(&work.next, done);
 	for (unsigned i = 1; i < n; i++)
-		started[i] = jobs[i].lo < jobs[i].hi &&
-		             pthread_create(&tids[i], NULL, copy_job_run, &jobs[i]) == 0;
-	copy_job_run(&jobs[0]);
-	for (unsigned i = 1; i < n; i++) {
+		started[i] = pthread_create(&tids[i], NULL, copy_work_run, &work) == 0;
+	copy_work_run(&work);
+	for (unsigned i = 1; i < n; i++)
 		if (started[i])
 			pthread_join(tids[i], NULL);
-		else if (jobs[i].lo < jobs[i].hi)
-			copy_job_run(&jobs[i]);
-	}
 }
 
 int wsync_copy(void *dst, const void *src, size_t len, unsigned threads)

@@ -13,6 +13,11 @@
  * figure. Rows show the peer's time with wsync's as the reference, so the
  * ratio is wsync's speed-up. A peer that cannot run is a skipped row with
  * the reason; it never fails the bench.
+ *
+ * The script also runs wsync's Python binding against this bench's broker
+ * (--wsync-endpoint), with default options, next to the torch pattern it
+ * competes with (shared-memory tensors + Queue): these rows have no
+ * reference; compare them with each other (same run, same machine).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,12 +39,22 @@
 
 static const struct {
 	const char *method, *label;
+	bool ref;                            /* compared with wsync's C figure */
 } peer_methods[] = {
-	{ "gloo_flat",    "torch.distributed gloo broadcast, 1 flat tensor" },
-	{ "gloo_tensors", "torch.distributed gloo broadcast, per tensor" },
-	{ "rpc_async",    "torch RPC rpc_async of the state_dict to all" },
-	{ "rpc_sync",     "torch RPC rpc_sync to each in turn" },
-	{ "mp_queue",     "torch.multiprocessing shm tensors + Queue each" },
+	{ "gloo_flat",    "torch.distributed gloo broadcast, 1 flat tensor", true },
+	{ "gloo_tensors", "torch.distributed gloo broadcast, per tensor", true },
+	{ "rpc_async",    "torch RPC rpc_async of the state_dict to all", true },
+	{ "rpc_sync",     "torch RPC rpc_sync to each in turn", true },
+	{ "mp_queue",     "torch.multiprocessing shm tensors + Queue each", true },
+	{ "py_wsync_views", "Python wsync: 4 collectors hold zero-copy views", false },
+	{ "mp_queue_load", "torch shm + Queue: 4 collectors loaded own module", false },
+	{ "py_wsync_load", "Python wsync: 4 collectors loaded own module", false },
+	{ "torch_shm_copy", "torch copy_ into new shm tensors, 1 process", false },
+	{ "py_wsync_publish", "Python wsync begin+copy_from+commit", false },
+	{ "py_wsync_publish_unguarded", "Python wsync publish, guard=False, 1 process",
+	  false },
+	{ "torch_copy_slab", "torch copy_ into slab.torch() views, 1 process", false },
+	{ "py_wsync_copy_from", "Python wsync slab.copy_from, 1 process", false },
 };
 
 #define N_PEER_METHODS (sizeof peer_methods / sizeof peer_methods[0])
@@ -206,7 +221,7 @@ static void peers_run_script(struct peers_run *r)
 	char sizes[32], repeats[16], timeout[16], collectors[16];
 	char *argv[] = { (char *)r->b->python, r->script, "--sizes", sizes,
 	                 "--collectors", collectors, "--repeats", repeats,
-	                 "--timeout", timeout, NULL };
+	                 "--timeout", timeout, "--wsync-endpoint", r->b->endpoint, NULL };
 	pid_t parent = getpid(), pid;
 	int fds[2], err, code;
 
@@ -316,7 +331,7 @@ static void peers_row(const struct peers_run *r, size_t m, int i)
 	}
 	row = row_add("peers", fig, "ms", ms);
 	snprintf(ref, sizeof ref, "wsync %d MiB", r->sizes[i]);
-	if (r->wsync_ms[i] > 0) {
+	if (peer_methods[m].ref && r->wsync_ms[i] > 0) {
 		row_ref(row, ref, r->wsync_ms[i]);
 		row_target_text(row, "ratio = speed-up");
 	}

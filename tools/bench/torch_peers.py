@@ -23,6 +23,24 @@ Methods (the model: a state_dict of 64 float32 tensors):
                 memory tensors (new ones each update, so no collector ever
                 sees a half-written one) and put it on one Queue per
                 collector; each tensor travels as a file descriptor
+  mp_queue_load the same, until each collector has copied the weights into
+                its own tensors (its nn.Module's state_dict)
+  torch_shm_copy  the trainer's part of mp_queue alone, in one process:
+                copy_ into new shared-memory tensors
+
+The Python binding of wsync, against the broker of --wsync-endpoint (the
+package of this source tree, libclient/python), default options:
+  py_wsync_views   begin, slab.copy_from(state_dict), commit; each collector
+                   is blocked in sub.wait() and takes view.state_dict("torch")
+                   (zero-copy tensors)
+  py_wsync_load    the same, until each collector has copied the view's
+                   tensors into its own and released the view
+  py_wsync_publish the trainer's begin + copy_from + commit alone (from the
+                   py_wsync_views rounds)
+  py_wsync_publish_unguarded  the same with guard=False, in one process
+  py_wsync_copy_from  slab.copy_from(state_dict) alone, in one process
+  torch_copy_slab  torch copy_ of each tensor into slab.torch() views alone,
+                   the same rounds, interleaved with py_wsync_copy_from
 
 Output: one JSON object per line on stdout, for wsync-bench to parse:
   {"method": "gloo_flat", "mib": 16, "ms": 12.3, "samples": 5}
@@ -45,7 +63,9 @@ import traceback
 GROUPS = {
     "gloo": ["gloo_flat", "gloo_tensors"],
     "rpc": ["rpc_async", "rpc_sync"],
-    "mpq": ["mp_queue"],
+    "mpq": ["mp_queue", "mp_queue_load", "torch_shm_copy"],
+    "pyws": ["py_wsync_views", "py_wsync_load", "py_wsync_publish",
+             "py_wsync_publish_unguarded", "py_wsync_copy_from", "torch_copy_slab"],
 }
 
 PR_SET_PDEATHSIG = 1
@@ -133,8 +153,26 @@ def trainer_rounds(ctx, method, mib, distribute):
         del keep
         if rep:
             samples.append((last - t0) / 1e6)
+    report(ctx, method, mib, samples)
+
+
+def report(ctx, method, mib, samples):
     ctx.results.put({"method": method, "mib": mib, "ms": statistics.median(samples),
                      "min_ms": min(samples), "max_ms": max(samples), "samples": len(samples)})
+
+
+def local_rounds(ctx, method, mib, work):
+    """Rounds in step with the collectors (which do nothing), timing work()
+    in the trainer alone."""
+    samples = []
+    for rep in range(1 + ctx.args.repeats):
+        ctx.barrier.wait()
+        t0 = time.monotonic_ns()
+        keep = work()
+        samples.append((time.monotonic_ns() - t0) / 1e6)
+        ctx.barrier.wait()
+        del keep
+    report(ctx, method, mib, samples[1:])
 
 
 def collector_rounds(ctx, receive):
@@ -234,19 +272,138 @@ def run_mpq(ctx, torch):
                 return shared
 
             trainer_rounds(ctx, "mp_queue", mib, put_all)
+            trainer_rounds(ctx, "mp_queue_load", mib, put_all)
+            local_rounds(ctx, "torch_shm_copy", mib,
+                         lambda: {k: torch.empty_like(v).share_memory_().copy_(v)
+                                  for k, v in sd.items()})
             del sd
         else:
             q = ctx.queues[ctx.index]
+            own = make_state_dict(torch, mib, ctx.args.tensors)
 
             def get_one():
                 held = q.get()
                 ctx.stamp()
                 return held
 
+            def get_and_load():
+                held = q.get()
+                with torch.no_grad():
+                    for k, t in own.items():
+                        t.copy_(held[k])
+                ctx.stamp()
+
             collector_rounds(ctx, get_one)
+            collector_rounds(ctx, get_and_load)
+            collector_rounds(ctx, lambda: None)
+            del own
 
 
-RUNNERS = {"gloo": run_gloo, "rpc": run_rpc, "mpq": run_mpq}
+# ---- the Python binding of wsync ----------------------------------------------------------
+
+
+def import_wsync():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "libclient", "python"))
+    import wsync
+
+    return wsync
+
+
+def run_pyws(ctx, torch):
+    wsync = import_wsync()
+    with wsync.connect(ctx.args.wsync_endpoint, "peers-%d" % ctx.rank) as client:
+        for mib in ctx.args.sizes:
+            model = "pyws-%d-%d" % (os.getppid(), mib)    # the driver: same for all
+            if ctx.rank == 0:
+                pyws_trainer(ctx, torch, client, model, mib)
+            else:
+                pyws_collector(ctx, torch, client, model, mib)
+
+
+def pyws_trainer(ctx, torch, client, model, mib):
+    sd = make_state_dict(torch, mib, ctx.args.tensors)
+    pubs = [client.publisher_like(model, sd),
+            client.publisher_like(model + "-unguarded", sd, guard=False)]
+    step = [0]
+
+    def publish(pub, times=None):
+        step[0] += 1
+        t0 = time.monotonic_ns()
+        with pub.begin(timeout=60) as slab:
+            slab.copy_from(sd)
+            slab.commit(step[0])
+        if times is not None:
+            times.append((time.monotonic_ns() - t0) / 1e6)
+
+    for pub in pubs:                # every slab written once: no first-touch
+        for _ in range(5):          # page faults in the measured rounds
+            publish(pub)
+    ctx.barrier.wait()              # the collectors take the latest version
+    times = []
+    trainer_rounds(ctx, "py_wsync_views", mib, lambda: publish(pubs[0], times))
+    report(ctx, "py_wsync_publish", mib, times[1:])
+    trainer_rounds(ctx, "py_wsync_load", mib, lambda: publish(pubs[0]))
+    local_rounds(ctx, "py_wsync_publish_unguarded", mib, lambda: publish(pubs[1]))
+    copy_rounds(ctx, torch, pubs[0], sd, mib, step)
+    for p in pubs:
+        p.close()
+
+
+def copy_rounds(ctx, torch, pub, sd, mib, step):
+    """The copy into a begun slab alone, copy_from and torch's copy_ in turn
+    within each round (the collectors wait at the barrier)."""
+    def torch_copy(slab):
+        views = slab.state_dict("torch")
+        with torch.no_grad():
+            for k, t in sd.items():
+                views[k].copy_(t)
+
+    samples = {"torch_copy_slab": [], "py_wsync_copy_from": []}
+    fns = {"torch_copy_slab": torch_copy, "py_wsync_copy_from": lambda s: s.copy_from(sd)}
+    for rep in range(1 + ctx.args.repeats):
+        ctx.barrier.wait()
+        for method, fn in fns.items():
+            step[0] += 1
+            with pub.begin(timeout=60) as slab:
+                t0 = time.monotonic_ns()
+                fn(slab)
+                samples[method].append((time.monotonic_ns() - t0) / 1e6)
+                slab.commit(step[0])
+        ctx.barrier.wait()
+    for method, xs in samples.items():
+        report(ctx, method, mib, xs[1:])
+
+
+def pyws_collector(ctx, torch, client, model, mib):
+    sub = client.subscriber(model)
+    own = make_state_dict(torch, mib, ctx.args.tensors)
+    ctx.barrier.wait()
+    seen = [sub.wait(timeout=60).version]   # released at once: the refcount
+
+    def take_views():
+        view = sub.wait(after=seen[0], timeout=60)
+        held = view.state_dict("torch")
+        ctx.stamp()
+        seen[0] = view.version
+        return view, held
+
+    def take_and_load():
+        with sub.wait(after=seen[0], timeout=60) as view:
+            with torch.no_grad():
+                for k, t in view.state_dict("torch").items():
+                    own[k].copy_(t)
+            seen[0] = view.version
+        ctx.stamp()
+
+    collector_rounds(ctx, take_views)
+    collector_rounds(ctx, take_and_load)
+    collector_rounds(ctx, lambda: None)
+    collector_rounds(ctx, lambda: None)
+    sub.close()
+
+
+RUNNERS = {"gloo": run_gloo, "rpc": run_rpc, "mpq": run_mpq, "pyws": run_pyws}
 
 
 def role_main(group, args, rank, world, stamps, barrier, results, queues):
@@ -336,7 +493,9 @@ def parse_args():
     ap.add_argument("--tensors", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300, help="seconds for all methods")
-    ap.add_argument("--groups", default="gloo,rpc,mpq")
+    ap.add_argument("--groups", default="gloo,rpc,mpq,pyws")
+    ap.add_argument("--wsync-endpoint", help="the broker for the pyws group (without "
+                    "it, its rows are skipped)")
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     args.groups = [g for g in args.groups.split(",") if g]
@@ -356,6 +515,9 @@ def main():
         return 0
     # Linux's default, named: each tensor travels as a file descriptor
     mp.set_sharing_strategy("file_descriptor")
+    if "pyws" in args.groups and not args.wsync_endpoint:
+        emit_skipped(GROUPS["pyws"], args.sizes, "no --wsync-endpoint")
+        args.groups.remove("pyws")
     start = time.monotonic()
     for i, group in enumerate(args.groups):
         left = args.timeout - (time.monotonic() - start)

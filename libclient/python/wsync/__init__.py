@@ -20,7 +20,8 @@ See docs/PYTHON.md for the lifetime rules of zero-copy arrays.
 from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
 from ._errors import (BusyError, ClosedError, LayoutError, NoDataError, NotConnectedError,
                       WsyncError, WsyncTimeoutError)
-from ._core import (Client, Publisher, Slab, Subscriber, TensorSpec, View, connect)
+from ._core import (PUB_UNGUARDED, Client, ModelRef, Publisher, Slab, Subscriber, TensorSpec,
+                    View, connect, default_endpoint)
 from ._dtypes import CODE as DTYPES
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "WsyncError", "WsyncTimeoutError", "BusyError", "NotConnectedError", "NoDataError",
     "LayoutError", "ClosedError", "DTYPES", "library_version", "library_path",
     "default_endpoint", "strerror", "MAX_VIEWS", "NAME_MAX", "MAX_DIMS", "ALIGN",
+    "ModelRef", "PUB_UNGUARDED",
 ]
 
 __version__ = "0.1.0"
@@ -46,15 +48,3 @@ def library_path():
 def strerror(err):
     """libwsync's name for an errno value (positive or negative)."""
     return _libwsync.wsync_strerror(-abs(int(err))).decode()
-
-
-def default_endpoint():
-    """The socket path connect(None) would use ($WSYNC_ENDPOINT, else the
-    default broker's socket)."""
-    import ctypes
-    buf = ctypes.create_string_buffer(4096)
-    rc = _libwsync.wsync_default_endpoint(buf, len(buf))
-    if rc < 0:
-        from ._errors import error_from_rc
-        raise error_from_rc(rc)
-    return buf.value.decode()

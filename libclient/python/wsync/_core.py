@@ -3,12 +3,15 @@
 Ownership mirrors the C library: a View keeps its Subscriber alive, a
 Subscriber or Publisher its Client, and every array handed out keeps its View
 or Slab alive. So the garbage collector never releases or unmaps memory an
-array still points at. Explicit calls do: View.release() (and leaving its
-`with` block), Subscriber.close(), Publisher.close() and Client.close() end
-the validity of arrays taken through them. See docs/PYTHON.md.
+array still points at, and nothing else unmaps it either: closing a handle
+frees its C handle only once no View or Slab object of it is left (see
+_Handle). View.release() (and leaving its `with` block) lets the slab be
+rewritten. See docs/PYTHON.md.
 """
 import ctypes
 import math
+import numbers
+import operator
 import os
 import threading
 import time
@@ -58,34 +61,85 @@ def _enc(s, what):
     return s
 
 
-def _timeout_ns(timeout):
+def _is_int(value):
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _uint(value, what, bits=64):
+    """value as an int in 0 .. 2**bits - 1, else TypeError/ValueError naming
+    what (no silent conversion: no bools, floats, strings or wrap-around)."""
+    if not _is_int(value):
+        raise TypeError("wsync: %s must be an int, not %s" % (what, type(value).__name__))
+    v = operator.index(value)
+    if not 0 <= v < 1 << bits:
+        raise ValueError("wsync: %s must be in 0 .. 2**%d - 1, not %d" % (what, bits, v))
+    return v
+
+
+def _timeout_s(timeout):
+    """A validated timeout in seconds: None for forever (None or math.inf),
+    else a float >= 0."""
     if timeout is None:
-        return FOREVER
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError("wsync: timeout must be None, math.inf or a number of seconds "
+                        ">= 0, not %s" % type(timeout).__name__)
     t = float(timeout)
-    if t < 0 or math.isnan(t):
-        raise ValueError("wsync: timeout must be None (forever) or >= 0 seconds, not %r"
-                         % (timeout,))
-    return min(int(t * 1e9), 2**63 - 1)
+    if math.isnan(t) or t < 0:
+        raise ValueError("wsync: timeout must be None, math.inf or a number of seconds "
+                         ">= 0, not %r" % (timeout,))
+    return None if math.isinf(t) else t
+
+
+def _timeout_ns(t):
+    """Nanoseconds for a timeout already checked by _timeout_s."""
+    return FOREVER if t is None else min(int(t * 1e9), 2**63 - 1)
+
+
+def _no_pickle(what):
+    raise TypeError("wsync: a %s cannot be pickled or sent to another process: "
+                    "connect in the child (pass wsync.ModelRef(endpoint, model), "
+                    "e.g. from .ref(), and call its connect())" % what)
 
 
 class _Handle:
-    """Counts calls in flight so that close() never frees a C handle another
-    thread is using; close() waits for them (a sliced wait notices within a
-    slice and raises ClosedError)."""
+    """Calls in flight, closing and the order of frees.
+
+    close() stops new calls and waits for those in flight (a sliced wait
+    notices within a slice and raises ClosedError). The C handle is freed
+    only when nothing depends on it any more: a client pins it for each
+    open publisher or subscriber, a subscriber for each View object alive, a
+    publisher for each Slab object with arrays alive.
+    So finalizers may run in any order (the garbage collector breaking a
+    reference cycle, interpreter exit) and a C handle is never used after
+    its parent was freed. Finalizers take only reentrant locks and use
+    nothing that interpreter shutdown clears (the library is a class
+    attribute); a handle of the parent of a fork() is never touched."""
 
     _what = "handle"
+    _lib = lib
+    _gens = _fork_gen
 
-    def _init_handle(self):
-        self._cond = threading.Condition(threading.Lock())
+    def _init_handle(self, parent=None):
+        self._cond = threading.Condition(threading.RLock())
         self._busy = 0
-        self._closed = False
+        self._closed = False      # no new calls
+        self._freed = False       # the C handle is gone (or never was)
+        self._pins = 0            # dependents whose C resources need ours
+        self._parent = parent     # pinned by us while our C handle lives
         self._gen = _fork_gen[0]
 
     def _enter(self):
         with self._cond:
             if self._closed:
                 raise ClosedError("wsync: %s is closed" % self._what)
-            if self._gen != _fork_gen[0]:
+            if self._gen != self._gens[0]:
                 raise ClosedError("wsync: %s belongs to the parent process; connect anew "
                                   "after fork()" % self._what)
             self._busy += 1
@@ -97,15 +151,45 @@ class _Handle:
                 self._cond.notify_all()
 
     def _mark_closed(self):
-        """True if this call closes the handle (the C close is then up to the
-        caller); waits for calls in flight to finish."""
+        """True if this call closes the handle; waits for calls in flight."""
         with self._cond:
             if self._closed:
                 return False
             self._closed = True
             while self._busy:
                 self._cond.wait()
-            return self._gen == _fork_gen[0]
+            return True
+
+    def _adopted(self, ptr):
+        """Our C handle exists now: hold our parent's."""
+        self._ptr = ptr
+        if self._parent is not None:
+            self._parent._pin()
+
+    def _pin(self):
+        with self._cond:
+            self._pins += 1
+
+    def _unpin(self):
+        with self._cond:
+            self._pins -= 1
+        self._free_if_done()
+
+    def _free_if_done(self):
+        """Frees the C handle once closed and nothing depends on it, then
+        lets go of the parent's."""
+        with self._cond:
+            if not self._closed or self._freed or self._pins > 0:
+                return
+            self._freed = True
+            ptr, self._ptr = self._ptr, None
+        if ptr is not None and self._gen == self._gens[0]:
+            self._c_free(ptr)
+        if ptr is not None and self._parent is not None:
+            self._parent._unpin()
+
+    def _c_free(self, ptr):
+        raise NotImplementedError
 
     @property
     def closed(self):
@@ -118,9 +202,14 @@ class _Handle:
         self.close()
         return False
 
+    def __reduce__(self):
+        _no_pickle(self._what)
+
     def __del__(self):
+        # Never waits: a call in flight (impossible for an object nobody
+        # references, but daemon threads at exit are odd) leaves it open.
         try:
-            if not getattr(self, "_closed", True):
+            if not getattr(self, "_closed", True) and not self._busy:
                 self.close()
         except Exception:
             pass
@@ -149,6 +238,20 @@ def _sliced(handle, call, timeout, retry_rc):
             return rc
         if handle._closed:
             raise ClosedError("wsync: %s was closed while waiting" % handle._what)
+
+
+def _fail(rc, timeout=None, what=None):
+    """The exception for a failed sliced call: for -ETIMEDOUT the message
+    names the caller's timeout (the library's names its last slice)."""
+    if rc == -_errno.ETIMEDOUT and what is not None:
+        err = error_from_rc(rc)
+        err.detail = "%s within %s" % (what, _fmt_timeout(timeout))
+        return err
+    return error_from_rc(rc)
+
+
+def _fmt_timeout(t):
+    return "forever" if t is None else "%g s" % t
 
 
 def _read_layout(ptr, n):
@@ -211,6 +314,11 @@ def _raw(owner, base, nbytes):
     return raw
 
 
+def _has_arrays(owner):
+    """True while an array made by _raw for owner is alive."""
+    return owner._rawref is not None and owner._rawref() is not None
+
+
 def _rw(raw):
     return memoryview(raw).cast("B")
 
@@ -246,36 +354,50 @@ class Client(_Handle):
         self._init_handle()
         self._ptr = None
         self._children = weakref.WeakSet()
+        bend = _enc(endpoint, "endpoint")
         ptr = ctypes.c_void_p()
-        rc = lib.wsync_connect(_enc(endpoint, "endpoint"), _enc(name, "client name"),
-                               ctypes.byref(ptr))
+        rc = lib.wsync_connect(bend, _enc(name, "client name"), ctypes.byref(ptr))
         if rc < 0:
-            self._closed = True
+            self._closed = self._freed = True
             raise error_from_rc(rc)
-        self._ptr = ptr.value
+        self._adopted(ptr.value)
         self.endpoint = endpoint
         self.name = name
+
+    def _c_free(self, ptr):
+        self._lib.wsync_close(ptr)
+
+    def ref(self, model):
+        """A picklable ModelRef(endpoint, model) to connect to this broker
+        in another process (a Client itself cannot be pickled)."""
+        return ModelRef(self.endpoint if self.endpoint is not None else default_endpoint(),
+                        _model_name(model))
 
     def __repr__(self):
         return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
                                        " closed" if self._closed else "")
 
-    def publisher(self, model, tensors, slots=0):
+    def publisher(self, model, tensors, slots=0, guard=True, flags=0):
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
         "f64", "i8", "i16", "i32", "i64", "u8", "bool", a numpy dtype or a
-        torch dtype. slots: slabs kept for the model (0 = the broker's
-        default, 4). Raises LayoutError (-EEXIST) if the model exists with
-        another layout, BusyError if it has another publisher."""
-        return Publisher(self, model, _make_descs(tensors), slots)
+        torch dtype. Options (wsync_model_opts): slots, the slabs kept for
+        the model (0 = the broker's default, 4; else 2 .. the broker's
+        --max-slots); guard=False sets PUB_UNGUARDED (slabs stay writable
+        between commits: no mprotect per publish, but a stray write after
+        commit reaches collectors); flags, more wsync_model_flags bits, ORed
+        in. Raises LayoutError (-EEXIST) if the model exists with another
+        layout, BusyError if it has another publisher."""
+        opts = _model_opts(slots, guard, flags)
+        return Publisher(self, model, _make_descs(tensors), opts)
 
-    def publisher_like(self, model, state_dict, slots=0):
+    def publisher_like(self, model, state_dict, slots=0, guard=True, flags=0):
         """publisher() with the layout of a dict of numpy arrays or torch
         tensors (names, dtypes and shapes, in the dict's order)."""
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
-        return self.publisher(model, tensors, slots)
+        return self.publisher(model, tensors, slots, guard, flags)
 
     def subscriber(self, model):
         """Subscribes to model, which need not exist yet."""
@@ -285,9 +407,9 @@ class Client(_Handle):
         self._children.add(child)
 
     def close(self):
-        """Closes the connection and every publisher and subscriber opened on
-        it (their views are released: arrays taken from them become
-        invalid). Idempotent."""
+        """Closes every publisher and subscriber opened on it, then the
+        connection: at once, or once the last array taken from a view of
+        this client is gone (see Subscriber.close). Idempotent."""
         if not self._mark_closed():
             return
         kids = list(self._children)
@@ -296,8 +418,50 @@ class Client(_Handle):
                 k.close()
         for k in kids:
             k.close()
-        lib.wsync_close(self._ptr)
-        self._ptr = None
+        self._free_if_done()
+
+
+PUB_UNGUARDED = 1 << 0      # enum wsync_model_flags
+
+
+def _model_opts(slots, guard, flags):
+    opts = ModelOpts()
+    opts.slots = _uint(slots, "slots", 32)
+    if not isinstance(guard, bool):
+        raise TypeError("wsync: guard must be True or False, not %s" % type(guard).__name__)
+    opts.flags = _uint(flags, "flags", 32) | (0 if guard else PUB_UNGUARDED)
+    return opts
+
+
+def _model_name(model):
+    if not isinstance(model, str):
+        raise TypeError("wsync: a model name must be a str, not %s" % type(model).__name__)
+    return model
+
+
+class ModelRef(namedtuple("ModelRef", "endpoint model")):
+    """How to reach a model from another process: a broker endpoint (a
+    socket path or instance name; None for $WSYNC_ENDPOINT or the default
+    broker) and a model name. Picklable, unlike Client and its handles:
+    pass it to multiprocessing workers, which call connect() there."""
+
+    __slots__ = ()
+
+    def connect(self, name=None):
+        """A new Client to this broker (close it, or use it in `with`)."""
+        return Client(self.endpoint, name)
+
+    def subscriber(self, client):
+        """client.subscriber(model)."""
+        return client.subscriber(self.model)
+
+
+def default_endpoint():
+    """The socket path connect(None) would use ($WSYNC_ENDPOINT, else the
+    default broker's socket)."""
+    buf = ctypes.create_string_buffer(4096)
+    check(lib.wsync_default_endpoint(buf, len(buf)))
+    return buf.value.decode()
 
 
 def connect(endpoint=None, name=None):
@@ -310,6 +474,8 @@ def connect(endpoint=None, name=None):
 
 # ---- publisher --------------------------------------------------------------
 
+_ABORT = object()      # Publisher._finish without a step
+
 
 class Publisher(_Handle):
     """The only writer of one model. Drive it from one thread at a time
@@ -317,29 +483,42 @@ class Publisher(_Handle):
 
     _what = "publisher"
 
-    def __init__(self, client, model, descs, slots):
-        self._init_handle()
+    def __init__(self, client, model, descs, opts):
+        self._init_handle(client)
         self._ptr = None
         self.client = client
         self.model = model
+        self.slots = opts.slots
+        self.flags = opts.flags
         self._slab = None
         self._layout = _read_layout(descs, len(descs))   # offsets filled at begin
         self._layout_final = False
-        self._drive = threading.Lock()
-        opts = ModelOpts()
-        opts.slots = int(slots)
+        self._drive = threading.RLock()
+        self._srcs = None          # the source pointer array of copy_from, reused
         ptr = ctypes.c_void_p()
         client._enter()
         try:
-            rc = lib.wsync_pub_open(client._ptr, _enc(model, "model"), descs, len(descs),
-                                    ctypes.byref(opts), ctypes.byref(ptr))
+            rc = lib.wsync_pub_open(client._ptr, _enc(_model_name(model), "model"), descs,
+                                    len(descs), ctypes.byref(opts), ctypes.byref(ptr))
             if rc < 0:
-                self._closed = True
+                self._closed = self._freed = True
                 raise error_from_rc(rc)
-            self._ptr = ptr.value
+            self._adopted(ptr.value)
             client._adopt(self)
         finally:
             client._leave()
+
+    def _c_free(self, ptr):
+        self._lib.wsync_pub_close(ptr)
+
+    @property
+    def guarded(self):
+        """False if this publisher was opened with guard=False."""
+        return not self.flags & PUB_UNGUARDED
+
+    def ref(self):
+        """A picklable ModelRef to this model (see Client.ref)."""
+        return self.client.ref(self.model)
 
     def __repr__(self):
         return "<wsync.Publisher %r%s>" % (self.model, " closed" if self._closed else "")
@@ -354,6 +533,7 @@ class Publisher(_Handle):
         seconds (None: forever) while readers hold every slot, then raises
         BusyError naming the holders. The slab's previous contents are
         unspecified: write every tensor."""
+        t = _timeout_s(timeout)
         self._enter()
         try:
             with self._drive:
@@ -364,7 +544,7 @@ class Publisher(_Handle):
                 cs = CSlab()
                 rc = _sliced(self, lambda ns: lib.wsync_pub_begin(self._ptr, ns,
                                                                   ctypes.byref(cs)),
-                             timeout, -_errno.EBUSY)
+                             t, -_errno.EBUSY)
                 check(rc)
                 if not self._layout_final:
                     self._layout = _read_layout(cs.tensors, cs.n_tensors)
@@ -379,29 +559,33 @@ class Publisher(_Handle):
         """Waits for the broker's confirmation of the last commit_async();
         returns its version. TimeoutError on time; WsyncError(ENOENT) if no
         commit is outstanding."""
+        t = _timeout_s(timeout)
         self._enter()
         try:
             with self._drive:
                 v = ctypes.c_uint64()
                 rc = _sliced(self, lambda ns: lib.wsync_pub_wait_commit(
-                    self._ptr, ns, ctypes.byref(v)), timeout, -_errno.ETIMEDOUT)
-                check(rc)
+                    self._ptr, ns, ctypes.byref(v)), t, -_errno.ETIMEDOUT)
+                if rc < 0:
+                    raise _fail(rc, t, "model '%s': no commit confirmation" % self.model)
                 return v.value
         finally:
             self._leave()
 
-    def _finish(self, slab, call, step=None):
+    def _finish(self, slab, call, step=_ABORT):
+        if step is not _ABORT:
+            step = _uint(step, "step")
         self._enter()
         try:
             with self._drive:
                 if slab._done or self._slab is not slab:
                     raise ClosedError("wsync: this slab was already committed or aborted")
-                if step is None:
+                if step is _ABORT:
                     rc = call(self._ptr)
                     v = None
                 else:
                     out = ctypes.c_uint64()
-                    rc = call(self._ptr, int(step), ctypes.byref(out))
+                    rc = call(self._ptr, step, ctypes.byref(out))
                     v = out.value
                 # Success or failure, the library no longer treats the slab
                 # as begun (a failed commit drops it; it is read-only again).
@@ -415,15 +599,18 @@ class Publisher(_Handle):
             self._leave()
 
     def close(self):
-        """Aborts a begun slab, if any, and stops publishing. Arrays taken
-        from slabs of this publisher become invalid. Idempotent."""
+        """Aborts a begun slab, if any, and stops publishing: no more
+        begin(). The library's publisher is closed (its slabs unmapped, the
+        model free for another publisher) at once, or once the last array
+        taken from one of its slabs is gone. Idempotent."""
         if not self._mark_closed():
             return
-        if self._slab is not None:
-            self._slab._retire()
-            self._slab = None
-        lib.wsync_pub_close(self._ptr)
-        self._ptr = None
+        slab, self._slab = self._slab, None
+        if slab is not None:
+            if _has_arrays(slab) and self._gen == self._gens[0]:
+                self._lib.wsync_pub_abort(self._ptr)   # now; the mapping stays
+            slab._retire()
+        self._free_if_done()
 
 
 class Slab:
@@ -443,6 +630,8 @@ class Slab:
         self.nbytes = cs.bytes
         self._by_name = {s.name: s for s in pub._layout}
         self.version = None        # set by commit / commit_async
+        self._pinned = True        # holds pub's C handle (mappings) while arrays live
+        pub._pin()
 
     def __repr__(self):
         return "<wsync.Slab of %r %s>" % (self.publisher.model,
@@ -497,46 +686,42 @@ class Slab:
         return {s.name: get(s.name) for s in self.publisher._layout}
 
     def copy_from(self, src, threads=0):
-        """Fills the slab with wsync_slab_copy (split across threads; 0 = one
-        per CPU, small copies stay on this thread).
+        """Fills the slab in one call into the library
+        (wsync_slab_copy_tensors: one pass over every tensor, split across
+        threads; 0 = one per online CPU, small copies stay on this thread).
 
         src is either a mapping {name: numpy array / torch tensor / scalar}
         holding exactly the model's tensors with their dtypes and shapes
         (bf16 from a torch.bfloat16 tensor or raw uint16/int16 bits), or one
         buffer laid out like the slab (as long as the slab, or up to the end
-        of its last tensor). Sources adjacent in memory exactly as in the
-        slab (for instance a View's arrays) are copied in one call. Every
-        source is checked before any byte is copied."""
+        of its last tensor). Every source is checked before any byte is
+        copied. Returns 1, the number of library calls made."""
+        threads = _uint(threads, "threads", 32)
         if self._done:
             raise ClosedError("wsync: slab already committed or aborted")
         if not isinstance(src, Mapping):
             return self._copy_buffer(src, threads)
         layout = self.publisher._layout
-        extra = [k for k in src if k not in self._by_name]
-        missing = [s.name for s in layout if s.name not in src]
-        if extra or missing:
+        if len(src) != len(layout) or any(s.name not in src for s in layout):
+            extra = [k for k in src if k not in self._by_name]
+            missing = [s.name for s in layout if s.name not in src]
             raise KeyError("wsync: copy_from needs exactly the tensors of model %r%s%s"
                            % (self.publisher.model,
                               "; missing: %s" % ", ".join(missing) if missing else "",
                               "; unknown: %s" % ", ".join(map(str, extra)) if extra else ""))
-        parts, keep = [], []
-        for spec in layout:
-            ptr, n, obj = _source(spec, src[spec.name])
+        pub = self.publisher
+        srcs = pub._srcs
+        if srcs is None:
+            srcs = pub._srcs = (ctypes.c_void_p * len(layout))()
+        keep = []
+        for i, spec in enumerate(layout):
+            ptr, obj = _source(spec, src[spec.name])
             keep.append(obj)
-            parts.append((spec.offset, ptr, n))
-        runs = []
-        for off, ptr, n in parts:
-            if n == 0:
-                continue
-            if runs:
-                roff, rptr, rn = runs[-1]
-                if ptr - rptr == off - roff and off >= roff + rn:
-                    runs[-1] = (roff, rptr, off + n - roff)
-                    continue
-            runs.append((off, ptr, n))
-        self._copy_runs(runs, threads)
+            srcs[i] = ptr if spec.nbytes else None
+        self._copy_call(lambda: lib.wsync_slab_copy_tensors(ctypes.byref(self._c), srcs,
+                                                            threads))
         del keep
-        return len(runs)
+        return 1
 
     def _copy_buffer(self, src, threads):
         layout = self.publisher._layout
@@ -557,18 +742,18 @@ class Slab:
         if not end <= n <= self.nbytes:
             raise ValueError("wsync: a buffer for copy_from must hold %d to %d bytes "
                              "(the slab's layout), not %d" % (end, self.nbytes, n))
-        self._copy_runs([(0, ptr, n)], threads)
+        self._copy_call(lambda: lib.wsync_slab_copy(ctypes.byref(self._c), 0, ptr, n,
+                                                    threads))
         del keep
         return 1
 
-    def _copy_runs(self, runs, threads):
+    def _copy_call(self, call):
         pub = self.publisher
         pub._enter()
         try:
             if self._done:
                 raise ClosedError("wsync: slab already committed or aborted")
-            for off, ptr, n in runs:
-                check(lib.wsync_slab_copy(ctypes.byref(self._c), off, ptr, n, int(threads)))
+            check(call())
         finally:
             pub._leave()
 
@@ -599,6 +784,18 @@ class Slab:
                 except ValueError:
                     pass
         self._arrays = []
+        if not _has_arrays(self):
+            self._unpin()
+
+    def _unpin(self):
+        pub = self.publisher
+        with pub._cond:
+            unpin, self._pinned = self._pinned, False
+        if unpin:
+            pub._unpin()
+
+    def __reduce__(self):
+        _no_pickle("slab")
 
     def __enter__(self):
         return self
@@ -622,10 +819,14 @@ class Slab:
                 self.abort()
         except Exception:
             pass
+        try:
+            self._unpin()
+        except Exception:
+            pass
 
 
 def _source(spec, x):
-    """(address, bytes, keep-alive object) of a source for tensor spec."""
+    """(address, keep-alive object) of a source for tensor spec."""
     code = _dtypes.CODE[spec.dtype]
     if _dtypes.is_torch_tensor(x):
         t = x.detach()
@@ -639,7 +840,7 @@ def _source(spec, x):
             raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
                              % (spec.name, tuple(t.shape), spec.shape))
         t = t.contiguous()
-        return t.data_ptr(), spec.nbytes, t
+        return t.data_ptr(), t
     want = _dtypes.NUMPY[code]
     if isinstance(x, np.ndarray):
         a = x
@@ -653,7 +854,7 @@ def _source(spec, x):
         raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
                          % (spec.name, a.shape, spec.shape))
     a = np.ascontiguousarray(a)
-    return a.__array_interface__["data"][0], spec.nbytes, a
+    return a.__array_interface__["data"][0], a
 
 
 # ---- subscriber -------------------------------------------------------------
@@ -666,7 +867,7 @@ class Subscriber(_Handle):
     _what = "subscriber"
 
     def __init__(self, client, model):
-        self._init_handle()
+        self._init_handle(client)
         self._ptr = None
         self.client = client
         self.model = model
@@ -676,14 +877,22 @@ class Subscriber(_Handle):
         ptr = ctypes.c_void_p()
         client._enter()
         try:
-            rc = lib.wsync_sub_open(client._ptr, _enc(model, "model"), ctypes.byref(ptr))
+            rc = lib.wsync_sub_open(client._ptr, _enc(_model_name(model), "model"),
+                                    ctypes.byref(ptr))
             if rc < 0:
-                self._closed = True
+                self._closed = self._freed = True
                 raise error_from_rc(rc)
-            self._ptr = ptr.value
+            self._adopted(ptr.value)
             client._adopt(self)
         finally:
             client._leave()
+
+    def _c_free(self, ptr):
+        self._lib.wsync_sub_close(ptr)
+
+    def ref(self):
+        """A picklable ModelRef to this model (see Client.ref)."""
+        return self.client.ref(self.model)
 
     def __repr__(self):
         return "<wsync.Subscriber %r%s>" % (self.model, " closed" if self._closed else "")
@@ -692,7 +901,7 @@ class Subscriber(_Handle):
         if self._layout is None:
             self._layout = _read_layout(cv.tensors, cv.n_tensors)
             self._by_name = {s.name: s for s in self._layout}
-        v = View(self, cv)
+        v = View(self, cv)      # pins this subscription until it is gone
         self._views.add(v)
         return v
 
@@ -716,14 +925,16 @@ class Subscriber(_Handle):
         dies meanwhile (noticed within 200 ms)."""
         if isinstance(after, View):
             after = after.version
-        after = int(after)
+        after = _uint(after, "after (a version number or a View)")
+        t = _timeout_s(timeout)
         self._enter()
         try:
             cv = CView()
             rc = _sliced(self, lambda ns: lib.wsync_sub_wait(self._ptr, after, ns,
                                                              ctypes.byref(cv)),
-                         timeout, -_errno.ETIMEDOUT)
-            check(rc)
+                         t, -_errno.ETIMEDOUT)
+            if rc < 0:
+                raise _fail(rc, t, "model '%s': no version after v%d" % (self.model, after))
             return self._view(cv)
         finally:
             self._leave()
@@ -745,15 +956,17 @@ class Subscriber(_Handle):
         return None if self._layout is None else list(self._layout)
 
     def close(self):
-        """Releases every view still held and ends the subscription: arrays
-        taken from its views become invalid (their memory is unmapped).
-        Idempotent."""
+        """Ends the subscription: no more acquire() or wait(). Views whose
+        arrays are all gone are released now; a view with an array still
+        alive keeps its version held and mapped (the array stays valid and
+        unchanged) until its last array goes, then the library's
+        subscription is closed. Idempotent."""
         if not self._mark_closed():
             return
         for v in list(self._views):
-            v._released = True
-        lib.wsync_sub_close(self._ptr)
-        self._ptr = None
+            if not _has_arrays(v):
+                v.release()
+        self._free_if_done()
 
 
 class View:
@@ -764,16 +977,19 @@ class View:
 
     Lifetime: numpy()/torch() return zero-copy arrays over the broker's
     read-only mapping. They are valid until the view is released (release(),
-    or the end of its `with` block) or its subscriber or client is closed.
-    After that the slot may be rewritten by the next version (reads are then
-    torn), or unmapped (reads crash). The garbage collector never releases a
-    view while one of its arrays is alive."""
+    or the end of its `with` block); after that the slot may be rewritten by
+    the next version (reads are then torn). Closing the subscriber or client
+    does not release a view with live arrays, and the memory stays mapped
+    while the view object lives. The garbage collector never releases a view
+    while one of its arrays is alive."""
 
     def __init__(self, sub, cv):
         self.subscriber = sub
         self._c = cv
         self._released = False
+        self._pinned = True        # holds sub's C handle (mappings) until gone
         self._rawref = None
+        sub._pin()
         self.version = cv.version
         self.step = cv.step
         self.published_ns = cv.published_ns
@@ -797,8 +1013,7 @@ class View:
         return self._released
 
     def _spec(self, name):
-        if self._released:
-            raise ClosedError("wsync: view v%d was released" % self.version)
+        self._check()
         try:
             return self.subscriber._by_name[name]
         except KeyError:
@@ -822,11 +1037,16 @@ class View:
         spec = self._spec(name)
         return _torch_view(_rw(self._buf()), spec)
 
+    def _check(self):
+        if self._released:
+            raise ClosedError("wsync: view v%d was released" % self.version)
+        if self.subscriber._closed:
+            raise ClosedError("wsync: the subscriber of view v%d is closed" % self.version)
+
     def buffer(self):
         """The whole slab of this version as a read-only memoryview (nbytes
         long, tensors at layout[i].offset); same lifetime as numpy()."""
-        if self._released:
-            raise ClosedError("wsync: view v%d was released" % self.version)
+        self._check()
         return _ro(self._buf())
 
     def state_dict(self, kind="numpy"):
@@ -834,8 +1054,7 @@ class View:
         "torch". Zero copy, same lifetime as numpy()/torch()."""
         if kind not in ("numpy", "torch"):
             raise ValueError("wsync: kind must be 'numpy' or 'torch'")
-        if self._released:
-            raise ClosedError("wsync: view v%d was released" % self.version)
+        self._check()
         if kind == "numpy":
             buf = _ro(self._buf())
             return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
@@ -844,19 +1063,30 @@ class View:
 
     def release(self):
         """Lets the broker reuse this version's slab. Arrays taken from the
-        view must not be used afterwards. Idempotent."""
+        view must not be used afterwards (they may read a later version;
+        their memory stays mapped while they live). Idempotent."""
+        self._release(_has_arrays(self))
+
+    _byref = ctypes.byref
+
+    def __reduce__(self):
+        _no_pickle("view (copy its arrays, or pass a ModelRef)")
+
+    def _release(self, keep_pin):
         sub = self.subscriber
         with sub._cond:
             if self._released:
-                return
-            self._released = True
-            if sub._closed or sub._gen != _fork_gen[0]:
-                return
-            sub._busy += 1
-        try:
-            lib.wsync_sub_release(sub._ptr, ctypes.byref(self._c))
-        finally:
-            sub._leave()
+                release = False
+            else:
+                self._released = release = True
+            unpin = self._pinned and not keep_pin
+            if unpin:
+                self._pinned = False
+        # The pin keeps sub's C handle alive: the release below is safe.
+        if release and sub._gen == sub._gens[0] and sub._ptr is not None:
+            sub._lib.wsync_sub_release(sub._ptr, self._byref(self._c))
+        if unpin:
+            sub._unpin()
 
     def __enter__(self):
         return self
@@ -867,6 +1097,6 @@ class View:
 
     def __del__(self):
         try:
-            self.release()
+            self._release(False)
         except Exception:
             pass

@@ -112,6 +112,7 @@ _PROTOS = {
     "wsync_view_tensor": (_i32, [_P(CView), _cp, _P(_vp), _P(_P(TensorDesc))]),
     "wsync_slab_tensor": (_i32, [_P(CSlab), _cp, _P(_vp), _P(_P(TensorDesc))]),
     "wsync_slab_copy": (_i32, [_P(CSlab), _u64, _vp, _sz, ctypes.c_uint]),
+    "wsync_slab_copy_tensors": (_i32, [_P(CSlab), _P(_vp), ctypes.c_uint]),
     "wsync_copy": (_i32, [_vp, _vp, _sz, ctypes.c_uint]),
     "wsync_dtype_size": (_sz, [_u32]),
     "wsync_dtype_name": (_cp, [_u32]),
