@@ -351,7 +351,8 @@ int  wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
 /* Copies every tensor of a begun slab from srcs[i] (exactly
  * wsync_tensor_bytes(&s->tensors[i]) bytes each; srcs[i] == NULL leaves
  * tensor i as it is), in one pass split across `threads` threads (0 = one
- * per online CPU), with streaming stores for large pieces. The fastest way
+ * per online CPU) in chunks, each copied with memcpy or streaming stores,
+ * whichever the process's first large copy measured faster. The fastest way
  * to publish weights that sit in the trainer's own buffers. -EINVAL if the
  * slab is not begun or srcs is NULL, -ENOMEM. */
 int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,

@@ -99,7 +99,7 @@ def test_infinite_timeout_waits_and_the_message_names_the_callers_timeout(client
 
 def test_slots_reach_the_library(client):
     pub = client.publisher("two", LAYOUT, slots=2)
-    assert pub.slots == 2 and pub.guarded
+    assert pub.slots == 2 and not pub.guarded
     sub = client.subscriber("two")
     publish(pub, 1)
     with sub.acquire():

@@ -19,9 +19,10 @@ See docs/PYTHON.md for the lifetime rules of zero-copy arrays.
 """
 from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
 from ._errors import (BusyError, ClosedError, LayoutError, NoDataError, NotConnectedError,
-                      WsyncError, WsyncTimeoutError)
-from ._core import (PUB_UNGUARDED, Client, ModelRef, Publisher, Slab, Subscriber, TensorSpec,
-                    View, connect, default_endpoint)
+                      RemovedError, WsyncError, WsyncTimeoutError)
+from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersion, ModelRef,
+                    ModelStatus, Publisher, Slab, Subscriber, TensorSpec, View, connect,
+                    default_endpoint)
 from ._dtypes import CODE as DTYPES
 
 __all__ = [
@@ -29,7 +30,8 @@ __all__ = [
     "WsyncError", "WsyncTimeoutError", "BusyError", "NotConnectedError", "NoDataError",
     "LayoutError", "ClosedError", "DTYPES", "library_version", "library_path",
     "default_endpoint", "strerror", "MAX_VIEWS", "NAME_MAX", "MAX_DIMS", "ALIGN",
-    "ModelRef", "PUB_UNGUARDED",
+    "ModelRef", "PUB_UNGUARDED", "PUB_GUARDED", "PUB_REPLACE", "RemovedError",
+    "ModelStatus", "LatestVersion",
 ]
 
 __version__ = "0.1.0"

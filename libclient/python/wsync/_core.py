@@ -23,7 +23,8 @@ import numpy as np
 
 from . import _dtypes
 from ._errors import ClosedError, WsyncError, check, error_from_rc
-from ._lib import FOREVER, NAME_MAX, MAX_DIMS, CSlab, CView, ModelOpts, TensorDesc, lib
+from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, CSlab, CView, ModelInfo, ModelOpts,
+                   TensorDesc, lib)
 
 import errno as _errno
 
@@ -31,6 +32,16 @@ import errno as _errno
 # handlers (Ctrl-C) run and close() from another thread is noticed. Each
 # slice is an ordinary futex wait in the library: a commit wakes it at once.
 _SLICE_S = 0.25
+
+ModelStatus = namedtuple("ModelStatus", "name published version step published_ns "
+                         "n_tensors n_slots nbytes publishers subscribers")
+ModelStatus.__doc__ = """One model of a broker (Client.models()): its name,
+whether a publisher ever gave it a layout, the latest version, step and commit
+time (ns, CLOCK_REALTIME; 0 if none yet), its tensors, slots, slab size, and
+how many sessions publish and subscribe."""
+
+LatestVersion = namedtuple("LatestVersion", "version step published_ns")
+LatestVersion.__doc__ = """The newest version of a model (Subscriber.latest())."""
 
 TensorSpec = namedtuple("TensorSpec", "name dtype shape offset nbytes")
 TensorSpec.__doc__ = """One tensor of a model's layout: name, dtype ("f32", ...),
@@ -377,27 +388,61 @@ class Client(_Handle):
         return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
                                        " closed" if self._closed else "")
 
-    def publisher(self, model, tensors, slots=0, guard=True, flags=0):
+    def models(self):
+        """The broker's models as a list of ModelStatus, read from its
+        control segment (no round trip). Names merely subscribed to are
+        listed with published=False."""
+        self._enter()
+        try:
+            n = ctypes.c_size_t()
+            check(lib.wsync_models(self._ptr, None, 0, ctypes.byref(n)))
+            cap = n.value + 8
+            infos = (ModelInfo * cap)()
+            check(lib.wsync_models(self._ptr, infos, cap, ctypes.byref(n)))
+            return [ModelStatus(i.name.decode("utf-8", "replace"), bool(i.published),
+                                i.version, i.step, i.published_ns, i.n_tensors, i.n_slots,
+                                i.bytes, i.publishers, i.subscribers)
+                    for i in infos[:min(n.value, cap)]]
+        finally:
+            self._leave()
+
+    def delete(self, model):
+        """Deletes a model that has no publisher (BusyError names it
+        otherwise; WsyncError(ENOENT) if there is none). Its subscribers get
+        RemovedError from then on; views they hold stay valid until released.
+        The name can be published again, at versions above the old ones."""
+        name = _enc(_model_name(model), "model")
+        self._enter()
+        try:
+            check(lib.wsync_model_delete(self._ptr, name))
+        finally:
+            self._leave()
+
+    def publisher(self, model, tensors, slots=0, guard=False, flags=0, replace=False):
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
         "f64", "i8", "i16", "i32", "i64", "u8", "bool", a numpy dtype or a
         torch dtype. Options (wsync_model_opts): slots, the slabs kept for
         the model (0 = the broker's default, 4; else 2 .. the broker's
-        --max-slots); guard=False sets PUB_UNGUARDED (slabs stay writable
-        between commits: no mprotect per publish, but a stray write after
-        commit reaches collectors); flags, more wsync_model_flags bits, ORed
-        in. Raises LayoutError (-EEXIST) if the model exists with another
-        layout, BusyError if it has another publisher."""
-        opts = _model_opts(slots, guard, flags)
+        --max-slots); guard=True sets PUB_GUARDED (slabs read-only between
+        commits, so a stray write after commit faults in the trainer; it
+        costs about one more copy of the slab per publish, hence off by
+        default); replace=True sets PUB_REPLACE (a model of that name with
+        another layout and no publisher is deleted and created again; its
+        readers get RemovedError and subscribe again); flags, more
+        wsync_model_flags bits, ORed in. Raises LayoutError (-EEXIST) if the
+        model exists with another layout (and not replace), BusyError if it
+        has another publisher."""
+        opts = _model_opts(slots, guard, flags, replace)
         return Publisher(self, model, _make_descs(tensors), opts)
 
-    def publisher_like(self, model, state_dict, slots=0, guard=True, flags=0):
+    def publisher_like(self, model, state_dict, slots=0, guard=False, flags=0, replace=False):
         """publisher() with the layout of a dict of numpy arrays or torch
         tensors (names, dtypes and shapes, in the dict's order)."""
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
-        return self.publisher(model, tensors, slots, guard, flags)
+        return self.publisher(model, tensors, slots, guard, flags, replace)
 
     def subscriber(self, model):
         """Subscribes to model, which need not exist yet."""
@@ -421,15 +466,20 @@ class Client(_Handle):
         self._free_if_done()
 
 
-PUB_UNGUARDED = 1 << 0      # enum wsync_model_flags
+PUB_UNGUARDED = 1 << 0      # enum wsync_model_flags (the default)
+PUB_GUARDED = 1 << 2
+PUB_REPLACE = 1 << 3
 
 
-def _model_opts(slots, guard, flags):
+def _model_opts(slots, guard, flags, replace=False):
     opts = ModelOpts()
     opts.slots = _uint(slots, "slots", 32)
     if not isinstance(guard, bool):
         raise TypeError("wsync: guard must be True or False, not %s" % type(guard).__name__)
-    opts.flags = _uint(flags, "flags", 32) | (0 if guard else PUB_UNGUARDED)
+    if not isinstance(replace, bool):
+        raise TypeError("wsync: replace must be True or False, not %s" % type(replace).__name__)
+    opts.flags = (_uint(flags, "flags", 32) | (PUB_GUARDED if guard else 0) |
+                  (PUB_REPLACE if replace else 0))
     return opts
 
 
@@ -513,8 +563,8 @@ class Publisher(_Handle):
 
     @property
     def guarded(self):
-        """False if this publisher was opened with guard=False."""
-        return not self.flags & PUB_UNGUARDED
+        """True if this publisher was opened with guard=True."""
+        return bool(self.flags & PUB_GUARDED)
 
     def ref(self):
         """A picklable ModelRef to this model (see Client.ref)."""
@@ -552,6 +602,25 @@ class Publisher(_Handle):
                 slab = Slab(self, cs)
                 self._slab = slab
                 return slab
+        finally:
+            self._leave()
+
+    def wait_readers(self, version, timeout=None, n=0):
+        """Waits until n subscribers (0: every current one) have acquired
+        version or a newer one; returns how many have. TimeoutError on time,
+        naming the subscribers behind; a subscriber that exits stops
+        counting. The synchronous mode of weight updates: publish, then
+        wait_readers(version)."""
+        version = _uint(version, "version")
+        n = _uint(n, "n", 32)
+        t = _timeout_s(timeout)
+        self._enter()
+        try:
+            have = ctypes.c_uint32()
+            ns = FOREVER if t is None else int(t * 1e9)
+            rc = lib.wsync_pub_wait_readers(self._ptr, version, n, ns, ctypes.byref(have))
+            check(rc)
+            return have.value
         finally:
             self._leave()
 
@@ -936,6 +1005,20 @@ class Subscriber(_Handle):
             if rc < 0:
                 raise _fail(rc, t, "model '%s': no version after v%d" % (self.model, after))
             return self._view(cv)
+        finally:
+            self._leave()
+
+    def latest(self):
+        """The newest version as LatestVersion(version, step, published_ns)
+        without taking a view (nothing is pinned, no system call).
+        NoDataError if nothing was published yet, RemovedError if the model
+        was deleted."""
+        self._enter()
+        try:
+            v, st, ns = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int64()
+            check(lib.wsync_sub_latest(self._ptr, ctypes.byref(v), ctypes.byref(st),
+                                       ctypes.byref(ns)))
+            return LatestVersion(v.value, st.value, ns.value)
         finally:
             self._leave()
 

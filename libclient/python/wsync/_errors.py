@@ -49,6 +49,11 @@ class LayoutError(WsyncError):
     what differs)."""
 
 
+class RemovedError(WsyncError):
+    """-EIDRM: the model was deleted or replaced (another layout) since
+    this subscription opened it. Views held stay valid; subscribe again."""
+
+
 class ClosedError(ValueError):
     """The handle (client, publisher, subscriber, slab or view) was closed,
     released, committed or aborted, or belongs to the parent of a fork()."""
@@ -60,6 +65,7 @@ _BY_ERRNO = {
     _errno.ENOTCONN: NotConnectedError,
     _errno.ENODATA: NoDataError,
     _errno.EEXIST: LayoutError,
+    _errno.EIDRM: RemovedError,
 }
 
 

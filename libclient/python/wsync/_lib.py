@@ -40,7 +40,27 @@ class ModelOpts(ctypes.Structure):
     _fields_ = [
         ("slots", ctypes.c_uint32),
         ("flags", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 6),
+        ("group_size", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("group_timeout_ms", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 128),
+        ("published", ctypes.c_uint32),
+        ("n_tensors", ctypes.c_uint32),
+        ("n_slots", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+        ("version", ctypes.c_uint64),
+        ("step", ctypes.c_uint64),
+        ("published_ns", ctypes.c_int64),
+        ("publishers", ctypes.c_uint32),
+        ("subscribers", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
     ]
 
 
@@ -74,7 +94,7 @@ class CSlab(ctypes.Structure):
 
 # The sizes of the C structs on LP64 Linux; a mismatch means this file and
 # wsync.h disagree, and every call would read garbage.
-_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56}
+_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56, ModelInfo: 216}
 for _t, _n in _SIZES.items():
     if ctypes.sizeof(_t) != _n:
         raise ImportError("wsync: ctypes struct %s is %d bytes, wsync.h says %d"
@@ -117,6 +137,10 @@ _PROTOS = {
     "wsync_dtype_size": (_sz, [_u32]),
     "wsync_dtype_name": (_cp, [_u32]),
     "wsync_tensor_bytes": (_u64, [_P(TensorDesc)]),
+    "wsync_models": (_i32, [_vp, _P(ModelInfo), _sz, _P(_sz)]),
+    "wsync_model_delete": (_i32, [_vp, _cp]),
+    "wsync_sub_latest": (_i32, [_vp, _P(_u64), _P(_u64), _P(_i64)]),
+    "wsync_pub_wait_readers": (_i32, [_vp, _u64, _u32, _i64, _P(_u32)]),
 }
 
 
