@@ -28,7 +28,7 @@ static size_t count(const char *hay, const char *needle)
 
 int main(void)
 {
-	static const char *const scenarios[] = { "publish", "acquire", "wake", "sustained" };
+	static const char *const scenarios[] = { "publish", "acquire", "wake", "sustained", "shard" };
 	const char *wsyncd = harness_wsyncd_path();
 	const char *slash = strrchr(wsyncd, '/');
 	char bench[PATH_MAX], json_path[] = "/tmp/wsync-bench-smoke-XXXXXX";
@@ -40,7 +40,7 @@ int main(void)
 	fd = mkstemp(json_path);
 	TEST_ASSERT(fd >= 0);
 	char *argv[] = { bench, "--wsyncd", (char *)wsyncd, "--quick", "--repeats", "1",
-	                 "--only", "publish,acquire,wake,sustained", "--json", json_path, NULL };
+	                 "--only", "publish,acquire,wake,sustained,shard", "--json", json_path, NULL };
 	st = harness_run(argv, out, sizeof out, 120000);
 	harness_log("wsync-bench: %s\n%s", harness_status_str(st), out);
 	TEST_ASSERT_MSG(st != -1, "wsync-bench still running after 120 s");
