@@ -46,6 +46,7 @@
 #include "model.h"
 #include "session.h"
 #include "shm/clock.h"
+#include "stats.h"
 
 #define LOOP_SQ_ENTRIES     512
 #define LOOP_CQ_ENTRIES     8192
@@ -447,6 +448,7 @@ static void on_tick(struct broker *b, int res)
 	if (l->stopping || res == -ECANCELED)
 		return;
 	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
+	stats_tick(b);
 	/* Reaping never frees (only CQE handlers do): the walk stays valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {
 		int64_t age = now - s->accepted_mono_ns;

@@ -89,6 +89,7 @@ struct wsync_pub {
 	struct wsync_model_page *page;   /* rw */
 	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
 	bool guarded;                    /* slabs read-only outside a grant */
+	bool checksum;                   /* WSYNC_PUB_CHECKSUM: hash at commit */
 
 	uint64_t last_committed;         /* grants must carry a newer version */
 	bool     begun;

@@ -43,6 +43,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "checksum.h"
 #include "client_internal.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
@@ -54,9 +55,9 @@ static int opts_check(const struct wsync_client *c, const char *model,
 {
 	if (!o)
 		return 0;
-	if (o->flags & ~(uint32_t)WSYNC_PUB_UNGUARDED)
-		return wsync_fail(-EINVAL, "model '%s': unknown opts.flags 0x%x",
-		                  model, o->flags & ~(uint32_t)WSYNC_PUB_UNGUARDED);
+	if (o->flags & ~(uint32_t)(WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM))
+		return wsync_fail(-EINVAL, "model '%s': unknown opts.flags 0x%x", model,
+		                  o->flags & ~(uint32_t)(WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM));
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return wsync_fail(-EINVAL, "model '%s': opts.reserved[%zu] must be 0",
@@ -205,6 +206,7 @@ int wsync_pub_open(wsync_client *c, const char *model,
 	p->c = c;
 	p->cur.fd = p->next.fd = -1;
 	p->guarded = !(opts && (opts->flags & WSYNC_PUB_UNGUARDED));
+	p->checksum = opts && (opts->flags & WSYNC_PUB_CHECKSUM);
 	snprintf(p->model, sizeof(p->model), "%s", model);
 	p->n_tensors = n_tensors;
 	p->tensors = calloc(n_tensors, sizeof(*p->tensors));
@@ -244,6 +246,7 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
 	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
 	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
+	atomic_store_explicit(&meta->checksum, wsync_pub_checksum(p), memory_order_relaxed);
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
 	wsync_futex_wake(&pg->seq, INT32_MAX);

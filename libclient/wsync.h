@@ -90,6 +90,11 @@ enum wsync_model_flags {
 	 * for hundreds of MiB in 4 KiB pages), at the price that a stray write
 	 * after commit reaches collectors instead of faulting in the trainer. */
 	WSYNC_PUB_UNGUARDED = 1u << 0,
+	/* Every version carries an XXH3-64 checksum of its slab, computed by
+	 * the publisher at commit (one read pass over the slab: about a
+	 * memcpy's time, docs/BENCHMARKS.md); collectors check a view with
+	 * wsync_view_verify(). */
+	WSYNC_PUB_CHECKSUM = 1u << 1,
 };
 
 typedef struct wsync_model_opts {
@@ -238,6 +243,12 @@ int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,
                              unsigned threads);
 /* wsync_slab_copy for any two buffers that do not overlap. */
 int  wsync_copy(void *dst, const void *src, size_t len, unsigned threads);
+
+/* Recomputes the checksum of a view's slab and compares it with the one its
+ * publisher stored at commit (WSYNC_PUB_CHECKSUM): 0 if they match, -EBADMSG
+ * if not (wsync_errmsg() gives both), -ENODATA if the version was published
+ * without a checksum, -EINVAL if v is not a live view. */
+int  wsync_view_verify(const wsync_view *v);
 
 /* Bytes of one element of dtype, 0 if unknown. */
 size_t      wsync_dtype_size(uint32_t dtype);
