@@ -164,7 +164,8 @@ test: tests
 # first on PATH may be another build without numpy); torch tests skip
 # without python3-torch.
 PYTHON ?= /usr/bin/python3
-PY_PKGS := python3-numpy python3-pytest
+# tmux: the wsync-top test drives the interactive screen in a real terminal.
+PY_PKGS := python3-numpy python3-pytest tmux
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \

@@ -247,6 +247,8 @@ json_t *snap_json_status(const struct snap *s)
 	uint32_t pubs = 0, subs = 0;
 
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
+		if (s->sessions[i].self)
+			continue;                /* the tool itself */
 		pubs += !!(s->sessions[i].roles & WSYNC_ROLE_PUB);
 		subs += !!(s->sessions[i].roles & WSYNC_ROLE_SUB);
 	}

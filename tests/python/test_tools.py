@@ -354,3 +354,152 @@ def test_verify(broker, files, monkeypatch):
         assert r.returncode == 1 and json.loads(r.stdout)["result"] == "mismatch"
         b.value ^= 0x10
         assert ctl("verify", "flip").returncode == 0
+
+
+# ---- wsync-top -------------------------------------------------------------------
+
+TOP = os.path.join(ROOT, BUILD, "bin", "wsync-top")
+
+
+def top(*args, timeout=WAIT_S):
+    return subprocess.run([TOP] + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def busy_model(broker):
+    """Model 'pol' at a known state: steps 1..4 committed, a reader holding
+    the version of step 3 (lag 1), mirrored by the broker."""
+    with wsync.connect(broker.sock, "trainer") as tc, wsync.connect(broker.sock, "reader") as rc:
+        pub = tc.publisher("pol", [("w", "f32", (256,))])
+        for step in (1, 2, 3):
+            with pub.begin(timeout=WAIT_S) as slab:
+                slab.commit(step)
+        sub = rc.subscriber("pol")
+        view = sub.acquire()
+        with pub.begin(timeout=WAIT_S) as slab:
+            latest = slab.commit(4)
+        deadline = time.monotonic() + WAIT_S
+        while not {s["name"]: s for s in ctl_json("sessions")}["reader"]["held"]:
+            assert time.monotonic() < deadline, "the broker did not mirror the reader"
+            time.sleep(0.1)
+        yield {"pub": pub, "view": view, "latest": latest}
+        view.release()
+
+
+def test_top_batch_text(broker, busy_model):
+    r = top("-b", "-n", 2, "-d", 0.2)
+    assert r.returncode == 0, r.stderr
+    frames = r.stdout.split("wsync-top - instance ")[1:]
+    assert len(frames) == 2
+    for f in frames:
+        lines = f.splitlines()
+        assert lines[0].startswith("%s  pid %d  generation " % (broker.name, broker.proc.pid))
+        row = [ln for ln in lines if ln.startswith("pol ")][0].split()
+        assert row[1:3] == [str(busy_model["latest"]), "4"]
+        assert row[-3:] == ["1", "1", "-"]            # collectors, worst lag, checksum
+        rd = [ln for ln in lines if " reader " in ln][0].split()
+        assert rd[2:6] == ["sub", "pol", "%d*" % busy_model["view"].version, "1"]
+    assert "broker cpu -" in frames[0] and "broker cpu -" not in frames[1]
+
+
+def test_top_json(broker, busy_model):
+    with busy_model["pub"].begin(timeout=WAIT_S) as slab:
+        slab.commit(5)                               # between the two refreshes, or before
+    r = top("--json", "-n", 2, "-d", 0.3)
+    assert r.returncode == 0, r.stderr
+    docs = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert len(docs) == 2 and all(d["attached"] for d in docs)
+    for d in docs:
+        assert d["status"]["instance"] == broker.name
+        assert d["status"]["subscribers"] == 1 and d["status"]["publishers"] == 1
+        m = d["models"][0]
+        assert m["name"] == "pol" and m["step"] == 5 and m["collectors"] == 1
+        assert m["version"] > busy_model["latest"] and m["worst_lag"] >= 1
+        rd = [s for s in d["sessions"] if s["name"] == "reader"][0]
+        assert rd["version"] == busy_model["view"].version and rd["held"]
+    assert docs[0]["models"][0]["rate_hz"] is None and docs[0]["interval_s"] is None
+    m = docs[1]["models"][0]
+    assert m["rate_hz"] == 0.0 and m["bandwidth_bps"] == 0.0   # nothing committed meanwhile
+    assert docs[1]["interval_s"] > 0 and docs[1]["status"]["broker_cpu_pct"] >= 0
+
+
+def test_top_no_broker_and_usage(tmp_path):
+    r = top("-b", "-n", 1, "--endpoint", str(tmp_path / "nobody.sock"))
+    assert r.returncode == 3 and "no broker at" in r.stderr
+    assert top("--help").returncode == 0
+    for args in (["-n", "0"], ["-d", "fast"], ["--bogus"], ["extra"]):
+        r = top(*args)
+        assert r.returncode == 2 and "--help" in r.stderr, args
+
+
+def test_top_follows_a_restart(broker):
+    with wsync.connect(broker.sock, "t") as c:
+        pub = c.publisher("pol", [("w", "u8", (8,))])
+        with pub.begin(timeout=WAIT_S) as slab:
+            slab.commit(1)
+    proc = subprocess.Popen([TOP, "--json", "-d", "0.2"], stdout=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["attached"]
+        started = first["status"]["started_ns"]
+        assert broker.stop() == 0
+        while json.loads(proc.stdout.readline())["attached"]:
+            pass                             # until it notices
+        broker.restart()
+        while True:
+            d = json.loads(proc.stdout.readline())
+            if d["attached"]:
+                break
+        # a new broker (a clean stop leaves no segment to adopt, so the
+        # generation may start again at 1): another pid, a later start
+        assert d["status"]["broker_pid"] == broker.proc.pid
+        assert d["status"]["started_ns"] > started
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def tmux(*args):
+    return subprocess.run(["tmux", "-L", "wsync-test-%d" % os.getpid()] + list(args),
+                          capture_output=True, text=True, timeout=WAIT_S)
+
+
+def wait_screen(pred):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        screen = tmux("capture-pane", "-p", "-t", "top").stdout
+        if pred(screen):
+            return screen
+        assert time.monotonic() < deadline, "screen never matched:\n" + screen
+        time.sleep(0.1)
+
+
+def test_top_interactive_in_tmux(broker, busy_model):
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
+        pytest.skip("no tmux")
+    r = tmux("new-session", "-d", "-s", "top", "-x", "130", "-y", "30",
+             "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
+    assert r.returncode == 0, r.stderr
+    try:
+        s = wait_screen(lambda s: "reader" in s and "pol " in s)
+        assert "instance %s" % broker.name in s and "model: all" in s and "sort: lag" in s
+        tmux("send-keys", "-t", "top", "m")
+        wait_screen(lambda s: "model: pol" in s)
+        tmux("send-keys", "-t", "top", "s")
+        wait_screen(lambda s: "sort: pid" in s)
+        tmux("send-keys", "-t", "top", "h")
+        wait_screen(lambda s: "wsync-top keys" in s)
+        tmux("send-keys", "-t", "top", "x")
+        tmux("send-keys", "-t", "top", "p")
+        wait_screen(lambda s: "[paused]" in s)
+        tmux("resize-window", "-t", "top", "-x", "60", "-y", "12")
+        s = wait_screen(lambda s: len(s.splitlines()[0]) <= 60 and "[paused]" in s)
+        assert all(len(ln) <= 60 for ln in s.splitlines())
+        tmux("send-keys", "-t", "top", "q")
+        deadline = time.monotonic() + WAIT_S
+        while tmux("has-session", "-t", "top").returncode == 0:
+            assert time.monotonic() < deadline, "q did not quit"
+            time.sleep(0.1)
+    finally:
+        tmux("kill-server")
