@@ -72,20 +72,6 @@ static void print_models(const struct snap *s)
 	}
 }
 
-static void session_models(const struct snap *s, const struct snap_session *e,
-                           char *buf, size_t len)
-{
-	size_t at = 0;
-
-	buf[0] = 0;
-	for (uint32_t j = 0; j < s->n_models && at < len; j++)
-		if (e->models & (UINT64_C(1) << s->models[j].id))
-			at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "," : "",
-			                       s->models[j].name);
-	if (!buf[0])
-		snprintf(buf, len, "-");
-}
-
 static void print_sessions(const struct snap *s)
 {
 	char models[64], ver[32], lag[24], con[32];
@@ -95,7 +81,7 @@ static void print_sessions(const struct snap *s)
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
 		const struct snap_session *e = &s->sessions[i];
 
-		session_models(s, e, models, sizeof(models));
+		fmt_session_models(models, sizeof(models), s, e);
 		if (e->view_version)
 			snprintf(ver, sizeof(ver), "%" PRIu64 "%s", e->view_version, e->held ? "*" : "");
 		else

@@ -394,3 +394,18 @@ const char *fmt_checksum(char *buf, size_t len, const struct snap_model *m)
 		snprintf(buf, len, "-");
 	return buf;
 }
+
+const char *fmt_session_models(char *buf, size_t len, const struct snap *s,
+                               const struct snap_session *e)
+{
+	size_t at = 0;
+
+	buf[0] = 0;
+	for (uint32_t j = 0; j < s->n_models && at < len; j++)
+		if (e->models & (UINT64_C(1) << s->models[j].id))
+			at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "," : "",
+			                       s->models[j].name);
+	if (!buf[0])
+		snprintf(buf, len, "-");
+	return buf;
+}

@@ -86,5 +86,8 @@ json_t *snap_json_sessions(const struct snap *s);
 const char *fmt_bytes(char *buf, size_t len, uint64_t bytes);
 const char *fmt_age(char *buf, size_t len, int64_t ns);
 const char *fmt_checksum(char *buf, size_t len, const struct snap_model *m);
+/* The names of the models a session opened, comma-separated, "-" if none. */
+const char *fmt_session_models(char *buf, size_t len, const struct snap *s,
+                               const struct snap_session *e);
 
 #endif

@@ -71,19 +71,15 @@ void top_fmt_session(const struct top_view *v, const struct snap_session *e,
                      char *buf, size_t len)
 {
 	const struct snap *s = v->snap;
-	char models[64] = "", ver[32] = "-", lag[24] = "-", con[32];
-	size_t at = 0;
+	char models[64], ver[32] = "-", lag[24] = "-", con[32];
 
-	for (uint32_t j = 0; j < s->n_models && at < sizeof(models); j++)
-		if (e->models & (UINT64_C(1) << s->models[j].id))
-			at += (size_t)snprintf(models + at, sizeof(models) - at, "%s%s",
-			                       at ? "," : "", s->models[j].name);
+	fmt_session_models(models, sizeof(models), s, e);
 	if (e->view_version)
 		snprintf(ver, sizeof(ver), "%" PRIu64 "%s", e->view_version, e->held ? "*" : "");
 	if (e->lag_known)
 		snprintf(lag, sizeof(lag), "%" PRIu64, e->lag);
 	snprintf(buf, len, "%8" PRIu32 " %-16.16s %-7s %-20.20s %7s %6s %8" PRIu32 " %8" PRIu32
-	         " %10s", e->pid, e->name, snap_roles_name(e->roles), at ? models : "-", ver, lag,
+	         " %10s", e->pid, e->name, snap_roles_name(e->roles), models, ver, lag,
 	         e->waits, e->timeouts, fmt_age(con, sizeof(con), s->now_ns - e->connected_ns));
 }
 
