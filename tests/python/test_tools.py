@@ -3,6 +3,7 @@ safetensors dump/load (files built byte by byte per the format here, since
 Debian has no python3-safetensors), hostile files refused with nothing
 published, and checksums catching a changed slab."""
 import ctypes
+import errno
 import json
 import os
 import struct
@@ -318,7 +319,7 @@ def test_hostile_files_publish_nothing(broker, files):
 # ---- checksums -----------------------------------------------------------------
 
 
-def test_verify(broker, files, monkeypatch):
+def test_verify(broker, files):
     path = files("c.safetensors", st_bytes(every_dtype(3)))
     r = ctl("load", path, "--model", "summed", "--checksum")
     assert r.returncode == 0, r.stderr
@@ -333,13 +334,8 @@ def test_verify(broker, files, monkeypatch):
     assert r.returncode == 3 and "without a checksum" in r.stderr
 
     # A publisher without the write guard flips a byte after its commit.
-    class Opts(wsync._core.ModelOpts):
-        def __init__(self):
-            super().__init__()
-            self.flags = 3               # WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM
-    monkeypatch.setattr(wsync._core, "ModelOpts", Opts)
     with wsync.connect(broker.sock, "scribbler") as c:
-        pub = c.publisher("flip", [("w", "f32", (1024,))])
+        pub = c.publisher("flip", [("w", "f32", (1024,))], checksum=True, unguarded=True)
         with pub.begin(timeout=WAIT_S) as slab:
             slab.copy_from({"w": np.arange(1024, dtype=np.float32)})
             base = slab._c.base
@@ -347,6 +343,10 @@ def test_verify(broker, files, monkeypatch):
         assert ctl("verify", "flip").returncode == 0
         b = ctypes.c_uint8.from_address(base + 100)
         b.value ^= 0x10
+        with c.subscriber("flip").acquire() as view:
+            with pytest.raises(wsync.WsyncError) as ei:
+                view.verify()
+            assert ei.value.errno == errno.EBADMSG
         r = ctl("verify", "flip")
         assert r.returncode == 1, r
         assert "changed after its commit" in r.stderr
@@ -354,6 +354,11 @@ def test_verify(broker, files, monkeypatch):
         assert r.returncode == 1 and json.loads(r.stdout)["result"] == "mismatch"
         b.value ^= 0x10
         assert ctl("verify", "flip").returncode == 0
+        with c.subscriber("flip").acquire() as view:
+            view.verify()
+        with c.subscriber("plain").acquire() as view:
+            with pytest.raises(wsync.NoDataError):
+                view.verify()
 
 
 # ---- wsync-top -------------------------------------------------------------------
@@ -433,7 +438,8 @@ def test_top_no_broker_and_usage(tmp_path):
         assert r.returncode == 2 and "--help" in r.stderr, args
 
 
-def test_top_follows_a_restart(broker):
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_top_follows_a_restart(broker, how):
     with wsync.connect(broker.sock, "t") as c:
         pub = c.publisher("pol", [("w", "u8", (8,))])
         with pub.begin(timeout=WAIT_S) as slab:
@@ -443,7 +449,11 @@ def test_top_follows_a_restart(broker):
         first = json.loads(proc.stdout.readline())
         assert first["attached"]
         started = first["status"]["started_ns"]
-        assert broker.stop() == 0
+        gen = first["status"]["generation"]
+        if how == "sigterm":
+            assert broker.stop() == 0
+        else:
+            broker.kill()                    # its segments stay, to be adopted
         while json.loads(proc.stdout.readline())["attached"]:
             pass                             # until it notices
         broker.restart()
@@ -455,6 +465,9 @@ def test_top_follows_a_restart(broker):
         # generation may start again at 1): another pid, a later start
         assert d["status"]["broker_pid"] == broker.proc.pid
         assert d["status"]["started_ns"] > started
+        if how == "sigkill":
+            assert d["status"]["generation"] > gen
+            assert d["models"][0]["name"] == "pol" and d["models"][0]["step"] == 1
     finally:
         proc.kill()
         proc.wait()

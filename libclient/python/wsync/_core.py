@@ -260,22 +260,26 @@ class Client(_Handle):
         return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
                                        " closed" if self._closed else "")
 
-    def publisher(self, model, tensors, slots=0):
+    def publisher(self, model, tensors, slots=0, checksum=False, unguarded=False):
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
         "f64", "i8", "i16", "i32", "i64", "u8", "bool", a numpy dtype or a
         torch dtype. slots: slabs kept for the model (0 = the broker's
-        default, 4). Raises LayoutError (-EEXIST) if the model exists with
-        another layout, BusyError if it has another publisher."""
-        return Publisher(self, model, _make_descs(tensors), slots)
+        default, 4). checksum: every version carries an XXH3-64 of its slab
+        (WSYNC_PUB_CHECKSUM; View.verify checks it). unguarded: the slab
+        stays writable between commits (WSYNC_PUB_UNGUARDED). Raises
+        LayoutError (-EEXIST) if the model exists with another layout,
+        BusyError if it has another publisher."""
+        flags = (_PUB_CHECKSUM if checksum else 0) | (_PUB_UNGUARDED if unguarded else 0)
+        return Publisher(self, model, _make_descs(tensors), slots, flags)
 
-    def publisher_like(self, model, state_dict, slots=0):
+    def publisher_like(self, model, state_dict, slots=0, checksum=False, unguarded=False):
         """publisher() with the layout of a dict of numpy arrays or torch
         tensors (names, dtypes and shapes, in the dict's order)."""
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
-        return self.publisher(model, tensors, slots)
+        return self.publisher(model, tensors, slots, checksum, unguarded)
 
     def subscriber(self, model):
         """Subscribes to model, which need not exist yet."""
@@ -311,13 +315,17 @@ def connect(endpoint=None, name=None):
 # ---- publisher --------------------------------------------------------------
 
 
+_PUB_UNGUARDED = 1 << 0     # enum wsync_model_flags in wsync.h
+_PUB_CHECKSUM = 1 << 1
+
+
 class Publisher(_Handle):
     """The only writer of one model. Drive it from one thread at a time
     (calls are serialised by a lock)."""
 
     _what = "publisher"
 
-    def __init__(self, client, model, descs, slots):
+    def __init__(self, client, model, descs, slots, flags=0):
         self._init_handle()
         self._ptr = None
         self.client = client
@@ -328,6 +336,7 @@ class Publisher(_Handle):
         self._drive = threading.Lock()
         opts = ModelOpts()
         opts.slots = int(slots)
+        opts.flags = flags
         ptr = ctypes.c_void_p()
         client._enter()
         try:
@@ -841,6 +850,15 @@ class View:
             return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
         buf = _rw(self._buf())
         return {s.name: _torch_view(buf, s) for s in self.subscriber._layout}
+
+    def verify(self):
+        """Recomputes this version's slab checksum and compares it with the
+        one its publisher stored (a model published with checksum=True).
+        Returns None if they match; raises WsyncError with errno EBADMSG on
+        a mismatch, NoDataError if the version has no checksum."""
+        if self._released:
+            raise ClosedError("wsync: view v%d was released" % self.version)
+        check(lib.wsync_view_verify(ctypes.byref(self._c)))
 
     def release(self):
         """Lets the broker reuse this version's slab. Arrays taken from the
