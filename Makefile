@@ -25,7 +25,7 @@ SOMAJOR := 0
 # libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (make check,
 # check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
-            libxxhash-dev libncurses-dev clang libclang-rt-dev
+            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -69,6 +69,8 @@ BENCH   := $(BUILD)/bin/wsync-bench
 # tools/X.c is the main of wsync-X; tools/X_*.c are its other files.
 TOOL_MAINS := $(sort $(foreach f,$(wildcard tools/*.c),$(if $(findstring _,$(notdir $(f))),,$(f))))
 TOOLS   := $(patsubst tools/%.c,$(BUILD)/bin/wsync-%,$(TOOL_MAINS))
+# tools/ctl*.c is wsyncctl, spelled without the dash.
+TOOLS   := $(patsubst $(BUILD)/bin/wsync-ctl,$(BUILD)/bin/wsyncctl,$(TOOLS))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 
@@ -123,10 +125,19 @@ $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
 .SECONDEXPANSION:
-$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $$(call obj,$$(wildcard tools/$$*_*.c)) $(LIB_A)
+# wsyncctl and wsync-top read JSON and write it with jansson (tools only,
+# never libwsync); wsync-top shares wsyncctl's control-segment snapshot.
+TOOL_LIBS := -ljansson -lncursesw
+define link_tool
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LIBS_CLIENT) -ljemalloc -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LIBS_CLIENT) -ljemalloc -lm $(TOOL_LIBS)
+endef
+$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $$(call obj,$$(wildcard tools/$$*_*.c)) $(LIB_A)
+	$(link_tool)
+$(BUILD)/bin/wsyncctl: $(BUILD)/obj/tools/ctl.o $(call obj,$(wildcard tools/ctl_*.c)) $(LIB_A)
+	$(link_tool)
+$(BUILD)/bin/wsync-top: $(BUILD)/obj/tools/ctl_snap.o
 
 # Unit tests link the pieces they test directly (shm/ and broker/ objects
 # except the broker's main), plus cmocka.
@@ -135,6 +146,13 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -lcmocka -luring $(LIBS_CLIENT)
+
+# The safetensors parser is wsyncctl's, with jansson.
+$(BUILD)/tests/unit/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o \
+		$(BUILD)/obj/tools/ctl_safetensors.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) -lcmocka -ljansson $(LIBS_CLIENT)
 
 $(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -153,7 +171,8 @@ test: tests
 # first on PATH may be another build without numpy). python3-torch is
 # installed too, so the torch tests never skip here.
 PYTHON ?= /usr/bin/python3
-PY_PKGS := python3-numpy python3-pytest python3-torch
+# tmux: the wsync-top test drives the interactive screen in a real terminal.
+PY_PKGS := python3-numpy python3-pytest python3-torch tmux
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \

@@ -201,6 +201,7 @@ static void group_complete(struct broker *b, struct model *m)
 	atomic_store(&meta->version, version);
 	atomic_store(&meta->step, step);
 	atomic_store(&meta->published_ns, now);
+	atomic_store(&meta->checksum, 0);  /* no rank hashes the whole slab */
 	publish_book(b, m, step, now);     /* ctl latest first */
 	atomic_store(&m->page->latest, m->latest);
 	model_wake(m);

@@ -49,6 +49,7 @@
 #include "readers.h"
 #include "session.h"
 #include "shm/clock.h"
+#include "stats.h"
 
 #define LOOP_SQ_ENTRIES     512
 #define LOOP_CQ_ENTRIES     8192
@@ -495,6 +496,7 @@ static void on_tick(struct broker *b, int res)
 		return;
 	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
 	publish_audit(b);
+	stats_tick(b);
 	/* Reaping never frees (only CQE handlers do): the walk stays valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {
 		int64_t age = now - s->accepted_mono_ns;

@@ -19,6 +19,7 @@
 #include "readers.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
+#include "stats.h"
 
 struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_t gid)
 {
@@ -110,6 +111,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	e->connected_ns = s->connected_ns;
 	atomic_store(&e->models, 0);
 	snprintf(e->name, sizeof(e->name), "%s", s->name);
+	stats_clear(&e->stats);
 	atomic_store(&e->id, s->id);          /* publishes the entry */
 	log_info("session %u '%s' pid %d uid %u connected", s->id, s->name,
 	         (int)s->pid, (unsigned)s->uid);

@@ -102,6 +102,7 @@ struct wsync_pub {
 	uint32_t group_size, rank;
 	wsync_shard *parts;              /* this rank's declaration */
 	size_t n_parts;
+	bool checksum;                   /* WSYNC_PUB_CHECKSUM: hash at commit */
 
 	uint64_t last_committed;         /* grants must carry a newer version */
 	bool     begun;

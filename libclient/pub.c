@@ -43,6 +43,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "checksum.h"
 #include "client_internal.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
@@ -50,7 +51,8 @@
 #include "shm/segment.h"
 #include "shm/shard.h"
 
-#define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_GUARDED | WSYNC_PUB_REPLACE)
+#define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM | WSYNC_PUB_GUARDED | \
+                         WSYNC_PUB_REPLACE)
 
 static int opts_check(const struct wsync_client *c, const char *model,
                       const wsync_model_opts *o)
@@ -319,6 +321,7 @@ int wsync_pub_open_shard(wsync_client *c, const char *model,
 	p->c = c;
 	p->cur.fd = p->next.fd = -1;
 	p->guarded = opts && (opts->flags & WSYNC_PUB_GUARDED);
+	p->checksum = opts && (opts->flags & WSYNC_PUB_CHECKSUM);
 	snprintf(p->model, sizeof(p->model), "%s", model);
 	p->n_tensors = n_tensors;
 	p->tensors = calloc(n_tensors, sizeof(*p->tensors));
@@ -383,6 +386,7 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
 	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
 	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
+	atomic_store_explicit(&meta->checksum, wsync_pub_checksum(p), memory_order_relaxed);
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
 	wsync_futex_wake(&pg->seq, INT32_MAX);

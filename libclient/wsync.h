@@ -104,6 +104,11 @@ typedef struct wsync_tensor_desc {
 enum wsync_model_flags {
 	/* Accepted for compatibility: unguarded is the default. */
 	WSYNC_PUB_UNGUARDED = 1u << 0,
+	/* Every version carries an XXH3-64 checksum of its slab, computed by
+	 * the publisher at commit (one read pass over the slab: about a
+	 * memcpy's time, docs/BENCHMARKS.md); collectors check a view with
+	 * wsync_view_verify(). */
+	WSYNC_PUB_CHECKSUM = 1u << 1,
 	/* Opt-in write guard: this publisher's slabs are mprotect()ed read-only
 	 * at commit and writable again at begin, so a stray write after commit
 	 * faults in the trainer instead of reaching collectors. It costs two
@@ -374,6 +379,11 @@ int  wsync_tensor_part(const wsync_tensor_desc *d, uint32_t dim, uint32_t k, uin
 void wsync_slice_read(void *dst, const void *base, const wsync_slice *s);
 /* Copies contiguous src into a slice of a begun slab (base = slab->base). */
 void wsync_slice_write(void *base, const void *src, const wsync_slice *s);
+/* Recomputes the checksum of a view's slab and compares it with the one its
+ * publisher stored at commit (WSYNC_PUB_CHECKSUM): 0 if they match, -EBADMSG
+ * if not (wsync_errmsg() gives both), -ENODATA if the version was published
+ * without a checksum, -EINVAL if v is not a live view. */
+int  wsync_view_verify(const wsync_view *v);
 
 /* Bytes of one element of dtype, 0 if unknown. */
 size_t      wsync_dtype_size(uint32_t dtype);

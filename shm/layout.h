@@ -159,6 +159,27 @@ enum wsync_session_role {
 	WSYNC_ROLE_MONITOR = 1u << 2,
 };
 
+/*
+ * What monitors show of a session's reading, copied by the broker from the
+ * session page once per housekeeping tick (broker/stats.c): only the broker
+ * maps session pages. Informational, as the client wrote it: never trusted.
+ * `view` packs the version the session reads: version << 8, bit 7 set while
+ * it holds that version pinned (the lowest pinned version), bits 0..6 the
+ * model id (WSYNC_STATS_MODEL_UNKNOWN when nothing is pinned and the session
+ * opened several models); when nothing is pinned it is the newest version
+ * taken. 0 = never acquired.
+ */
+#define WSYNC_STATS_HELD           0x80u
+#define WSYNC_STATS_MODEL_UNKNOWN  0x7fu
+struct wsync_session_stats {
+	_Atomic uint64_t acquires;       /* views taken, summed over hazard records */
+	_Atomic uint64_t view;           /* see above */
+	_Atomic int64_t  view_since_ns;  /* CLOCK_REALTIME when that view was taken */
+	_Atomic uint32_t waits;          /* wsync_sub_wait calls, low 32 bits */
+	_Atomic uint32_t timeouts;       /* of which timed out, low 32 bits */
+};
+static_assert(sizeof(struct wsync_session_stats) == 32, "session stats size");
+
 struct wsync_ctl_session {
 	_Atomic uint32_t id;             /* 0 = entry unused */
 	uint32_t pid;
@@ -167,9 +188,10 @@ struct wsync_ctl_session {
 	int64_t  connected_ns;           /* CLOCK_REALTIME */
 	_Atomic uint64_t models;         /* bit i = model i opened */
 	char     name[WSYNC_INSTANCE_MAX];
-	uint8_t  reserved[32];
+	struct wsync_session_stats stats;  /* mirrored every tick (broker/stats.c) */
 };
 static_assert(sizeof(struct wsync_ctl_session) == 128, "ctl session entry size");
+static_assert(offsetof(struct wsync_ctl_session, stats) == 96, "ctl session stats offset");
 
 /* ---- model page: what collectors poll and sleep on ----------------------- */
 
@@ -177,8 +199,10 @@ struct wsync_slot_meta {
 	_Atomic uint64_t version;        /* version this slot holds, 0 = none */
 	_Atomic uint64_t step;
 	_Atomic int64_t  published_ns;   /* CLOCK_REALTIME of the commit */
-	uint64_t reserved;
+	_Atomic uint64_t checksum;       /* XXH3-64 of the slab, 0 = none
+	                                    (WSYNC_PUB_CHECKSUM; libclient/checksum.c) */
 };
+static_assert(offsetof(struct wsync_slot_meta, checksum) == 24, "slot checksum offset");
 static_assert(sizeof(struct wsync_slot_meta) == 32, "slot meta size");
 
 enum wsync_page_flags {

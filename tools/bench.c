@@ -16,6 +16,7 @@
  *   sustained  16 MiB published flat out, 8 collectors following
  *   peers      the same update reaching 4 collectors via torch.distributed,
  *              torch RPC and torch.multiprocessing (tools/bench/torch_peers.py)
+ *   checksum   XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) vs memcpy
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.
@@ -40,7 +41,7 @@ static const char usage_text[] =
 	"  --wsyncd PATH        broker to run (default: wsyncd next to this program)\n"
 	"  --quick              smaller sizes and fewer repeats (under a minute)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
-	"                       wake, sustained, peers, shard (default: all)\n"
+	"                       wake, sustained, peers, shard, checksum (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
 	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
@@ -58,6 +59,7 @@ static const struct {
 	{ "sustained", SC_SUSTAINED, bench_sustained },
 	{ "peers",     SC_PEERS,     bench_peers },
 	{ "shard",     SC_SHARD,     bench_shard },
+	{ "checksum",  SC_CHECKSUM,  bench_checksum },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

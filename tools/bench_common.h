@@ -34,7 +34,8 @@ enum bench_scenario {
 	SC_SUSTAINED = 1u << 3,
 	SC_PEERS     = 1u << 4,
 	SC_SHARD     = 1u << 5,
-	SC_ALL       = (1u << 6) - 1,
+	SC_CHECKSUM  = 1u << 6,
+	SC_ALL       = (1u << 7) - 1,
 };
 
 struct bench {
@@ -222,6 +223,8 @@ int bench_wake(struct bench *b);
 int bench_sustained(struct bench *b);
 int bench_peers(struct bench *b);
 int bench_shard(struct bench *b);
+/* checksum: XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) against memcpy. */
+int bench_checksum(struct bench *b);
 
 /* ---- fan-out: one publisher, N collector processes waiting (wake, peers) --- */
 

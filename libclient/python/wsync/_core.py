@@ -418,7 +418,8 @@ class Client(_Handle):
         finally:
             self._leave()
 
-    def publisher(self, model, tensors, slots=0, guard=False, flags=0, replace=False):
+    def publisher(self, model, tensors, slots=0, guard=False, flags=0, replace=False,
+                  checksum=False, unguarded=False):
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
@@ -430,19 +431,28 @@ class Client(_Handle):
         costs about one more copy of the slab per publish, hence off by
         default); replace=True sets PUB_REPLACE (a model of that name with
         another layout and no publisher is deleted and created again; its
-        readers get RemovedError and subscribe again); flags, more
-        wsync_model_flags bits, ORed in. Raises LayoutError (-EEXIST) if the
+        readers get RemovedError and subscribe again); checksum=True sets
+        PUB_CHECKSUM (every version carries an XXH3-64 of its slab;
+        View.verify checks it); unguarded=True says PUB_UNGUARDED, the
+        default, explicitly; flags, more wsync_model_flags bits, ORed in. Raises LayoutError (-EEXIST) if the
         model exists with another layout (and not replace), BusyError if it
         has another publisher."""
+        if not isinstance(checksum, bool) or not isinstance(unguarded, bool):
+            raise TypeError("wsync: checksum and unguarded must be True or False")
+        if guard and unguarded:
+            raise ValueError("wsync: guard=True and unguarded=True contradict each other")
         opts = _model_opts(slots, guard, flags, replace)
+        opts.flags |= (_PUB_CHECKSUM if checksum else 0) | (_PUB_UNGUARDED if unguarded else 0)
         return Publisher(self, model, _make_descs(tensors), opts)
 
-    def publisher_like(self, model, state_dict, slots=0, guard=False, flags=0, replace=False):
+    def publisher_like(self, model, state_dict, slots=0, guard=False, flags=0, replace=False,
+                       checksum=False, unguarded=False):
         """publisher() with the layout of a dict of numpy arrays or torch
         tensors (names, dtypes and shapes, in the dict's order)."""
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
-        return self.publisher(model, tensors, slots, guard, flags, replace)
+        return self.publisher(model, tensors, slots, guard, flags, replace, checksum,
+                              unguarded)
 
     def subscriber(self, model):
         """Subscribes to model, which need not exist yet."""
@@ -467,8 +477,10 @@ class Client(_Handle):
 
 
 PUB_UNGUARDED = 1 << 0      # enum wsync_model_flags (the default)
+PUB_CHECKSUM = 1 << 1
 PUB_GUARDED = 1 << 2
 PUB_REPLACE = 1 << 3
+_PUB_UNGUARDED, _PUB_CHECKSUM = PUB_UNGUARDED, PUB_CHECKSUM
 
 
 def _model_opts(slots, guard, flags, replace=False):
@@ -525,6 +537,7 @@ def connect(endpoint=None, name=None):
 # ---- publisher --------------------------------------------------------------
 
 _ABORT = object()      # Publisher._finish without a step
+
 
 
 class Publisher(_Handle):
@@ -1143,6 +1156,15 @@ class View:
             return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
         buf = _rw(self._buf())
         return {s.name: _torch_view(buf, s) for s in self.subscriber._layout}
+
+    def verify(self):
+        """Recomputes this version's slab checksum and compares it with the
+        one its publisher stored (a model published with checksum=True).
+        Returns None if they match; raises WsyncError with errno EBADMSG on
+        a mismatch, NoDataError if the version has no checksum."""
+        if self._released:
+            raise ClosedError("wsync: view v%d was released" % self.version)
+        check(lib.wsync_view_verify(ctypes.byref(self._c)))
 
     def release(self):
         """Lets the broker reuse this version's slab. Arrays taken from the

@@ -129,6 +129,7 @@ _PROTOS = {
     "wsync_sub_release": (None, [_vp, _P(CView)]),
     "wsync_sub_fd": (_i32, [_vp]),
     "wsync_sub_close": (None, [_vp]),
+    "wsync_view_verify": (_i32, [_P(CView)]),
     "wsync_view_tensor": (_i32, [_P(CView), _cp, _P(_vp), _P(_P(TensorDesc))]),
     "wsync_slab_tensor": (_i32, [_P(CSlab), _cp, _P(_vp), _P(_P(TensorDesc))]),
     "wsync_slab_copy": (_i32, [_P(CSlab), _u64, _vp, _sz, ctypes.c_uint]),
