@@ -39,6 +39,7 @@ struct broker {
 	uint32_t        next_session_id;       /* never reused in a generation */
 	struct session *all_sessions;          /* every allocated session */
 	uint32_t        n_rejected;            /* refused peers awaiting their answer */
+	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
 

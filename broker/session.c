@@ -43,6 +43,7 @@ struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_
 		s->all_next->all_pprev = &s->all_next;
 	s->all_pprev = &b->all_sessions;
 	b->all_sessions = s;
+	b->n_pending++;
 	return s;
 }
 
@@ -62,9 +63,18 @@ int session_admit(struct broker *b, struct session *s)
 	return -EAGAIN;
 }
 
+/* s leaves SESSION_NEW for state. */
+static void session_leave_new(struct broker *b, struct session *s,
+                              enum session_state state)
+{
+	if (s->state == SESSION_NEW)
+		b->n_pending--;
+	s->state = state;
+}
+
 void session_reject(struct broker *b, struct session *s, int err, const char *why)
 {
-	s->state = SESSION_REJECTED;
+	session_leave_new(b, s, SESSION_REJECTED);
 	s->reject_err = err;
 	snprintf(s->reject_why, sizeof(s->reject_why), "%s", why);
 	b->n_rejected++;
@@ -77,6 +87,14 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	void *map;
 	int fd, err, seals;
 
+	/* The table entry is taken here, not at accept: a connection that never
+	 * says HELLO holds no entry (loop.c bounds those apart). */
+	if (s->index < 0 && session_admit(b, s)) {
+		snprintf(why, whylen, "broker '%s' has its maximum of %d sessions",
+		         b->cfg.name, WSYNC_MAX_SESSIONS);
+		log_warn("refused session %u pid %d: %s", s->id, (int)s->pid, why);
+		return -EAGAIN;
+	}
 	fd = fault_memfd_create("wsync-session", WSYNC_PAGE);
 	if (fd < 0) {
 		snprintf(why, whylen, "cannot create a session page: %s", strerror(-fd));
@@ -100,7 +118,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	s->page->layout_version = WSYNC_LAYOUT_VERSION;
 	s->page->session_id = s->id;
 	snprintf(s->name, sizeof(s->name), "%s", name);
-	s->state = SESSION_ACTIVE;
+	session_leave_new(b, s, SESSION_ACTIVE);
 
 	e = ctl_session(b, (uint32_t)s->index);
 	e->pid = (uint32_t)s->pid;
@@ -200,7 +218,7 @@ void session_disconnect(struct broker *b, struct session *s, const char *why)
 		return;
 	/* Its hazards stop counting here: the client is gone or cut off. */
 	session_drop_models(b, s);
-	s->state = SESSION_CLOSING;
+	session_leave_new(b, s, SESSION_CLOSING);
 	if (s->index >= 0) {
 		struct wsync_ctl_session *e = ctl_session(b, (uint32_t)s->index);
 

@@ -19,9 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -774,6 +776,93 @@ int harness_broker_fd_count(const struct broker *b)
 			n++;
 	closedir(d);
 	return n;
+}
+
+int harness_broker_fd_settle(const struct broker *b, int want, int timeout_ms)
+{
+	int64_t end = harness_mono_ns() + (int64_t)timeout_ms * HARNESS_MS;
+	int n = harness_broker_fd_count(b);
+	while (n > want && harness_mono_ns() < end) {
+		harness_sleep_ms(50);
+		n = harness_broker_fd_count(b);
+	}
+	return n;
+}
+
+int harness_raw_connect(const struct broker *b)
+{
+	struct sockaddr_un a;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memset(&a, 0, sizeof a);
+	a.sun_family = AF_UNIX;
+	if (strlen(b->sock) >= sizeof a.sun_path) {
+		close(fd);
+		return -ENAMETOOLONG;
+	}
+	memcpy(a.sun_path, b->sock, strlen(b->sock) + 1);
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+int harness_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 64)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh;
+	if (nfds < 0 || nfds > 64)
+		return -EINVAL;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (nfds > 0) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)len ? 0 : -EMSGSIZE;
+}
+
+void harness_publish_and_read(const struct broker *b, const char *model, uint64_t step)
+{
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+	wsync_view v;
+	uint64_t version = 0;
+	int rc;
+	TEST_OK(harness_connect(b, "publish-and-read", &c));
+	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
+	while ((rc = harness_pub_open_2t(c, model, 2, &p)) == -EBUSY &&
+	       harness_mono_ns() < deadline)
+		harness_sleep_ms(10);
+	TEST_RC(rc, 0);
+	TEST_OK(wsync_sub_open(c, model, &s));
+	TEST_OK(harness_publish(p, step, 5 * HARNESS_S, &version));
+	TEST_OK(wsync_sub_acquire(s, &v));
+	TEST_EQ_U64(v.version, version);
+	TEST_EQ_U64(v.step, step);
+	TEST_ASSERT(harness_verify_view(&v) == 0);
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
 }
 
 /* ---- handshakes -------------------------------------------------------------------------- */

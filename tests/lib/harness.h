@@ -133,6 +133,14 @@ void harness_broker_dump_log(const struct broker *b, int lines);
 int  harness_connect(const struct broker *b, const char *client_name, wsync_client **out);
 /* Number of open file descriptors of the broker process, or -1. */
 int  harness_broker_fd_count(const struct broker *b);
+/* Polls the broker's fd count until it is at most want, up to timeout_ms;
+ * returns the last count (the caller asserts). */
+int  harness_broker_fd_settle(const struct broker *b, int want, int timeout_ms);
+/* A raw SOCK_SEQPACKET connection to the broker's socket: fd, or -errno. */
+int  harness_raw_connect(const struct broker *b);
+/* sendmsg of len bytes with nfds fds as SCM_RIGHTS (MSG_NOSIGNAL): 0 or
+ * -errno (the broker may have closed the connection already). */
+int  harness_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
 
 /* ---- child processes ---------------------------------------------------------- */
 
@@ -196,6 +204,11 @@ int    harness_pub_open_2t(wsync_client *c, const char *model, uint32_t slots, w
  * commit. Returns the first failing call's result; *version set on success. */
 int    harness_publish(wsync_pub *p, uint64_t step, int64_t begin_timeout_ns,
                        uint64_t *version);
+
+/* A client of its own opens model as publisher (two-tensor layout, retrying
+ * -EBUSY for 5 s while an earlier publisher is reaped) and subscriber,
+ * publishes step and reads it back verified; fails the test otherwise. */
+void   harness_publish_and_read(const struct broker *b, const char *model, uint64_t step);
 
 /* ---- odds and ends ------------------------------------------------------------------ */
 
