@@ -73,7 +73,7 @@ int broker_start(struct broker *b, const struct config *cfg)
 	}
 	/* The socket first: connections wait in its backlog until the loop
 	 * runs, and a bad --socket fails before any segment is touched. */
-	e = rundir_listen(cfg, err, sizeof(err));
+	e = rundir_listen(cfg, &b->sock_bound, err, sizeof(err));
 	if (e < 0)
 		goto out_floors;
 	b->listen_fd = e;
@@ -104,7 +104,7 @@ out_segments:
 	ctl_destroy(b, adopted == 0);
 out_close_listen:
 	close(b->listen_fd);
-	unlink(cfg->socket_path);
+	rundir_unlink_socket(cfg->socket_path, &b->sock_bound);
 out_floors:
 	state_free(b->floors);
 out_unlock:
@@ -138,7 +138,9 @@ void broker_stop(struct broker *b)
 	ctl_destroy(b, !keep);
 	loop_exit(b);
 	close(b->listen_fd);
-	unlink(b->cfg.socket_path);
+	if (rundir_unlink_socket(b->cfg.socket_path, &b->sock_bound) == -ESTALE)
+		log_warn("%s is another broker's socket now: left in place",
+		         b->cfg.socket_path);
 	state_free(b->floors);
 	log_info("broker '%s' stopped%s", b->cfg.name,
 	         keep ? "; segments kept for the next start" : "");

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -45,6 +46,7 @@ struct broker {
 
 	struct loop *loop;
 	int      lock_fd, listen_fd;
+	struct stat sock_bound;                /* the socket inode we bound */
 	char     versions_path[PATH_MAX];
 	char     lock_path[PATH_MAX];
 };
