@@ -9,7 +9,6 @@
 
 #include "adopt.h"
 #include "ctl.h"
-#include "guard.h"
 #include "log.h"
 #include "loop.h"
 #include "model.h"
@@ -45,20 +44,17 @@ int broker_start(struct broker *b, const struct config *cfg)
 	b->uid = geteuid();
 	b->pid = getpid();
 	b->started_ns = wsync_real_ns();
-	b->ctl_fd = b->ctl_ro_fd = b->lock_fd = b->listen_fd = -1;
+	b->ctl_fd = b->ctl_ro_fd = b->lock_fd = b->listen_fd = b->seg_dirfd = -1;
 	if (snprintf(b->lock_path, sizeof(b->lock_path), "%s/%s.lock", cfg->rundir,
 	             cfg->name) >= (int)sizeof(b->lock_path) ||
 	    snprintf(b->versions_path, sizeof(b->versions_path), "%s/%s.versions",
-	             cfg->rundir, cfg->name) >= (int)sizeof(b->versions_path)) {
+	             cfg->rundir, cfg->name) >= (int)sizeof(b->versions_path) ||
+	    snprintf(b->state_path, sizeof(b->state_path), "%s/%s.state",
+	             cfg->rundir, cfg->name) >= (int)sizeof(b->state_path)) {
 		startup_fail("run directory path too long");
 		return -ENAMETOOLONG;
 	}
 
-	e = guard_init();
-	if (e) {
-		snprintf(err, sizeof(err), "cannot install the SIGBUS guard: %s", strerror(-e));
-		goto out_fail;
-	}
 	e = rundir_prepare(cfg, err, sizeof(err));
 	if (e)
 		goto out_fail;

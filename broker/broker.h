@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "shm/layout.h"
+#include "shm/segment.h"
 
 struct session;
 struct model;
@@ -27,6 +28,12 @@ struct broker {
 	pid_t    pid;
 	uint64_t generation;
 	int64_t  started_ns;
+
+	/* this generation's private directory in /dev/shm (shm/segment.h),
+	 * named in <rundir>/<name>.state once the generation is installed */
+	int      seg_dirfd;
+	char     seg_dir[WSYNC_SHM_NAME_MAX];
+	char     state_path[PATH_MAX];
 
 	/* control segment: broker writes, clients map read-only */
 	int      ctl_fd, ctl_ro_fd;

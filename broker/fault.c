@@ -94,11 +94,11 @@ void *fault_aligned_alloc(size_t align, size_t n)
 	return aligned_alloc(align, n);
 }
 
-int fault_seg_create(const char *name, uint64_t bytes)
+int fault_seg_create_at(int dirfd, const char *name, uint64_t bytes)
 {
 	if (fault_hit(FAULT_SEG, name))
 		return -ENOSPC;
-	return wsync_seg_create(name, bytes);
+	return wsync_seg_create_at(dirfd, name, bytes);
 }
 
 int fault_memfd_create(const char *label, uint64_t bytes)

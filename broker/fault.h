@@ -39,9 +39,9 @@ void *fault_calloc(size_t n, size_t size);
 void *fault_realloc(void *p, size_t n);
 void *fault_aligned_alloc(size_t align, size_t n);
 
-/* wsync_seg_create / wsync_memfd_create / wsync_seg_map, or the injected
+/* wsync_seg_create_at / wsync_memfd_create / wsync_seg_map, or the injected
  * failure. */
-int   fault_seg_create(const char *name, uint64_t bytes);
+int   fault_seg_create_at(int dirfd, const char *name, uint64_t bytes);
 int   fault_memfd_create(const char *label, uint64_t bytes);
 int   fault_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out);
 

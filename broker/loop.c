@@ -611,7 +611,6 @@ static void drain_cqes(struct broker *b)
 
 		io_uring_cqe_seen(&b->loop->ring, cqe);
 		dispatch(b, data, res, flags);
-		model_repair_pages(b);
 	}
 }
 

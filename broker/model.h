@@ -96,9 +96,6 @@ void model_wake(struct model *m);
 /* Marks the page CLOSED and wakes everyone (clean shutdown). */
 void model_close_page(struct model *m);
 
-/* Rebuilds the pages a client truncated (see guard.h); cheap when none. */
-void model_repair_pages(struct broker *b);
-
 int  model_add_member(struct model *m, struct session *s);
 void model_remove_member(struct model *m, struct session *s);
 

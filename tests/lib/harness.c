@@ -121,7 +121,7 @@ static int unlink_in(int dirfd, const char *prefix, int depth)
 				if (prefix && !s_prefix(d->d_name, prefix))
 					continue;
 				if (d->d_type == DT_DIR) {
-					if (prefix || depth <= 0)
+					if (depth <= 0)
 						continue;
 					int sub = openat(dirfd, d->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 					if (sub >= 0) {
@@ -149,7 +149,7 @@ static void reg_kill_and_clean(struct reg_entry *r)
 	}
 	int shm = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (shm >= 0) {
-		unlink_in(shm, r->prefix, 0);
+		unlink_in(shm, r->prefix, 1);    /* the instance's private directories */
 		close(shm);
 	}
 	if (r->dir[0]) {
@@ -752,14 +752,48 @@ int harness_shm_leftovers(const struct broker *b, int print)
 	int n = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		n++;
+		if (print)
+			fprintf(stderr, "left in /dev/shm: %s\n", e->d_name);
+		/* a private directory: what is in it counts too */
+		int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+		if (!sd) {
+			if (sub >= 0)
+				close(sub);
+			continue;
+		}
+		struct dirent *f;
+		while ((f = readdir(sd)) != NULL) {
+			if (f->d_name[0] == '.')
+				continue;
 			n++;
 			if (print)
-				fprintf(stderr, "left in /dev/shm: %s\n", e->d_name);
+				fprintf(stderr, "left in /dev/shm: %s/%s\n", e->d_name, f->d_name);
 		}
+		closedir(sd);
 	}
 	closedir(d);
 	return n;
+}
+
+int harness_seg_path(const struct broker *b, const char *seg, char *buf, size_t len)
+{
+	char state[sizeof b->dir + 96], dir[256];
+	snprintf(state, sizeof state, "%s/wsync/%s.state", b->dir, b->name);
+	int fd = open(state, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, dir, sizeof dir - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	dir[n] = 0;
+	dir[strcspn(dir, "\n")] = 0;
+	n = snprintf(buf, len, "/dev/shm/%s%s%s", dir, seg[0] ? "/" : "", seg);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
 int harness_broker_fd_count(const struct broker *b)

@@ -7,7 +7,7 @@
  * that is XDG_RUNTIME_DIR for the broker and for the test's clients, so its
  * lock file, versions file and socket live there and nothing is shared with
  * another test or a real broker. Brokers and children are killed, and the
- * instance's /dev/shm segments and directory removed, when the test exits,
+ * instance's /dev/shm directories and run directory removed, when the test exits,
  * fails, times out (SIGTERM from the runner) or its parent dies.
  *
  * A test is a program: exit 0 pass, 77 skip, 1 fail.
@@ -125,8 +125,13 @@ int  harness_broker_restart(struct broker *b);
  * segment of the instance left in /dev/shm; fails the test otherwise. */
 void harness_broker_finish_at(struct broker *b, const char *file, int line);
 #define harness_broker_finish(b) harness_broker_finish_at((b), __FILE__, __LINE__)
-/* Number of /dev/shm/wsync.<uid>.<name>.* entries; prints them if print. */
+/* Number of /dev/shm/wsync.<uid>.<name>.* entries, and of the entries in
+ * those that are (private) directories; prints them if print. */
 int  harness_shm_leftovers(const struct broker *b, int print);
+/* "/dev/shm/<the instance's current private directory>/<seg>" (seg "" for
+ * the directory itself), from the state file in its run directory:
+ * 0, or -1 if there is none. */
+int  harness_seg_path(const struct broker *b, const char *seg, char *buf, size_t len);
 /* Prints the last lines of the broker's log to stderr. */
 void harness_broker_dump_log(const struct broker *b, int lines);
 /* wsync_connect to the broker's socket. */
