@@ -213,7 +213,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 
 int config_default_rundir(char *buf, size_t len)
 {
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
 	int n;
 
 	if (xdg && xdg[0] == '/')

@@ -16,6 +16,10 @@
  * Counting starts at 1 with the process; each injection is logged at warn
  * level ("fault injection: ..."), so a test can tell whether its N was
  * reached. Without these variables the wrappers are the plain calls.
+ *
+ * Only a broker built with -DWSYNC_FAULT_INJECTION ($(BUILD)/tests/
+ * wsyncd-fault, for the fault tests) reads these variables; in the real
+ * wsyncd fault_hit is always false and the HELLO deadline is the default.
  */
 #ifndef WSYNC_BROKER_FAULT_H
 #define WSYNC_BROKER_FAULT_H

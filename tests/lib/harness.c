@@ -516,6 +516,38 @@ const char *harness_wsyncd_path(void)
 	return NULL;
 }
 
+int harness_use_fault_wsyncd(void)
+{
+	static char path[PATH_MAX + 32];
+	const char *env = getenv("WSYNC_WSYNCD_FAULT");
+	const char *build = getenv("BUILD");
+	if (env && env[0]) {
+		snprintf(path, sizeof path, "%s", env);
+	} else {
+		snprintf(path, sizeof path, "%s/tests/wsyncd-fault", build && build[0] ? build : "build");
+		if (access(path, X_OK) != 0) {
+			/* <root>/<BUILD>/tests/integ/<test> -> <root>/<BUILD>/tests/wsyncd-fault */
+			char exe[PATH_MAX];
+			ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+			if (n > 0) {
+				exe[n] = 0;
+				for (int up = 0; up < 2; up++) {
+					char *slash = strrchr(exe, '/');
+					if (slash)
+						*slash = 0;
+				}
+				snprintf(path, sizeof path, "%s/wsyncd-fault", exe);
+			}
+		}
+	}
+	if (access(path, X_OK) != 0) {
+		printf("SKIP: no broker with fault injection (%s; make tests builds it)\n", path);
+		return -1;
+	}
+	setenv("WSYNC_WSYNCD", path, 1);
+	return 0;
+}
+
 void harness_broker_dump_log(const struct broker *b, int lines)
 {
 	dump_file_tail(b->log, lines);

@@ -102,6 +102,11 @@ struct broker {
 /* Path of the wsyncd binary: $WSYNC_WSYNCD, else $BUILD/bin/wsyncd (BUILD
  * default build) from the current directory, else next to this test binary. */
 const char *harness_wsyncd_path(void);
+/* For tests that set WSYNC_FAULT_* or WSYNC_HELLO_TIMEOUT_MS: makes every
+ * later broker of this test the one with fault injection compiled in
+ * ($WSYNC_WSYNCD_FAULT, else <BUILD>/tests/wsyncd-fault) by setting
+ * WSYNC_WSYNCD. 0, or -1 after printing why (the test should skip). */
+int harness_use_fault_wsyncd(void);
 
 /*
  * Starts a broker with --name and --socket of its own plus the extra
