@@ -27,7 +27,7 @@
 #include "shm/layout.h"
 #include "shm/proto.h"
 
-#define CHURN 10000
+#define CHURN 10000              /* WSYNC_SCALE_CHURN=N for a longer run */
 
 static struct broker B;
 
@@ -124,13 +124,15 @@ static void models(void)
 static void churn(void)
 {
 	int base = harness_broker_fd_settle(&B, 0, 300);
+	const char *env = getenv("WSYNC_SCALE_CHURN");
+	int churns = env && atoi(env) > 0 ? atoi(env) : CHURN;
 	int64_t t0 = harness_mono_ns();
-	for (int i = 0; i < CHURN; i++) {
+	for (int i = 0; i < churns; i++) {
 		wsync_client *c;
 		TEST_OK(harness_connect(&B, "churn", &c));
 		wsync_close(c);
 	}
-	harness_log("%d connect + close in %.1f s", CHURN, (harness_mono_ns() - t0) / 1e9);
+	harness_log("%d connect + close in %.1f s", churns, (harness_mono_ns() - t0) / 1e9);
 	int now = harness_broker_fd_settle(&B, base, 10000);
 	TEST_ASSERT_MSG(now <= base, "broker fds %d after the churn, %d before", now, base);
 }
