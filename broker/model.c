@@ -372,10 +372,21 @@ void model_undeclare(struct broker *b, struct model *m, const char *why)
 
 bool model_drop_if_unused(struct broker *b, struct model *m)
 {
-	if (m->state != WSYNC_MODEL_DECLARED || m->n_members || m->pub)
+	if (m->n_members || m->pub || m->granted)
 		return false;
-	model_undeclare(b, m, "never published and nobody has it open");
-	return true;
+	if (m->state == WSYNC_MODEL_DECLARED) {
+		model_undeclare(b, m, "never published and nobody has it open");
+		return true;
+	}
+	/* A layout and slabs without a version hold nothing anyone can read:
+	 * a client that opened publishers and left must not keep table entries
+	 * and slab memory from everybody else. */
+	if (m->state == WSYNC_MODEL_READY &&
+	    wsync_latest_slot(m->latest) == WSYNC_SLOT_NONE) {
+		model_undeclare(b, m, "no version was ever committed and nobody has it open");
+		return true;
+	}
+	return false;
 }
 
 void model_destroy(struct broker *b, struct model *m, bool unlink_them)
