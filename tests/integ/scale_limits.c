@@ -16,11 +16,18 @@
  * 3. 10,000 connect + close of a normal client (the longer run in
  *    docs/RELIABILITY.md did 100,000): the broker's fds return to the
  *    baseline and a normal client still publishes and reads.
+ * 4. A slow client that never reads its socket (nor its NOTIFY eventfd)
+ *    and keeps sending requests, while a trainer publishes 2,000 versions
+ *    (of one of the 64 models)
+ *    as fast as it can and a collector follows: every commit succeeds, the
+ *    collector reaches the last version verified, the slow client is cut
+ *    off (its replies pile up) and the broker's fds return to the baseline.
  */
 #include "tests/lib/faults.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -137,6 +144,75 @@ static void churn(void)
 	TEST_ASSERT_MSG(now <= base, "broker fds %d after the churn, %d before", now, base);
 }
 
+static int trainer(void *arg)
+{
+	wsync_client *c;
+	wsync_pub *p;
+	uint64_t v = 0;
+	(void)arg;
+	TEST_OK(harness_connect(&B, "fast-trainer", &c));
+	TEST_OK(harness_pub_open_2t(c, "scale.m1", 8, &p));
+	int64_t t0 = harness_mono_ns();
+	for (uint64_t step = 1; step <= 2000; step++)
+		TEST_OK(harness_publish(p, step, 5 * HARNESS_S, &v));
+	harness_log("2000 commits in %.2f s beside the slow client",
+	            (harness_mono_ns() - t0) / 1e9);
+	wsync_pub_close(p);
+	wsync_close(c);
+	return 0;
+}
+
+static void slow_reader(void)
+{
+	union wsync_msg_any m;
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_view v;
+	int base = harness_broker_fd_settle(&B, 0, 300);
+	TEST_OK(harness_connect(&B, "follower", &c));
+	TEST_OK(wsync_sub_open(c, "scale.m1", &s));
+	/* the slow one: subscribes, registers an eventfd, never reads */
+	int slow = faults_raw_connect(&B);
+	faults_raw_hello(slow, 1, "slow", NULL, NULL);
+	memset(&m, 0, sizeof m);
+	wsync_msg_init(&m.hdr, WSYNC_MSG_SUB_OPEN, 2);
+	snprintf(m.sub_open.model, sizeof m.sub_open.model, "scale.m1");
+	TEST_OK(faults_raw_send(slow, &m, sizeof m.sub_open, NULL, 0));
+	TEST_ASSERT(faults_raw_recv(slow, &m, NULL, NULL, HARNESS_WAIT_MS) > 0);
+	uint32_t id = m.sub_open_ok.model_id;
+	int efd = eventfd(0, EFD_CLOEXEC);
+	memset(&m, 0, sizeof m);
+	wsync_msg_init(&m.hdr, WSYNC_MSG_NOTIFY, 3);
+	m.notify.m.model_id = id;
+	TEST_OK(faults_raw_send(slow, &m, sizeof m.notify, &efd, 1));
+	close(efd);
+	pid_t t = harness_fork(trainer, NULL);
+	int sent = 0;
+	for (uint32_t seq = 4; sent < 100000; seq++, sent++) {
+		memset(&m, 0, sizeof m);
+		wsync_msg_init(&m.hdr, WSYNC_MSG_ATTACH, seq);
+		m.attach.m.model_id = id;
+		if (faults_raw_send(slow, &m, sizeof m.attach, NULL, 0))
+			break;                 /* cut off, or its own buffer is full */
+	}
+	harness_log("the slow client sent %d requests without reading", sent);
+	harness_expect_exit0(t, "the fast trainer");
+	uint64_t last = 0;
+	while (last < 2000) {                     /* steps 1..2000 */
+		TEST_OK(wsync_sub_wait(s, last ? v.version : 0, 5 * HARNESS_S, &v));
+		TEST_ASSERT(harness_verify_view(&v) == 0);
+		last = v.step;
+		wsync_sub_release(s, &v);
+	}
+	TEST_ASSERT_MSG(faults_log_contains(&B, "does not read"),
+	                "the slow client was not cut off for not reading");
+	close(slow);
+	wsync_sub_close(s);
+	wsync_close(c);
+	int now = harness_broker_fd_settle(&B, base, 10000);
+	TEST_ASSERT_MSG(now <= base, "broker fds %d after the slow client, %d before", now, base);
+}
+
 int main(void)
 {
 	struct rlimit rl;
@@ -152,6 +228,7 @@ int main(void)
 		return 1;
 	sessions();
 	models();
+	slow_reader();
 	churn();
 	/* still serving (the table is full: an existing model) */
 	wsync_client *c;
