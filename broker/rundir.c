@@ -96,6 +96,14 @@ int rundir_group_dir(const struct config *cfg, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+static bool rundir_is_0711(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 07777) == 0711;
+}
+
 int rundir_prepare(const struct config *cfg, char *err, size_t errlen)
 {
 	char gdir[PATH_MAX], blocker[PATH_MAX + 16];
@@ -113,7 +121,10 @@ int rundir_prepare(const struct config *cfg, char *err, size_t errlen)
 	glen = strlen(gdir);
 	in_gdir = cfg->has_group && !strncmp(cfg->socket_path, gdir, glen) &&
 	          cfg->socket_path[glen] == '/';
-	e = dir_own(cfg->rundir, in_gdir ? 0711 : 0700, false, 0, err, errlen);
+	/* 0711 left by a --group instance that may still run stays: search
+	 * only, and taking it away would cut that instance's group off. */
+	e = dir_own(cfg->rundir, in_gdir || rundir_is_0711(cfg->rundir) ? 0711 : 0700,
+	            false, 0, err, errlen);
 	if (e)
 		return e;
 	if (in_gdir) {

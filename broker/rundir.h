@@ -18,7 +18,8 @@
  * ours (not a symlink; a foreign one is refused, naming its owner). It is
  * shared by every instance of the user, so it is never loosened: 0700, or
  * 0711 when a --group instance keeps its socket in <rundir>/<name>.group/
- * (0750, owned by the group). Warns when the group cannot reach the socket.
+ * (0750, owned by the group); a 0711 one is left so for other instances.
+ * Warns when the group cannot reach the socket.
  * 0 or -errno with a message in err.
  */
 int rundir_prepare(const struct config *cfg, char *err, size_t errlen);
