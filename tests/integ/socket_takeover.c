@@ -9,7 +9,9 @@
  *    (renamed away, a new listener bound there) leaves that socket in place
  *    when it stops: it unlinks only the inode it bound.
  * 3. --group leaves the run directory 0700 (it used to become 0750 and
- *    group-owned, opening every instance's files to the group).
+ *    group-owned, opening every instance's files to the group); a start
+ *    tightens a 0755 one to 0700 and leaves a 0711 one (search only, made
+ *    for another --group instance's socket directory) as it is.
  * 4. A run directory another uid created is refused with a message naming
  *    it and its owner (root only: the directory is chowned to uid 65534).
  */
@@ -84,6 +86,19 @@ static void group_keeps_rundir_private(void)
 	TEST_ASSERT(stat(rundir, &st) == 0);
 	TEST_ASSERT_MSG((st.st_mode & 07777) == 0700, "--group left the shared run directory "
 	                "%s mode %04o", rundir, (unsigned)(st.st_mode & 07777));
+	TEST_ASSERT(harness_broker_stop(&G) == 0);
+	/* a looser one is tightened; 0711 (another --group instance's) is kept */
+	static const unsigned before[] = { 0755, 0711 }, after[] = { 0700, 0711 };
+	for (int i = 0; i < 2; i++) {
+		TEST_ASSERT(chmod(rundir, before[i]) == 0);
+		TEST_ASSERT(harness_broker_restart(&G) == 0);
+		TEST_ASSERT(stat(rundir, &st) == 0);
+		TEST_ASSERT_MSG((st.st_mode & 07777) == after[i], "run directory %04o became "
+		                "%04o, expected %04o", before[i], (unsigned)(st.st_mode & 07777),
+		                after[i]);
+		TEST_ASSERT(harness_broker_stop(&G) == 0);
+	}
+	TEST_ASSERT(harness_broker_restart(&G) == 0);
 	harness_broker_finish(&G);
 }
 
