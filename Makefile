@@ -64,6 +64,10 @@ TESTLIB_OBJ:= $(call obj,$(TESTLIB_SRC))
 LIB_A   := $(BUILD)/lib/libwsync.a
 LIB_SO  := $(BUILD)/lib/libwsync.so.$(VERSION)
 WSYNCD  := $(BUILD)/bin/wsyncd
+# The broker with fault injection compiled in (broker/fault.h), for tests only.
+WSYNCD_FAULT := $(BUILD)/tests/wsyncd-fault
+WSYNCD_FAULT_OBJ := $(filter-out $(BUILD)/obj/broker/fault.o,$(BROKER_OBJ)) \
+                    $(BUILD)/obj-fault/broker/fault.o
 DEMO    := $(BUILD)/bin/wsync-demo
 BENCH   := $(BUILD)/bin/wsync-bench
 # tools/X.c is the main of wsync-X; tools/X_*.c are its other files.
@@ -124,6 +128,16 @@ $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
+$(BUILD)/obj-fault/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $< (fault injection)")
+	$(Q)$(CC) $(CPPFLAGS) -DWSYNC_FAULT_INJECTION $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(WSYNCD_FAULT): $(WSYNCD_FAULT_OBJ) $(SHM_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
+
 .SECONDEXPANSION:
 # wsyncctl and wsync-top read JSON and write it with jansson (tools only,
 # never libwsync); wsync-top shares wsyncctl's control-segment snapshot.
@@ -159,7 +173,7 @@ $(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(LIB_A) $(LIBS_CLIENT)
 
-tests: all $(UNIT_BIN) $(INTEG_BIN)
+tests: all $(UNIT_BIN) $(INTEG_BIN) $(WSYNCD_FAULT)
 
 # The Python tests load libwsync into the interpreter, which a sanitizer
 # build cannot do without preloading its runtime: they run in plain builds.
@@ -262,4 +276,4 @@ tsan-run: all $(TSAN_BIN)
 # pattern rules, which make would otherwise delete).
 .SECONDARY:
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-fault -name '*.d' 2>/dev/null)

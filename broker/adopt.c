@@ -1,24 +1,34 @@
 /*
  * broker/adopt.c — a new broker generation, adopting the last one's data.
  *
- * Invariant: a broker never writes an object of an older generation. Old
- * objects are only read (with pread, never mapped: a client holding a
- * writable fd could have truncated one, and a read cannot fault), the
- * latest version of each model is copied into fresh objects of the new
- * generation, and the old names are unlinked. Old mappings stay valid, so a
- * collector still reading a view from before the restart is never torn,
- * and the new broker need not know about it.
+ * Trust: every segment of a generation lives in its private directory
+ * /dev/shm/wsync.<uid>.<name>.<random>/ (0700, shm/segment.h), named in
+ * <rundir>/<name>.state (the run dir is ours and 0700). Adoption reads the
+ * directory the state file names only after checking it (ours, 0700, not
+ * a symlink) and each object in it (a regular file of ours, one link, no
+ * group or other write bit); anything else is refused, logged and never
+ * read. Nothing another uid placed in /dev/shm is opened.
  *
- * Crash safety: the new control segment is built under a temporary name and
- * renamed over the old one only when every model is in place. A crash
- * before the rename leaves the old control segment valid: the next start
- * adopts from it again, replacing the half-made objects of the aborted
- * attempt (same generation number, same names).
+ * Invariant: a broker never writes an object of an older generation. Old
+ * objects are only read (with pread, never mapped: a read cannot fault),
+ * the latest version of each model is copied into fresh objects of the new
+ * generation, and the old directory is removed. Old mappings stay valid,
+ * so a collector still reading a view from before the restart is never
+ * torn, and the new broker need not know about it.
+ *
+ * Crash safety: the new generation is built in a new directory and the
+ * state file is switched to it (rename) only when every model is in place.
+ * A crash before that leaves the old state valid: the next start adopts
+ * from it again and sweeps the half-made directory.
  *
  * Versions: the hwm of each model carries over (it was stored before any
- * grant left the old broker). The adopted latest keeps its version unless a
- * higher version was granted, in which case it is republished as hwm + 1:
- * versions never go down and are never reused.
+ * grant left the old broker). The adopted latest is the broker-validated
+ * one of the control segment (model pages are not read: they are memfds a
+ * publisher writes); it keeps its version unless a higher version was
+ * granted, in which case it is republished as hwm + 1: versions never go
+ * down and are never reused. With --group slabs are sealed memfds that die
+ * with the broker: version numbers are adopted, data is not (trainers
+ * republish).
  */
 #include "adopt.h"
 
@@ -31,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fault.h"
@@ -61,14 +72,18 @@ static int fd_read_all(int fd, void *buf, size_t len)
 	return 0;
 }
 
-/* Opens an old object read-only and checks its size: fd or -errno. */
-static int old_open(const char *name, uint64_t want)
+/* Opens an old object (checked, see above) and checks its size: fd or -errno. */
+static int old_open(const struct broker *b, int old_dirfd, const char *name, uint64_t want)
 {
+	char why[160];
 	int64_t size;
-	int fd = wsync_seg_open(name, 0);
+	int fd = wsync_seg_open_checked(old_dirfd, name, b->uid, why, sizeof(why));
 
-	if (fd < 0)
+	if (fd < 0) {
+		if (fd != -ENOENT)
+			log_warn("old segment not trusted: %s", why);
 		return fd;
+	}
 	size = wsync_seg_size(fd);
 	if (size < 0 || (uint64_t)size != want) {
 		close(fd);
@@ -79,67 +94,84 @@ static int old_open(const char *name, uint64_t want)
 
 /* ---- the old control segment ------------------------------------------------ */
 
-static void *old_ctl_read(const struct broker *b)
+/* The previous generation's directory, checked, and a copy of its control
+ * segment; NULL (and *old_dirfd -1) to start afresh. */
+static void *old_ctl_read(const struct broker *b, int *old_dirfd, char *dir, size_t dirlen)
 {
-	char name[WSYNC_SHM_NAME_MAX], why[160];
+	char why[WSYNC_ERRMSG_MAX];
 	void *buf;
-	int fd, err;
+	int fd, dfd, err;
 
-	if (ctl_name(b, name, sizeof(name)))
+	*old_dirfd = -1;
+	dir[0] = '\0';
+	err = ctl_read_state(b->state_path, b->uid, dir, dirlen, why, sizeof(why));
+	if (err) {
+		if (err != -ENOENT)
+			log_warn("%s; starting afresh", why);
+		dir[0] = '\0';
 		return NULL;
-	fd = wsync_seg_open(name, 0);
+	}
+	if (!wsync_seg_dir_name_ours(dir, b->uid, b->cfg.name)) {
+		log_warn("%s names '%.64s', not a directory of this instance; starting afresh",
+		         b->state_path, dir);
+		dir[0] = '\0';
+		return NULL;
+	}
+	dfd = wsync_seg_dir_open(dir, b->uid, why, sizeof(why));
+	if (dfd < 0) {
+		if (dfd != -ENOENT)
+			log_warn("the previous generation's directory %s/%s is not trusted: %s; "
+			         "starting afresh", WSYNC_SHM_DIR, dir, why);
+		return NULL;
+	}
+	fd = old_open(b, dfd, CTL_SEG_NAME, CTL_BYTES);
 	if (fd < 0) {
 		if (fd != -ENOENT)
-			log_warn("cannot open the old control segment %s: %s; starting afresh",
-			         name, strerror(-fd));
-		return NULL;
+			log_warn("old control segment in %s/%s not adopted: %s; starting afresh",
+			         WSYNC_SHM_DIR, dir, strerror(-fd));
+		goto out_close_dir;
 	}
 	buf = fault_malloc(CTL_BYTES);
-	if (!buf) {
-		close(fd);
-		return NULL;
-	}
-	if (wsync_seg_size(fd) != (int64_t)CTL_BYTES) {
-		log_warn("old control segment %s has %lld bytes, not %llu; starting afresh",
-		         name, (long long)wsync_seg_size(fd), (unsigned long long)CTL_BYTES);
-		goto out_free;
-	}
+	if (!buf)
+		goto out_close;
 	err = fd_read_all(fd, buf, CTL_BYTES);
 	if (err) {
-		log_warn("cannot read the old control segment %s: %s; starting afresh",
-		         name, strerror(-err));
+		log_warn("cannot read the old control segment: %s; starting afresh",
+		         strerror(-err));
 		goto out_free;
 	}
 	if (ctl_validate(buf, CTL_BYTES, b->uid, why, sizeof(why))) {
-		log_warn("old control segment %s not adopted: %s; starting afresh", name, why);
+		log_warn("old control segment not adopted: %s; starting afresh", why);
 		goto out_free;
 	}
 	close(fd);
+	*old_dirfd = dfd;
 	return buf;
 
 out_free:
 	free(buf);
+out_close:
 	close(fd);
+out_close_dir:
+	close(dfd);
 	return NULL;
 }
 
 /* ---- one model ---------------------------------------------------------------- */
 
 /* The old layout, re-validated as if a publisher had just sent it. */
-static int old_layout_read(const struct broker *b, uint64_t old_gen, uint32_t id,
+static int old_layout_read(const struct broker *b, int old_dirfd, uint32_t id,
                            const struct wsync_ctl_model *e, wsync_tensor_desc **out,
                            uint64_t *bytes, uint64_t *hash)
 {
-	char name[WSYNC_SHM_NAME_MAX];
+	char name[32];
 	struct wsync_layout_header h;
 	wsync_tensor_desc *in = NULL, *canon = NULL;
 	uint64_t lbytes = sizeof(h) + (uint64_t)e->n_tensors * sizeof(*in);
 	int fd, err;
 
-	err = wsync_seg_name_layout(name, sizeof(name), b->uid, b->cfg.name, old_gen, id);
-	if (err)
-		return err;
-	fd = old_open(name, lbytes);
+	snprintf(name, sizeof(name), "m%u.layout", id);
+	fd = old_open(b, old_dirfd, name, lbytes);
 	if (fd < 0)
 		return fd;
 	in = fault_malloc(lbytes);
@@ -173,42 +205,16 @@ out_free:
 	return err;
 }
 
-/* The old model page, copied: 0 or -errno. */
-static int old_page_read(const struct broker *b, uint64_t old_gen, uint32_t id,
-                         struct wsync_model_page *page)
-{
-	char name[WSYNC_SHM_NAME_MAX];
-	int fd, err;
-
-	err = wsync_seg_name_page(name, sizeof(name), b->uid, b->cfg.name, old_gen, id);
-	if (err)
-		return err;
-	fd = old_open(name, WSYNC_PAGE);
-	if (fd < 0)
-		return fd;
-	err = fd_read_all(fd, page, WSYNC_PAGE);
-	close(fd);
-	if (err)
-		return err;
-	if (page->magic != WSYNC_MAGIC_PAGE || page->layout_version != WSYNC_LAYOUT_VERSION ||
-	    page->model_id != id || page->generation != old_gen)
-		return -EINVAL;
-	return 0;
-}
-
 /* Copies old slab `slot` into slab 0 of m: 0 or -errno. */
-static int old_slab_copy(const struct broker *b, uint64_t old_gen, struct model *m,
+static int old_slab_copy(const struct broker *b, int old_dirfd, struct model *m,
                          uint32_t slot)
 {
-	char name[WSYNC_SHM_NAME_MAX];
+	char name[32];
 	void *dst;
 	int fd, err;
 
-	err = wsync_seg_name_slab(name, sizeof(name), b->uid, b->cfg.name, old_gen,
-	                          m->id, slot);
-	if (err)
-		return err;
-	fd = old_open(name, m->bytes);
+	snprintf(name, sizeof(name), "m%u.s%u", m->id, slot);
+	fd = old_open(b, old_dirfd, name, m->bytes);
 	if (fd < 0)
 		return fd;
 	err = fault_seg_map(m->slab_fd[0], m->bytes, 1, 0, &dst);
@@ -220,38 +226,23 @@ static int old_slab_copy(const struct broker *b, uint64_t old_gen, struct model 
 	return err;
 }
 
-/*
- * The latest to adopt: the page's value if it names a slot and a version
- * the old broker could have granted (a commit may have been stored but not
- * yet confirmed when it died), else the last validated one.
- */
-static uint64_t adopt_pick_latest(const struct wsync_ctl_model *e,
-                                  const struct wsync_model_page *page, bool page_ok)
+/* The latest to adopt: the last one the broker validated, if it names a
+ * slot and a version. */
+static uint64_t adopt_pick_latest(const struct wsync_ctl_model *e)
 {
 	uint64_t validated = atomic_load(&e->latest);
-	uint64_t hwm = atomic_load(&e->hwm_version);
 
-	if (page_ok) {
-		uint64_t pl = atomic_load(&page->latest);
-		uint64_t v = wsync_latest_version(pl);
-
-		if (wsync_latest_slot(pl) < e->n_slots && v > 0 && v <= hwm &&
-		    v >= wsync_latest_version(validated))
-			return pl;
-	}
 	if (wsync_latest_slot(validated) < e->n_slots && wsync_latest_version(validated) > 0)
 		return validated;
 	return wsync_latest_pack(0, WSYNC_SLOT_NONE);
 }
 
-static int adopt_ready(struct broker *b, uint64_t old_gen, struct model *m,
+static int adopt_ready(struct broker *b, int old_dirfd, struct model *m,
                        const struct wsync_ctl_model *e)
 {
-	struct wsync_model_page *page;
 	wsync_tensor_desc *tensors;
 	uint64_t bytes, hash, latest, v;
 	uint32_t slot;
-	bool page_ok;
 	char why[WSYNC_ERRMSG_MAX];
 	int err;
 
@@ -261,7 +252,7 @@ static int adopt_ready(struct broker *b, uint64_t old_gen, struct model *m,
 		log_warn("model '%s': old entry has impossible sizes; declared only", m->name);
 		return -EINVAL;
 	}
-	err = old_layout_read(b, old_gen, m->id, e, &tensors, &bytes, &hash);
+	err = old_layout_read(b, old_dirfd, m->id, e, &tensors, &bytes, &hash);
 	if (err) {
 		log_warn("model '%s': old layout not adopted (%s); declared only", m->name,
 		         strerror(-err));
@@ -274,20 +265,22 @@ static int adopt_ready(struct broker *b, uint64_t old_gen, struct model *m,
 		log_warn("%s; declared only", why);
 		return err;
 	}
-	page = fault_aligned_alloc(WSYNC_PAGE, WSYNC_PAGE);
-	if (!page)
-		return -ENOMEM;
-	page_ok = old_page_read(b, old_gen, m->id, page) == 0;
-	latest = adopt_pick_latest(e, page, page_ok);
+	latest = adopt_pick_latest(e);
 	slot = wsync_latest_slot(latest);
 	if (slot == WSYNC_SLOT_NONE)
-		goto out_free;
-	err = old_slab_copy(b, old_gen, m, slot);
+		return 0;
+	if (b->cfg.has_group) {
+		log_info("model '%s': v%" PRIu64 " not adopted: with --group slabs are sealed "
+		         "memfds that ended with the last broker; the next version is above it",
+		         m->name, wsync_latest_version(latest));
+		return 0;
+	}
+	err = old_slab_copy(b, old_dirfd, m, slot);
 	if (err) {
 		log_warn("model '%s': latest v%" PRIu64 " (slot %u) could not be copied: %s; "
 		         "it starts without a version", m->name, wsync_latest_version(latest),
 		         slot, strerror(-err));
-		goto out_free;
+		return 0;
 	}
 	v = wsync_latest_version(latest);
 	if (m->hwm > v)
@@ -295,24 +288,19 @@ static int adopt_ready(struct broker *b, uint64_t old_gen, struct model *m,
 	else
 		model_set_hwm(m, v);
 	if (!v)
-		goto out_free;
-	if (page_ok) {
-		atomic_store(&m->page->slots[0].step, atomic_load(&page->slots[slot].step));
-		atomic_store(&m->page->slots[0].published_ns,
-		             atomic_load(&page->slots[slot].published_ns));
-	}
+		return 0;
+	atomic_store(&m->page->slots[0].step, atomic_load(&e->last_step));
+	atomic_store(&m->page->slots[0].published_ns, atomic_load(&e->last_commit_ns));
 	atomic_store(&m->page->slots[0].version, v);
 	model_set_slot(m, 0, WSYNC_SLOT_LATEST, v);
 	atomic_store(&m->page->latest, wsync_latest_pack(v, 0));
 	model_set_latest(m, wsync_latest_pack(v, 0));
 	log_info("model '%s': adopted v%" PRIu64 " (was v%" PRIu64 " in slot %u)", m->name,
 	         v, wsync_latest_version(latest), slot);
-out_free:
-	free(page);
 	return 0;
 }
 
-static bool adopt_model(struct broker *b, uint64_t old_gen, uint32_t id,
+static bool adopt_model(struct broker *b, int old_dirfd, uint32_t id,
                         const struct wsync_ctl_model *e)
 {
 	uint32_t state = atomic_load(&e->state);
@@ -344,79 +332,44 @@ static bool adopt_model(struct broker *b, uint64_t old_gen, uint32_t id,
 	atomic_store(&m->ctl->last_step, atomic_load(&e->last_step));
 	atomic_store(&m->ctl->last_commit_ns, atomic_load(&e->last_commit_ns));
 	if (state == WSYNC_MODEL_READY)
-		adopt_ready(b, old_gen, m, e);
+		adopt_ready(b, old_dirfd, m, e);
 	return true;
 }
 
-/* ---- sweeping old objects ------------------------------------------------------ */
+/* ---- sweeping old directories ------------------------------------------------ */
 
-static const char *skip_digits(const char *p, uint64_t *v)
+int adopt_sweep(const struct broker *b, const char *keep)
 {
-	uint64_t x = 0;
-
-	if (!isdigit((unsigned char)*p))
-		return NULL;
-	while (isdigit((unsigned char)*p)) {
-		if (x > (UINT64_MAX - 9) / 10)
-			return NULL;
-		x = x * 10 + (uint64_t)(*p++ - '0');
-	}
-	*v = x;
-	return p;
-}
-
-/* "<gen>.m<id>.page|layout|s<k>" -> gen; 0 if the name is not of that form
- * (it may belong to another instance whose name extends ours). */
-static uint64_t seg_generation(const char *rest)
-{
-	uint64_t gen, id, k;
-	const char *p = skip_digits(rest, &gen);
-
-	if (!p || p[0] != '.' || p[1] != 'm')
-		return 0;
-	p = skip_digits(p + 2, &id);
-	if (!p || *p++ != '.')
-		return 0;
-	if (!strcmp(p, "page") || !strcmp(p, "layout"))
-		return gen;
-	if (p[0] == 's' && (p = skip_digits(p + 1, &k)) && !*p)
-		return gen;
-	return 0;
-}
-
-int adopt_sweep(const struct broker *b, uint64_t keep)
-{
-	char prefix[WSYNC_SHM_NAME_MAX];
 	struct dirent *d;
-	size_t plen;
+	struct stat st;
 	int removed = 0;
 	DIR *dir;
 
-	if (wsync_seg_prefix(prefix, sizeof(prefix), b->uid, b->cfg.name))
-		return 0;
-	plen = strlen(prefix);
 	dir = opendir(WSYNC_SHM_DIR);
 	if (!dir) {
 		log_warn("cannot list %s: %s", WSYNC_SHM_DIR, strerror(errno));
 		return 0;
 	}
 	while ((d = readdir(dir))) {
-		const char *rest = d->d_name + plen;
-		uint64_t gen;
+		int err;
 
-		if (strncmp(d->d_name, prefix, plen))
+		if (!wsync_seg_dir_name_ours(d->d_name, b->uid, b->cfg.name) ||
+		    (keep && !strcmp(d->d_name, keep)) || !strcmp(d->d_name, b->seg_dir))
 			continue;
-		/* ctl.new is an interrupted start's: always stale */
-		if (strcmp(rest, "ctl.new")) {
-			gen = seg_generation(rest);
-			if (!gen || gen == keep)
-				continue;
+		if (fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (!S_ISDIR(st.st_mode) || st.st_uid != b->uid) {
+			log_warn("%s/%s is a %s of uid %u with this instance's prefix: ignored "
+			         "(not ours)", WSYNC_SHM_DIR, d->d_name,
+			         S_ISDIR(st.st_mode) ? "directory" : "file", (unsigned)st.st_uid);
+			continue;
 		}
-		if (unlinkat(dirfd(dir), d->d_name, 0) == 0)
-			removed++;
-		else
+		err = wsync_seg_dir_remove(d->d_name, b->uid);
+		if (err)
 			log_warn("cannot remove %s/%s: %s", WSYNC_SHM_DIR, d->d_name,
-			         strerror(errno));
+			         strerror(-err));
+		else
+			removed++;
 	}
 	closedir(dir);
 	return removed;
@@ -426,45 +379,64 @@ int adopt_sweep(const struct broker *b, uint64_t keep)
 
 int adopt_start(struct broker *b, char *err, size_t errlen)
 {
-	struct wsync_ctl_header *old = old_ctl_read(b);
+	char old_dir[WSYNC_SHM_NAME_MAX];
+	int old_dirfd, adopted = 0, removed, e;
+	struct wsync_ctl_header *old = old_ctl_read(b, &old_dirfd, old_dir, sizeof(old_dir));
 	uint64_t old_gen = old ? old->generation : 0;
-	char tmp[WSYNC_SHM_NAME_MAX];
-	int adopted = 0, removed, e;
 
 	b->generation = old_gen + 1;
-	/* Leftovers of an interrupted start (of this very generation) or of
-	 * unknown generations go first; the old generation is still needed. */
-	adopt_sweep(b, old_gen);
+	/* Leftovers of interrupted starts go first; the old generation's
+	 * directory is still needed. */
+	adopt_sweep(b, old_dir[0] ? old_dir : NULL);
+	e = wsync_seg_dir_create(b->uid, b->cfg.name, b->seg_dir, sizeof(b->seg_dir));
+	if (e < 0) {
+		snprintf(err, errlen, "cannot create a private directory in %s: %s",
+		         WSYNC_SHM_DIR, strerror(-e));
+		b->seg_dir[0] = '\0';
+		goto out_free;
+	}
+	b->seg_dirfd = e;
 	e = ctl_create(b);
 	if (e) {
-		snprintf(err, errlen, "cannot create the control segment in %s: %s",
-		         WSYNC_SHM_DIR, strerror(-e));
-		free(old);
-		return e;
+		snprintf(err, errlen, "cannot create the control segment in %s/%s: %s",
+		         WSYNC_SHM_DIR, b->seg_dir, strerror(-e));
+		wsync_seg_dir_remove(b->seg_dir, b->uid);
+		close(b->seg_dirfd);
+		b->seg_dirfd = -1;
+		goto out_free;
 	}
 	for (uint32_t i = 0; old && i < WSYNC_MAX_MODELS; i++) {
 		const struct wsync_ctl_model *em =
 			(const struct wsync_ctl_model *)((const char *)old + CTL_MODELS_OFFSET) + i;
 
-		adopted += adopt_model(b, old_gen, i, em);
+		adopted += adopt_model(b, old_dirfd, i, em);
 	}
 	free(old);
+	old = NULL;
+	if (old_dirfd >= 0)
+		close(old_dirfd);
 	e = ctl_install(b);
 	if (e) {
-		snprintf(err, errlen, "cannot install the control segment: %s", strerror(-e));
+		snprintf(err, errlen, "cannot write %s: %s", b->state_path, strerror(-e));
 		for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
 			if (b->models[i])
 				model_destroy(b, b->models[i], true);
-		ctl_destroy(b, false);
-		if (!ctl_tmp_name(b, tmp, sizeof(tmp)))
-			shm_unlink(tmp);
+		ctl_destroy(b, true);
 		return e;
 	}
-	removed = adopt_sweep(b, b->generation);
+	removed = adopt_sweep(b, NULL);
 	if (old_gen)
-		log_info("generation %" PRIu64 " adopted %d model(s) of generation %" PRIu64
-		         "; %d old segment(s) removed", b->generation, adopted, old_gen, removed);
+		log_info("generation %" PRIu64 " in %s/%s adopted %d model(s) of generation %"
+		         PRIu64 "; %d old director%s removed", b->generation, WSYNC_SHM_DIR,
+		         b->seg_dir, adopted, old_gen, removed, removed == 1 ? "y" : "ies");
 	else if (removed)
-		log_info("removed %d stale segment(s) of this instance", removed);
+		log_info("removed %d stale director%s of this instance", removed,
+		         removed == 1 ? "y" : "ies");
 	return adopted;
+
+out_free:
+	free(old);
+	if (old_dirfd >= 0)
+		close(old_dirfd);
+	return e;
 }

@@ -9,7 +9,6 @@
 
 #include "adopt.h"
 #include "ctl.h"
-#include "guard.h"
 #include "log.h"
 #include "loop.h"
 #include "model.h"
@@ -45,20 +44,17 @@ int broker_start(struct broker *b, const struct config *cfg)
 	b->uid = geteuid();
 	b->pid = getpid();
 	b->started_ns = wsync_real_ns();
-	b->ctl_fd = b->ctl_ro_fd = b->lock_fd = b->listen_fd = -1;
+	b->ctl_fd = b->ctl_ro_fd = b->lock_fd = b->listen_fd = b->seg_dirfd = -1;
 	if (snprintf(b->lock_path, sizeof(b->lock_path), "%s/%s.lock", cfg->rundir,
 	             cfg->name) >= (int)sizeof(b->lock_path) ||
 	    snprintf(b->versions_path, sizeof(b->versions_path), "%s/%s.versions",
-	             cfg->rundir, cfg->name) >= (int)sizeof(b->versions_path)) {
+	             cfg->rundir, cfg->name) >= (int)sizeof(b->versions_path) ||
+	    snprintf(b->state_path, sizeof(b->state_path), "%s/%s.state",
+	             cfg->rundir, cfg->name) >= (int)sizeof(b->state_path)) {
 		startup_fail("run directory path too long");
 		return -ENAMETOOLONG;
 	}
 
-	e = guard_init();
-	if (e) {
-		snprintf(err, sizeof(err), "cannot install the SIGBUS guard: %s", strerror(-e));
-		goto out_fail;
-	}
 	e = rundir_prepare(cfg, err, sizeof(err));
 	if (e)
 		goto out_fail;
@@ -73,7 +69,7 @@ int broker_start(struct broker *b, const struct config *cfg)
 	}
 	/* The socket first: connections wait in its backlog until the loop
 	 * runs, and a bad --socket fails before any segment is touched. */
-	e = rundir_listen(cfg, err, sizeof(err));
+	e = rundir_listen(cfg, &b->sock_bound, err, sizeof(err));
 	if (e < 0)
 		goto out_floors;
 	b->listen_fd = e;
@@ -104,7 +100,7 @@ out_segments:
 	ctl_destroy(b, adopted == 0);
 out_close_listen:
 	close(b->listen_fd);
-	unlink(cfg->socket_path);
+	rundir_unlink_socket(cfg->socket_path, &b->sock_bound);
 out_floors:
 	state_free(b->floors);
 out_unlock:
@@ -139,7 +135,9 @@ void broker_stop(struct broker *b)
 	ctl_destroy(b, !keep);
 	loop_exit(b);
 	close(b->listen_fd);
-	unlink(b->cfg.socket_path);
+	if (rundir_unlink_socket(b->cfg.socket_path, &b->sock_bound) == -ESTALE)
+		log_warn("%s is another broker's socket now: left in place",
+		         b->cfg.socket_path);
 	state_free(b->floors);
 	log_info("broker '%s' stopped%s", b->cfg.name,
 	         keep ? "; segments kept for the next start" : "");

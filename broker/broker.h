@@ -10,10 +10,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "config.h"
 #include "shm/layout.h"
+#include "shm/segment.h"
 
 struct session;
 struct model;
@@ -27,6 +29,12 @@ struct broker {
 	pid_t    pid;
 	uint64_t generation;
 	int64_t  started_ns;
+
+	/* this generation's private directory in /dev/shm (shm/segment.h),
+	 * named in <rundir>/<name>.state once the generation is installed */
+	int      seg_dirfd;
+	char     seg_dir[WSYNC_SHM_NAME_MAX];
+	char     state_path[PATH_MAX];
 
 	/* control segment: broker writes, clients map read-only */
 	int      ctl_fd, ctl_ro_fd;
@@ -42,11 +50,13 @@ struct broker {
 	uint32_t        n_rejected;            /* refused peers awaiting their answer */
 	uint64_t        incarnations;          /* last model incarnation given */
 	struct reader_wait *reader_waits;      /* pending WAIT_READERS (readers.c) */
+	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
 
 	struct loop *loop;
 	int      lock_fd, listen_fd;
+	struct stat sock_bound;                /* the socket inode we bound */
 	char     versions_path[PATH_MAX];
 	char     lock_path[PATH_MAX];
 };

@@ -213,7 +213,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 
 int config_default_rundir(char *buf, size_t len)
 {
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
 	int n;
 
 	if (xdg && xdg[0] == '/')
@@ -235,8 +235,10 @@ int config_finish(struct config *cfg, char *err, size_t errlen)
 		return -ENAMETOOLONG;
 	}
 	if (!cfg->socket_path[0]) {
-		n = snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/%s.sock",
-		             cfg->rundir, cfg->name);
+		/* --group: in <name>.group/, the one directory the group may enter */
+		n = snprintf(cfg->socket_path, sizeof(cfg->socket_path),
+		             cfg->has_group ? "%s/%s.group/%s.sock" : "%s/%s.sock",
+		             cfg->rundir, cfg->name, cfg->name);
 		if (n < 0 || (size_t)n >= sizeof(cfg->socket_path)) {
 			snprintf(err, errlen, "socket path '%s/%s.sock' is longer than %zu "
 			         "bytes; use --socket", cfg->rundir, cfg->name,

@@ -2,9 +2,12 @@
 #include "ctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fault.h"
@@ -14,30 +17,13 @@
 
 static_assert(CTL_BYTES % WSYNC_PAGE == 0, "control segment is whole pages");
 
-int ctl_name(const struct broker *b, char *buf, size_t len)
-{
-	return wsync_seg_name_ctl(buf, len, b->uid, b->cfg.name);
-}
-
-int ctl_tmp_name(const struct broker *b, char *buf, size_t len)
-{
-	int n = snprintf(buf, len, "/wsync.%u.%s.ctl.new", (unsigned)b->uid, b->cfg.name);
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 int ctl_create(struct broker *b)
 {
 	struct wsync_ctl_header *h;
-	char name[WSYNC_SHM_NAME_MAX];
 	void *map;
 	int fd, ro, err;
 
-	err = ctl_tmp_name(b, name, sizeof(name));
-	if (err)
-		return err;
-	shm_unlink(name);                 /* left over by a start that crashed */
-	fd = fault_seg_create(name, CTL_BYTES);
+	fd = fault_seg_create_at(b->seg_dirfd, CTL_SEG_NAME, CTL_BYTES);
 	if (fd < 0)
 		return fd;
 	ro = wsync_seg_reopen_ro(fd);
@@ -78,31 +64,71 @@ int ctl_create(struct broker *b)
 out_close_ro:
 	close(ro);
 out_unlink:
-	shm_unlink(name);
+	unlinkat(b->seg_dirfd, CTL_SEG_NAME, 0);
 	close(fd);
 	return err;
 }
 
 int ctl_install(struct broker *b)
 {
-	char tmp[WSYNC_SHM_NAME_MAX], name[WSYNC_SHM_NAME_MAX];
-	char from[WSYNC_SHM_NAME_MAX + 16], to[WSYNC_SHM_NAME_MAX + 16];
+	char tmp[PATH_MAX + 8];
+	ssize_t n;
+	int fd, err = 0;
 
-	if (ctl_tmp_name(b, tmp, sizeof(tmp)) || ctl_name(b, name, sizeof(name)))
+	/* The state file names the generation's directory; rename(2) replaces
+	 * the previous one atomically, so a crash leaves either name valid. */
+	if (snprintf(tmp, sizeof(tmp), "%s.new", b->state_path) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
-	snprintf(from, sizeof(from), "%s%s", WSYNC_SHM_DIR, tmp);
-	snprintf(to, sizeof(to), "%s%s", WSYNC_SHM_DIR, name);
-	/* rename(2) replaces the old segment atomically; clients of the old
-	 * generation keep their mapping of it. */
-	if (rename(from, to) < 0)
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
 		return -errno;
+	n = dprintf(fd, "%s\n", b->seg_dir);
+	if (n < 0 || fsync(fd) < 0)
+		err = -errno;
+	close(fd);
+	if (!err && rename(tmp, b->state_path) < 0)
+		err = -errno;
+	if (err)
+		unlink(tmp);
+	return err;
+}
+
+int ctl_read_state(const char *path, uid_t uid, char *dir, size_t len, char *why,
+                   size_t whylen)
+{
+	struct stat st;
+	ssize_t n;
+	int fd, err;
+
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		snprintf(why, whylen, "cannot open %s: %s", path, strerror(-err));
+		return err;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(why, whylen, "%s is not a private file of uid %u (owner uid %u, "
+		         "mode %04o)", path, (unsigned)uid, (unsigned)st.st_uid,
+		         (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	n = pread(fd, dir, len - 1, 0);
+	err = n < 0 ? -errno : 0;
+	close(fd);
+	if (err) {
+		snprintf(why, whylen, "cannot read %s: %s", path, strerror(-err));
+		return err;
+	}
+	dir[n] = '\0';
+	dir[strcspn(dir, "\n")] = '\0';
 	return 0;
 }
 
 void ctl_destroy(struct broker *b, bool unlink_it)
 {
-	char name[WSYNC_SHM_NAME_MAX];
-
 	if (b->ctl) {
 		munmap(b->ctl, CTL_BYTES);
 		b->ctl = NULL;
@@ -112,8 +138,18 @@ void ctl_destroy(struct broker *b, bool unlink_it)
 	if (b->ctl_fd >= 0)
 		close(b->ctl_fd);
 	b->ctl_fd = b->ctl_ro_fd = -1;
-	if (unlink_it && !ctl_name(b, name, sizeof(name)))
-		shm_unlink(name);
+	if (b->seg_dirfd >= 0)
+		close(b->seg_dirfd);
+	b->seg_dirfd = -1;
+	if (unlink_it && b->seg_dir[0]) {
+		char named[WSYNC_SHM_NAME_MAX], why[160];
+
+		/* The state file goes only if it names this generation. */
+		if (!ctl_read_state(b->state_path, b->uid, named, sizeof(named), why,
+		                    sizeof(why)) && !strcmp(named, b->seg_dir))
+			unlink(b->state_path);
+		wsync_seg_dir_remove(b->seg_dir, b->uid);
+	}
 }
 
 int ctl_validate(const void *buf, size_t len, uid_t uid, char *why, size_t whylen)

@@ -23,9 +23,15 @@
 /* Creates the new segment under a temporary name, maps it, fills the header
  * (state STARTING) and empty tables: 0 or -errno. */
 int  ctl_create(struct broker *b);
-/* Renames the new segment over the real name: 0 or -errno. */
+/* Makes this generation the one to adopt next: writes its directory's
+ * name into the state file (temporary file + rename). 0 or -errno. */
 int  ctl_install(struct broker *b);
-/* Unmaps and closes; unlinks the real name when unlink_it. */
+/* Reads the directory name out of a state file, which must be a regular
+ * file of uid that nobody else can write: 0 or -errno with a reason. */
+int  ctl_read_state(const char *path, uid_t uid, char *dir, size_t len, char *why,
+                    size_t whylen);
+/* Unmaps and closes; when unlink_it, removes the generation's directory
+ * (and the state file if it names it). */
 void ctl_destroy(struct broker *b, bool unlink_it);
 
 /* Validates a copy of an old segment: 0 or -EINVAL with a reason. */
@@ -40,8 +46,7 @@ static inline struct wsync_ctl_session *ctl_session(const struct broker *b, uint
 	return (struct wsync_ctl_session *)((char *)b->ctl + CTL_SESSIONS_OFFSET) + idx;
 }
 
-/* Segment paths (with the leading slash, for shm_open). */
-int ctl_name(const struct broker *b, char *buf, size_t len);
-int ctl_tmp_name(const struct broker *b, char *buf, size_t len);
+/* The control segment's name in the generation's directory. */
+#define CTL_SEG_NAME "ctl"
 
 #endif

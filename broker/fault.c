@@ -1,4 +1,10 @@
-/* broker/fault.c — the injection points of fault.h: one counter per kind. */
+/*
+ * broker/fault.c — the injection points of fault.h: one counter per kind.
+ *
+ * Compiled in only with -DWSYNC_FAULT_INJECTION, into the test broker
+ * $(BUILD)/tests/wsyncd-fault; the real wsyncd never reads WSYNC_FAULT_*
+ * or WSYNC_HELLO_TIMEOUT_MS and its wrappers are the plain calls.
+ */
 #include "fault.h"
 
 #include <errno.h>
@@ -7,6 +13,7 @@
 #include "log.h"
 #include "shm/segment.h"
 
+#ifdef WSYNC_FAULT_INJECTION
 static const char *const fault_env[FAULT_KIND_END] = {
 	[FAULT_ALLOC] = "WSYNC_FAULT_ALLOC",
 	[FAULT_SEG]   = "WSYNC_FAULT_SEG",
@@ -26,7 +33,7 @@ static struct {
 
 static uint64_t env_u64(const char *name)
 {
-	const char *s = getenv(name);
+	const char *s = secure_getenv(name);
 	char *end;
 	unsigned long long v;
 
@@ -57,6 +64,26 @@ bool fault_hit(enum fault_kind k, const char *site)
 	         (unsigned long long)F.target[k], site);
 	return true;
 }
+
+int64_t fault_hello_wait_ns(int64_t dflt_ns)
+{
+	uint64_t ms = env_u64("WSYNC_HELLO_TIMEOUT_MS");
+
+	return ms && ms < 3600 * 1000 ? (int64_t)ms * 1000000 : dflt_ns;
+}
+#else
+bool fault_hit(enum fault_kind k, const char *site)
+{
+	(void)k;
+	(void)site;
+	return false;
+}
+
+int64_t fault_hello_wait_ns(int64_t dflt_ns)
+{
+	return dflt_ns;
+}
+#endif
 
 void *fault_malloc(size_t n)
 {
@@ -94,11 +121,11 @@ void *fault_aligned_alloc(size_t align, size_t n)
 	return aligned_alloc(align, n);
 }
 
-int fault_seg_create(const char *name, uint64_t bytes)
+int fault_seg_create_at(int dirfd, const char *name, uint64_t bytes)
 {
 	if (fault_hit(FAULT_SEG, name))
 		return -ENOSPC;
-	return wsync_seg_create(name, bytes);
+	return wsync_seg_create_at(dirfd, name, bytes);
 }
 
 int fault_memfd_create(const char *label, uint64_t bytes)
@@ -113,11 +140,4 @@ int fault_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out
 	if (fault_hit(FAULT_MAP, "mmap"))
 		return -ENOMEM;
 	return wsync_seg_map(fd, bytes, writable, populate, out);
-}
-
-int64_t fault_hello_wait_ns(int64_t dflt_ns)
-{
-	uint64_t ms = env_u64("WSYNC_HELLO_TIMEOUT_MS");
-
-	return ms && ms < 3600 * 1000 ? (int64_t)ms * 1000000 : dflt_ns;
 }

@@ -16,6 +16,10 @@
  * Counting starts at 1 with the process; each injection is logged at warn
  * level ("fault injection: ..."), so a test can tell whether its N was
  * reached. Without these variables the wrappers are the plain calls.
+ *
+ * Only a broker built with -DWSYNC_FAULT_INJECTION ($(BUILD)/tests/
+ * wsyncd-fault, for the fault tests) reads these variables; in the real
+ * wsyncd fault_hit is always false and the HELLO deadline is the default.
  */
 #ifndef WSYNC_BROKER_FAULT_H
 #define WSYNC_BROKER_FAULT_H
@@ -39,9 +43,9 @@ void *fault_calloc(size_t n, size_t size);
 void *fault_realloc(void *p, size_t n);
 void *fault_aligned_alloc(size_t align, size_t n);
 
-/* wsync_seg_create / wsync_memfd_create / wsync_seg_map, or the injected
+/* wsync_seg_create_at / wsync_memfd_create / wsync_seg_map, or the injected
  * failure. */
-int   fault_seg_create(const char *name, uint64_t bytes);
+int   fault_seg_create_at(int dirfd, const char *name, uint64_t bytes);
 int   fault_memfd_create(const char *label, uint64_t bytes);
 int   fault_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out);
 

@@ -668,7 +668,7 @@ static int handle_notify(struct req *r)
 	struct session_model *sm;
 	union wsync_msg_any ok;
 	struct notifier *n;
-	int fd;
+	int fd, err;
 
 	if (!m || !r->s->m[id].subs)
 		return req_fail(r, -EIDRM, "NOTIFY for model %u, which this session does not "
@@ -680,10 +680,19 @@ static int handle_notify(struct req *r)
 		close(fd);
 		return req_fail(r, -EINVAL, "NOTIFY: the fd is not an eventfd");
 	}
-	n = notifier_new(fd);
-	if (!n) {
+	err = notifier_new(r->b, fd, &n);
+	if (err == -EMFILE) {
 		close(fd);
-		return req_fail(r, -ENOMEM, "out of memory");
+		log_warn("session %u '%s' pid %d: NOTIFY refused: the broker keeps at most "
+		         "%u NOTIFY eventfds", r->s->id, r->s->name, (int)r->s->pid,
+		         loop_notifier_budget(r->b));
+		return req_fail(r, -EMFILE, "NOTIFY: broker '%s' already holds its maximum of "
+		                "%u eventfds; use wsync_sub_wait instead", r->b->cfg.name,
+		                loop_notifier_budget(r->b));
+	}
+	if (err) {
+		close(fd);
+		return req_fail(r, err, "NOTIFY: %s", strerror(-err));
 	}
 	sm = &r->s->m[id];
 	if (sm->ev)
@@ -805,6 +814,10 @@ static int req_screen(struct req *r, size_t len, int msg_flags, uint32_t type)
 		                sizeof(union wsync_msg_any));
 	}
 	if (msg_flags & MSG_CTRUNC) {
+		if (s->rx.out_of_fds)        /* not the client's fault: refuse, keep it */
+			return req_fail(r, -EMFILE, "broker '%s' is out of file descriptors: "
+			                "the message's fds could not be received",
+			                r->b->cfg.name);
 		r->disconnect = true;
 		return req_fail(r, -EPROTO, "more than %d fds in one message", WSYNC_MSG_MAX_FDS);
 	}
@@ -851,17 +864,20 @@ void handle_message(struct broker *b, struct session *s, size_t len, int msg_fla
 	}
 	if (s->state == SESSION_REJECTED) {
 		handle_refusal(b, s, seq, type);
-		goto out_close_fds;
+		return;
 	}
 	r.why[0] = '\0';
 	err = req_screen(&r, len, msg_flags, type);
-	violation = err != 0;
+	violation = err != 0 && err != -EMFILE;
 	if (!err) {
 		err = handlers[type].fn(&r);
-		violation = err == -EPROTO;
+		/* A refused layout cost the broker work proportional to its size:
+		 * it counts toward the limit like a protocol error. */
+		violation = err == -EPROTO ||
+		            (type == WSYNC_MSG_PUB_OPEN && (err == -EINVAL || err == -EEXIST));
 	}
 	if (!err)
-		goto out_close_fds;
+		return;
 
 	atomic_fetch_add(&b->ctl->bad_messages, 1);
 	what = wsync_msg_size(type) ? wsync_msg_name(type) : "a message";
@@ -880,9 +896,4 @@ void handle_message(struct broker *b, struct session *s, size_t len, int msg_fla
 	}
 	if (r.disconnect)
 		session_disconnect(b, s, r.why);
-
-out_close_fds:
-	for (int i = 0; i < n_fds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
 }

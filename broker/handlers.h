@@ -14,8 +14,9 @@ struct session;
 
 /*
  * Handles the message in s->rx (len bytes, recvmsg flags msg_flags) with the
- * n_fds fds received with it, which it takes over (kept or closed). Sends
- * exactly one reply; may reap the session.
+ * n_fds fds received with it. An fd a handler keeps is set to -1 in fds[];
+ * the caller (loop.c on_recv) closes every other one, on every path. Sends
+ * at most one reply; may reap the session.
  */
 void handle_message(struct broker *b, struct session *s, size_t len, int msg_flags,
                     int *fds, int n_fds);

@@ -25,6 +25,18 @@
  * Replies are sent with MSG_DONTWAIT: a full socket buffer fails the send
  * (-EAGAIN) instead of parking it, so replies leave in order and a client
  * that does not read is disconnected, never waited for.
+ *
+ * Received descriptors: the kernel installs the fds of a message in this
+ * process before the CQE arrives, whatever the message is (zero bytes,
+ * truncated, for a session being closed). on_recv takes every one of them
+ * out of the control buffer into fds[] as soon as res >= 0, and closes
+ * whatever is still there after the one call that may take ownership
+ * (handle_message, which sets an fd it keeps to -1). There is no other path.
+ *
+ * Budgets: connections that have not said HELLO are at most
+ * LOOP_MAX_PENDING (the newest is closed at once past it); NOTIFY eventfds
+ * are at most l->max_notifiers (a share of RLIMIT_NOFILE), so no client can
+ * run the broker out of descriptors.
  */
 #include "loop.h"
 
@@ -34,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,6 +70,8 @@
 #define LOOP_REJECT_WAIT_NS (2 * 1000000000ll) /* ...for their first message */
 #define LOOP_HELLO_WAIT_NS  (10 * 1000000000ll)/* a connection must say HELLO */
 #define LOOP_DRAIN_NS       (3 * 1000000000ll)
+#define LOOP_MAX_PENDING    256                /* connections before their HELLO */
+#define LOOP_MAX_NOTIFIERS  16384              /* NOTIFY eventfds, at most */
 
 enum op_kind {
 	OP_ACCEPT = 1,
@@ -93,6 +108,10 @@ struct loop {
 	uint32_t writes;                 /* eventfd writes in flight */
 	uint32_t cancels;                /* cancel requests in flight */
 	int64_t  hello_wait_ns;          /* LOOP_HELLO_WAIT_NS unless a test shortens it */
+	uint32_t notifiers;              /* live NOTIFY eventfds */
+	uint32_t max_notifiers;          /* their budget */
+	bool     pending_full_logged;    /* one line per spell of LOOP_MAX_PENDING */
+	bool     fds_out_logged;         /* one line per spell of EMFILE on recv */
 };
 
 static const uint64_t eventfd_one = 1;
@@ -123,21 +142,36 @@ static struct io_uring_sqe *sqe_get(struct loop *l)
 
 /* ---- notifiers ------------------------------------------------------------ */
 
-struct notifier *notifier_new(int fd)
+int notifier_new(struct broker *b, int fd, struct notifier **out)
 {
-	struct notifier *n = fault_calloc(1, sizeof(*n));
+	struct loop *l = b->loop;
+	struct notifier *n;
 
+	if (!l)
+		return -ESHUTDOWN;
+	if (l->notifiers >= l->max_notifiers)
+		return -EMFILE;
+	n = fault_calloc(1, sizeof(*n));
 	if (!n)
-		return NULL;
+		return -ENOMEM;
 	n->fd = fd;
 	n->refs = 1;
-	return n;
+	n->loop = l;
+	l->notifiers++;
+	*out = n;
+	return 0;
+}
+
+uint32_t loop_notifier_budget(const struct broker *b)
+{
+	return b->loop ? b->loop->max_notifiers : 0;
 }
 
 static void notifier_put(struct notifier *n)
 {
 	if (--n->refs)
 		return;
+	n->loop->notifiers--;
 	close(n->fd);
 	free(n);
 }
@@ -180,6 +214,27 @@ static void on_eventfd(struct loop *l, struct notifier *n, int res)
 	if (res < 0 && res != -ECANCELED)
 		log_debug("eventfd write: %s", strerror(-res));
 	notifier_put(n);
+}
+
+/*
+ * A quarter of the descriptors the process may open, past what the session
+ * table and the model table can hold (each session a socket and a page,
+ * each model a page, a layout and two per slab), and at most
+ * LOOP_MAX_NOTIFIERS.
+ */
+static uint32_t loop_notifier_cap(void)
+{
+	const uint64_t fixed = 2 * WSYNC_MAX_SESSIONS + LOOP_MAX_PENDING +
+	                       WSYNC_MAX_MODELS * (3 + 2 * WSYNC_MAX_SLOTS) + 64;
+	struct rlimit rl;
+	uint64_t cap;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return LOOP_MAX_NOTIFIERS;
+	cap = rl.rlim_cur > fixed ? (rl.rlim_cur - fixed) / 4 : 0;
+	if (cap < 16)
+		cap = rl.rlim_cur / 8;   /* a tiny limit: some, not none */
+	return cap > LOOP_MAX_NOTIFIERS ? LOOP_MAX_NOTIFIERS : (uint32_t)cap;
 }
 
 /* ---- arming --------------------------------------------------------------- */
@@ -264,6 +319,8 @@ static void arm_recv(struct loop *l, struct session *s)
 	memset(&rx->mh, 0, sizeof(rx->mh));
 	rx->mh.msg_iov = &rx->iov;
 	rx->mh.msg_iovlen = 1;
+	/* A zeroed buffer: nothing of an earlier message can pass for fds. */
+	memset(rx->ctl.buf, 0, sizeof(rx->ctl.buf));
 	rx->mh.msg_control = rx->ctl.buf;
 	rx->mh.msg_controllen = sizeof(rx->ctl.buf);
 	io_uring_prep_recvmsg(sqe, s->fd, &rx->mh, MSG_CMSG_CLOEXEC);
@@ -365,11 +422,14 @@ static void on_send(struct broker *b, struct sendbuf *sb, int res)
 	session_maybe_free(b, s);
 }
 
-/* Moves the received fds into fds[]; returns how many. */
+/* Moves the received fds into fds[] (closing any past WSYNC_MSG_MAX_FDS);
+ * returns how many. */
 static int rx_fds(struct msghdr *mh, int *fds)
 {
 	int n = 0;
 
+	if (!mh->msg_control || mh->msg_controllen < sizeof(struct cmsghdr))
+		return 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
 		size_t k;
 
@@ -381,12 +441,15 @@ static int rx_fds(struct msghdr *mh, int *fds)
 			int fd;
 
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (fd < 0)
+				continue;
 			if (n < WSYNC_MSG_MAX_FDS)
 				fds[n++] = fd;
 			else
 				close(fd);
 		}
 	}
+	mh->msg_controllen = 0;          /* taken: never parsed twice */
 	return n;
 }
 
@@ -397,28 +460,54 @@ static void close_fds(int *fds, int n)
 			close(fds[i]);
 }
 
+/*
+ * MSG_CTRUNC means some fds did not arrive: either the client sent more
+ * than a message may carry (the buffer holds WSYNC_MSG_MAX_FDS), or the
+ * broker is at its own descriptor limit and the kernel could not install
+ * them. Tell them apart for the log and the client.
+ */
+static bool rx_out_of_fds(struct loop *l, int msg_flags, int n_fds)
+{
+	if (!(msg_flags & MSG_CTRUNC) || n_fds >= WSYNC_MSG_MAX_FDS)
+		return false;
+	if (!l->fds_out_logged)
+		log_error("the broker is out of file descriptors (RLIMIT_NOFILE): a "
+		          "message's fds could not be received");
+	l->fds_out_logged = true;
+	return true;
+}
+
 static void on_recv(struct broker *b, struct session *s, int res)
 {
 	struct loop *l = b->loop;
 	int fds[WSYNC_MSG_MAX_FDS];
-	int n_fds = 0;
+	int n_fds = 0, flags = 0;
 
 	s->inflight--;
-	if (res > 0)
+	/* Every fd that came with the message is in fds[] from here on and is
+	 * closed at the end unless handle_message kept it (set it to -1). */
+	if (res >= 0) {
 		n_fds = rx_fds(&s->rx.mh, fds);
+		flags = s->rx.mh.msg_flags;
+	}
 	if (s->state == SESSION_CLOSING) {
-		close_fds(fds, n_fds);
+		/* reaped while the recv was pending: nothing more to read */
 	} else if (res == 0) {
-		session_disconnect(b, s, "the client closed its socket");
+		session_disconnect(b, s, n_fds ? "it sent an empty message with fds"
+		                               : "the client closed its socket");
 	} else if (res == -EINTR || res == -EAGAIN) {
 		arm_recv(l, s);
 	} else if (res < 0) {
 		session_disconnect(b, s, strerror(-res));
 	} else {
-		handle_message(b, s, (size_t)res, s->rx.mh.msg_flags, fds, n_fds);
+		s->rx.out_of_fds = rx_out_of_fds(l, flags, n_fds);
+		if (!(flags & MSG_CTRUNC))
+			l->fds_out_logged = false;
+		handle_message(b, s, (size_t)res, flags, fds, n_fds);
 		if (s->state != SESSION_CLOSING)
 			arm_recv(l, s);
 	}
+	close_fds(fds, n_fds);
 	session_maybe_free(b, s);
 }
 
@@ -436,6 +525,19 @@ static void on_accept(struct broker *b, int fd)
 		close(fd);
 		return;
 	}
+	/* Silent connections cost a socket each until their HELLO deadline:
+	 * bounded, the newest goes first. Admitted sessions are bounded by the
+	 * session table, which they enter at HELLO. */
+	if (b->n_pending >= LOOP_MAX_PENDING) {
+		if (!l->pending_full_logged)
+			log_warn("%d connections have not said HELLO yet: closing new ones "
+			         "at once (latest pid %d uid %u)", LOOP_MAX_PENDING,
+			         (int)cred.pid, (unsigned)cred.uid);
+		l->pending_full_logged = true;
+		close(fd);
+		return;
+	}
+	l->pending_full_logged = false;
 	s = session_new(b, fd, cred.pid, cred.uid, cred.gid);
 	if (!s) {
 		log_error("out of memory for a session of pid %d", (int)cred.pid);
@@ -450,11 +552,6 @@ static void on_accept(struct broker *b, int fd)
 		         b->cfg.has_group ? "neither the broker's uid nor in its group"
 		                          : "not the broker's uid");
 		session_reject(b, s, -EPERM, why);
-	} else if (session_admit(b, s)) {
-		snprintf(why, sizeof(why), "broker '%s' has its maximum of %d sessions",
-		         b->cfg.name, WSYNC_MAX_SESSIONS);
-		log_warn("refused pid %d: %s", (int)cred.pid, why);
-		session_reject(b, s, -EAGAIN, why);
 	} else {
 		log_debug("session %u: accepted pid %d uid %u", s->id, (int)cred.pid,
 		          (unsigned)cred.uid);
@@ -569,7 +666,6 @@ static void drain_cqes(struct broker *b)
 
 		io_uring_cqe_seen(&b->loop->ring, cqe);
 		dispatch(b, data, res, flags);
-		model_repair_pages(b);
 	}
 }
 
@@ -605,6 +701,7 @@ int loop_init(struct broker *b)
 	if (!l)
 		return -ENOMEM;
 	l->hello_wait_ns = fault_hello_wait_ns(LOOP_HELLO_WAIT_NS);
+	l->max_notifiers = loop_notifier_cap();
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);

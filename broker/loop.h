@@ -23,14 +23,19 @@
  * flight (at most one: a pending write already makes the fd readable), so
  * the fd is closed only after the kernel is done with it.
  */
+struct loop;
 struct notifier {
 	_Alignas(8) int fd;              /* aligned: user_data keeps a tag below */
 	uint32_t refs;
 	bool     writing;
+	struct loop *loop;               /* counts it against the budget */
 };
 
-/* Wraps an eventfd (owned from now on): NULL if out of memory. */
-struct notifier *notifier_new(int fd);
+/* Wraps an eventfd (owned once this returns 0): 0, -EMFILE when the
+ * broker's budget of NOTIFY eventfds is spent, -ENOMEM. */
+int  notifier_new(struct broker *b, int fd, struct notifier **out);
+/* How many NOTIFY eventfds the broker keeps at most. */
+uint32_t loop_notifier_budget(const struct broker *b);
 /* Drops the session's reference; a write still in flight is cancelled. */
 void loop_notifier_release(struct broker *b, struct notifier *n);
 

@@ -13,18 +13,23 @@
 #include "shm/layout.h"
 
 /* Each session holds its socket and session page; each model a page, a
- * layout and two fds per slab. The usual soft limit of 1024 would stop
- * accepting long before the session table is full. */
+ * layout and two fds per slab; NOTIFY eventfds come on top (loop.c budgets
+ * them from this limit). The usual soft limit of 1024 would stop accepting
+ * long before the session table is full: the soft limit goes to the hard. */
 static void raise_fd_limit(void)
 {
 	const rlim_t want = 2 * WSYNC_MAX_SESSIONS +
 	                    WSYNC_MAX_MODELS * (3 + 2 * WSYNC_MAX_SLOTS) + 256;
 	struct rlimit rl;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return;
-	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+	if (rl.rlim_cur != rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
 		log_warn("open file limit %llu is below the %llu the broker may need",
 		         (unsigned long long)rl.rlim_cur, (unsigned long long)want);
 }

@@ -14,7 +14,6 @@
 #include "fault.h"
 #include "ctl.h"
 #include "group.h"
-#include "guard.h"
 #include "log.h"
 #include "session.h"
 #include "state.h"
@@ -34,25 +33,43 @@ struct model *model_get(const struct broker *b, uint32_t id)
 	return id < WSYNC_MAX_MODELS ? b->models[id] : NULL;
 }
 
-static int seg_name(const struct broker *b, uint32_t id, int slot_or_kind,
-                    char *buf, size_t len)
-{
-	if (slot_or_kind == -1)
-		return wsync_seg_name_page(buf, len, b->uid, b->cfg.name, b->generation, id);
-	if (slot_or_kind == -2)
-		return wsync_seg_name_layout(buf, len, b->uid, b->cfg.name, b->generation, id);
-	return wsync_seg_name_slab(buf, len, b->uid, b->cfg.name, b->generation, id,
-	                           (uint32_t)slot_or_kind);
-}
-#define SEG_PAGE   (-1)
-#define SEG_LAYOUT (-2)
+#define SEG_LAYOUT (-1)
 
-/* Our generation's names are ours alone; a leftover (a start that crashed
- * half-way through adoption) is replaced. */
-static int seg_create_fresh(const char *name, uint64_t bytes)
+/* Names in the generation's directory: "m<id>.layout", "m<id>.s<k>". */
+static void seg_name(uint32_t id, int slot_or_layout, char *buf, size_t len)
 {
-	shm_unlink(name);
-	return fault_seg_create(name, bytes);
+	if (slot_or_layout == SEG_LAYOUT)
+		snprintf(buf, len, "m%u.layout", id);
+	else
+		snprintf(buf, len, "m%u.s%d", id, slot_or_layout);
+}
+
+/* Slabs are files in the private directory (adoptable after a restart),
+ * except with --group: then sealed memfds, which a publisher of another
+ * uid holding a read-write fd cannot truncate under the collectors. */
+static bool slabs_sealed(const struct broker *b)
+{
+	return b->cfg.has_group;
+}
+
+static int slab_create(struct broker *b, uint32_t id, uint32_t k, uint64_t bytes)
+{
+	char seg[32];
+
+	if (slabs_sealed(b))
+		return fault_memfd_create("wsync-slab", bytes);
+	seg_name(id, (int)k, seg, sizeof(seg));
+	return fault_seg_create_at(b->seg_dirfd, seg, bytes);
+}
+
+static void seg_unlink(const struct broker *b, uint32_t id, int slot_or_layout)
+{
+	char seg[32];
+
+	if (b->seg_dirfd < 0 || (slot_or_layout != SEG_LAYOUT && slabs_sealed(b)))
+		return;
+	seg_name(id, slot_or_layout, seg, sizeof(seg));
+	unlinkat(b->seg_dirfd, seg, 0);
 }
 
 static ssize_t pwrite_all(int fd, const void *buf, size_t len, off_t off)
@@ -118,7 +135,6 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
                   struct model **out, char *why, size_t whylen)
 {
-	char seg[WSYNC_SHM_NAME_MAX];
 	struct model *m;
 	void *map;
 	int err;
@@ -141,10 +157,9 @@ int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 		snprintf(why, whylen, "model '%s': out of memory", name);
 		return -ENOMEM;
 	}
-	err = seg_name(b, m->id, SEG_PAGE, seg, sizeof(seg));
-	if (err)
-		goto out_free;
-	err = seg_create_fresh(seg, WSYNC_PAGE);
+	/* A sealed memfd: nobody holding its read-write fd can truncate it
+	 * under the collectors (or the broker) mapping it. */
+	err = fault_memfd_create("wsync-page", WSYNC_PAGE);
 	if (err < 0)
 		goto out_free;
 	m->page_fd = err;
@@ -156,8 +171,6 @@ int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 	if (err)
 		goto out_close_ro;
 	m->page = map;
-	if (!guard_watch(m->page, WSYNC_PAGE))
-		log_warn("model '%s': its page is not guarded against truncation", name);
 	m->page->magic = WSYNC_MAGIC_PAGE;
 	m->page->layout_version = WSYNC_LAYOUT_VERSION;
 	m->page->model_id = m->id;
@@ -184,7 +197,6 @@ int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 out_close_ro:
 	close(m->page_ro_fd);
 out_unlink:
-	shm_unlink(seg);
 	close(m->page_fd);
 out_free:
 	free(m->members);
@@ -217,16 +229,14 @@ static int layout_write(int fd, const wsync_tensor_desc *t, uint32_t n,
 
 static void slabs_remove(const struct broker *b, struct model *m, uint32_t n, bool unlink_them)
 {
-	char seg[WSYNC_SHM_NAME_MAX];
-
 	for (uint32_t k = 0; k < n; k++) {
 		if (m->slab_ro_fd[k] >= 0)
 			close(m->slab_ro_fd[k]);
 		if (m->slab_fd[k] >= 0)
 			close(m->slab_fd[k]);
 		m->slab_fd[k] = m->slab_ro_fd[k] = -1;
-		if (unlink_them && !seg_name(b, m->id, (int)k, seg, sizeof(seg)))
-			shm_unlink(seg);
+		if (unlink_them)
+			seg_unlink(b, m->id, (int)k);
 	}
 }
 
@@ -234,7 +244,7 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
                      uint32_t n_tensors, uint64_t bytes, uint64_t hash,
                      uint32_t n_slots, char *why, size_t whylen)
 {
-	char seg[WSYNC_SHM_NAME_MAX];
+	char seg[32];
 	uint64_t need, avail, lbytes;
 	uint32_t k = 0;
 	int err, fd;
@@ -257,10 +267,8 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	}
 
 	lbytes = sizeof(struct wsync_layout_header) + (uint64_t)n_tensors * sizeof(*tensors);
-	err = seg_name(b, m->id, SEG_LAYOUT, seg, sizeof(seg));
-	if (err)
-		goto out_why;
-	fd = seg_create_fresh(seg, lbytes);
+	seg_name(m->id, SEG_LAYOUT, seg, sizeof(seg));
+	fd = fault_seg_create_at(b->seg_dirfd, seg, lbytes);
 	if (fd < 0) {
 		err = fd;
 		goto out_why;
@@ -276,10 +284,7 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 		goto out_unlink_layout;
 
 	for (k = 0; k < n_slots; k++) {
-		err = seg_name(b, m->id, (int)k, seg, sizeof(seg));
-		if (err)
-			goto out_slabs;
-		fd = seg_create_fresh(seg, bytes);
+		fd = slab_create(b, m->id, k, bytes);
 		if (fd < 0) {
 			err = fd;
 			goto out_slabs;
@@ -321,8 +326,7 @@ out_slabs:
 	close(m->layout_ro_fd);
 	m->layout_ro_fd = -1;
 out_unlink_layout:
-	if (!seg_name(b, m->id, SEG_LAYOUT, seg, sizeof(seg)))
-		shm_unlink(seg);
+	seg_unlink(b, m->id, SEG_LAYOUT);
 out_why:
 	if (err == -ENOSPC)
 		snprintf(why, whylen, "model '%s' needs %llu bytes: %s is full (%llu of "
@@ -337,28 +341,22 @@ out_why:
 
 static void model_release(struct broker *b, struct model *m, bool unlink_them)
 {
-	char seg[WSYNC_SHM_NAME_MAX];
-
 	if (m->state == WSYNC_MODEL_READY) {
 		slabs_remove(b, m, m->books.n_slots, unlink_them);
 		if (m->layout_ro_fd >= 0)
 			close(m->layout_ro_fd);
-		if (unlink_them && !seg_name(b, m->id, SEG_LAYOUT, seg, sizeof(seg)))
-			shm_unlink(seg);
+		if (unlink_them)
+			seg_unlink(b, m->id, SEG_LAYOUT);
 		b->shm_used -= m->accounted;
 		if (b->ctl)
 			atomic_store(&b->ctl->shm_used, b->shm_used);
 	}
-	if (m->page) {
-		guard_unwatch(m->page);
+	if (m->page)
 		munmap(m->page, WSYNC_PAGE);
-	}
 	if (m->page_ro_fd >= 0)
 		close(m->page_ro_fd);
 	if (m->page_fd >= 0)
 		close(m->page_fd);
-	if (unlink_them && !seg_name(b, m->id, SEG_PAGE, seg, sizeof(seg)))
-		shm_unlink(seg);
 	if (b->models[m->id] == m)
 		b->models[m->id] = NULL;
 	group_free(m->group);
@@ -381,10 +379,21 @@ void model_undeclare(struct broker *b, struct model *m, const char *why)
 
 bool model_drop_if_unused(struct broker *b, struct model *m)
 {
-	if (m->state != WSYNC_MODEL_DECLARED || m->n_members || model_published(m))
+	if (m->n_members || model_published(m) || m->granted)
 		return false;
-	model_undeclare(b, m, "never published and nobody has it open");
-	return true;
+	if (m->state == WSYNC_MODEL_DECLARED) {
+		model_undeclare(b, m, "never published and nobody has it open");
+		return true;
+	}
+	/* A layout and slabs without a version hold nothing anyone can read:
+	 * a client that opened publishers and left must not keep table entries
+	 * and slab memory from everybody else. */
+	if (m->state == WSYNC_MODEL_READY &&
+	    wsync_latest_slot(m->latest) == WSYNC_SLOT_NONE) {
+		model_undeclare(b, m, "no version was ever committed and nobody has it open");
+		return true;
+	}
+	return false;
 }
 
 void model_delete(struct broker *b, struct model *m, const char *why)
@@ -471,54 +480,5 @@ void model_remove_member(struct model *m, struct session *s)
 			m->members[m->n_members] = NULL;
 			return;
 		}
-	}
-}
-
-/* Rebuilds a model page a client truncated, from the broker's books. */
-static int page_repair(struct model *m, uint64_t generation)
-{
-	struct wsync_model_page *page = m->page;
-	uint32_t slot = wsync_latest_slot(m->latest);
-
-	if (ftruncate(m->page_fd, WSYNC_PAGE) < 0)
-		return -errno;
-	if (posix_fallocate(m->page_fd, 0, WSYNC_PAGE) != 0)
-		return -ENOSPC;
-	if (mmap(page, WSYNC_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-	         m->page_fd, 0) == MAP_FAILED)
-		return -errno;
-	page->magic = WSYNC_MAGIC_PAGE;
-	page->layout_version = WSYNC_LAYOUT_VERSION;
-	page->model_id = m->id;
-	page->generation = generation;
-	if (m->state == WSYNC_MODEL_READY && slot < m->books.n_slots) {
-		atomic_store(&page->slots[slot].version, m->books.version[slot]);
-		atomic_store(&page->slots[slot].step, atomic_load(&m->ctl->last_step));
-		atomic_store(&page->slots[slot].published_ns,
-		             atomic_load(&m->ctl->last_commit_ns));
-	}
-	atomic_store(&page->latest, m->latest);
-	model_wake(m);
-	return 0;
-}
-
-void model_repair_pages(struct broker *b)
-{
-	if (!guard_pending())
-		return;
-	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
-		struct model *m = b->models[i];
-		int err;
-
-		if (!m || !guard_take(m->page))
-			continue;
-		err = page_repair(m, b->generation);
-		if (err)
-			log_error("model '%s': its page was truncated by a client and cannot "
-			          "be repaired: %s", m->name, strerror(-err));
-		else
-			log_warn("model '%s': its page was truncated by a client; rebuilt "
-			         "from the broker's books (latest v%llu)", m->name,
-			         (unsigned long long)wsync_latest_version(m->latest));
 	}
 }

@@ -3,10 +3,12 @@
  *
  * A model is DECLARED when first opened (it has a model page, so subscribers
  * can wait on it) and READY once a publisher gave it a layout (layout
- * segment and n_slots slabs exist). A READY model lives until the broker
- * stops; a DECLARED one is dropped when nobody has it open any more (its
- * hwm stays behind as the name's version floor), so names merely
- * subscribed to cannot fill the table. Every field a client can see is
+ * segment and n_slots slabs exist). A READY model with a version lives
+ * until the broker stops; a DECLARED one, or a READY one that never got a
+ * version, is dropped when nobody has it open any more (its hwm stays
+ * behind as the name's version floor), so names merely subscribed to, or
+ * publishers opened and left without committing, cannot fill the table or
+ * hold slab memory. Every field a client can see is
  * mirrored into the model's ctl entry.
  */
 #ifndef WSYNC_BROKER_MODEL_H
@@ -92,7 +94,8 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
  * or a name only subscribed to whose last subscriber left); its hwm is kept
  * as the name's version floor. */
 void model_undeclare(struct broker *b, struct model *m, const char *why);
-/* Undeclares m if it is DECLARED and nobody has it open; true if it did. */
+/* Undeclares m if nobody has it open and it is DECLARED, or READY without
+ * a version ever committed; true if it did. */
 bool model_drop_if_unused(struct broker *b, struct model *m);
 /*
  * Deletes a model that has no publisher: every session that has it open
@@ -118,9 +121,6 @@ uint64_t model_next_version(struct model *m);
 void model_wake(struct model *m);
 /* Marks the page CLOSED and wakes everyone (clean shutdown). */
 void model_close_page(struct model *m);
-
-/* Rebuilds the pages a client truncated (see guard.h); cheap when none. */
-void model_repair_pages(struct broker *b);
 
 int  model_add_member(struct model *m, struct session *s);
 void model_remove_member(struct model *m, struct session *s);

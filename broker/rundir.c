@@ -1,9 +1,14 @@
 /* broker/rundir.c — run directory, instance lock, listening socket. */
 #include "rundir.h"
 
+#include "log.h"
+
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -12,37 +17,127 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int rundir_prepare(const struct config *cfg, char *err, size_t errlen)
+/* Describes who owns path for a refusal: "uid 1234" or "an unknown owner". */
+static void owner_str(const struct stat *st, char *buf, size_t len)
 {
-	mode_t mode = cfg->has_group ? 0750 : 0700;
+	snprintf(buf, len, "uid %u", (unsigned)st->st_uid);
+}
+
+/*
+ * mkdir path with mode if absent, then insists that it is a real directory
+ * (not a symlink) owned by us, and sets its mode and group exactly: nothing
+ * another uid made or can write is used. 0 or -errno with a message.
+ */
+static int dir_own(const char *path, mode_t mode, bool group, gid_t gid,
+                   char *err, size_t errlen)
+{
+	char owner[32];
 	struct stat st;
 
-	if (mkdir(cfg->rundir, mode) < 0 && errno != EEXIST) {
+	if (mkdir(path, mode) < 0 && errno != EEXIST) {
 		int e = errno;
 
-		snprintf(err, errlen, "cannot create the run directory %s: %s",
-		         cfg->rundir, strerror(e));
+		snprintf(err, errlen, "cannot create the directory %s: %s", path, strerror(e));
 		return -e;
 	}
-	/* /tmp is shared: never trust a directory someone else made for us. */
-	if (lstat(cfg->rundir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
-		snprintf(err, errlen, "the run directory %s is not a directory owned by "
-		         "uid %u", cfg->rundir, (unsigned)geteuid());
+	if (lstat(path, &st) < 0) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot stat %s: %s", path, strerror(e));
+		return -e;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+		owner_str(&st, owner, sizeof(owner));
+		snprintf(err, errlen, "%s is a %s owned by %s, not a directory of uid %u: "
+		         "another user created it; remove it or pick another run directory "
+		         "(XDG_RUNTIME_DIR)", path, S_ISDIR(st.st_mode) ? "directory" :
+		         S_ISLNK(st.st_mode) ? "symlink" : "file", owner, (unsigned)geteuid());
 		return -EPERM;
 	}
-	if (cfg->has_group && chown(cfg->rundir, (uid_t)-1, cfg->gid) < 0) {
+	if (group && st.st_gid != gid && chown(path, (uid_t)-1, gid) < 0) {
 		int e = errno;
 
-		snprintf(err, errlen, "cannot give %s to group %s: %s", cfg->rundir,
-		         cfg->group, strerror(e));
+		snprintf(err, errlen, "cannot give %s to the group: %s", path, strerror(e));
 		return -e;
 	}
-	if ((st.st_mode & 07777) != mode && chmod(cfg->rundir, mode) < 0) {
+	if ((st.st_mode & 07777) != mode && chmod(path, mode) < 0) {
 		int e = errno;
 
-		snprintf(err, errlen, "cannot chmod %s: %s", cfg->rundir, strerror(e));
+		snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(e));
 		return -e;
 	}
+	return 0;
+}
+
+/* True if the group (or everyone) may search every directory above path. */
+static bool group_can_reach(const char *path, gid_t gid, char *blocker, size_t len)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	while ((slash = strrchr(dir, '/')) && slash != dir) {
+		*slash = '\0';
+		if (stat(dir, &st) < 0)
+			continue;
+		if ((st.st_mode & S_IXOTH) || ((st.st_mode & S_IXGRP) && st.st_gid == gid))
+			continue;
+		snprintf(blocker, len, "%s (mode %04o)", dir, (unsigned)(st.st_mode & 07777));
+		return false;
+	}
+	return true;
+}
+
+int rundir_group_dir(const struct config *cfg, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s/%s.group", cfg->rundir, cfg->name);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static bool rundir_is_0711(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 07777) == 0711;
+}
+
+int rundir_prepare(const struct config *cfg, char *err, size_t errlen)
+{
+	char gdir[PATH_MAX], blocker[PATH_MAX + 16];
+	size_t glen;
+	bool in_gdir;
+	int e;
+
+	/* The run dir is shared by all of the user's instances: 0700, and 0711
+	 * (search only) when a --group instance keeps its socket in its own
+	 * <name>.group/ below it. Never readable or writable by anyone else. */
+	if (rundir_group_dir(cfg, gdir, sizeof(gdir))) {
+		snprintf(err, errlen, "run directory path too long");
+		return -ENAMETOOLONG;
+	}
+	glen = strlen(gdir);
+	in_gdir = cfg->has_group && !strncmp(cfg->socket_path, gdir, glen) &&
+	          cfg->socket_path[glen] == '/';
+	/* 0711 left by a --group instance that may still run stays: search
+	 * only, and taking it away would cut that instance's group off. */
+	e = dir_own(cfg->rundir, in_gdir || rundir_is_0711(cfg->rundir) ? 0711 : 0700,
+	            false, 0, err, errlen);
+	if (e)
+		return e;
+	if (in_gdir) {
+		e = dir_own(gdir, 0750, true, cfg->gid, err, errlen);
+		if (e)
+			return e;
+	}
+	if (cfg->has_group && !group_can_reach(cfg->socket_path, cfg->gid, blocker,
+	                                       sizeof(blocker)))
+		log_warn("--group %s: members of the group cannot reach the socket %s: %s "
+		         "is not searchable by them (XDG_RUNTIME_DIR is usually 0700); give "
+		         "--group a socket the group can reach, e.g. --socket /tmp/wsync-%s.sock",
+		         cfg->group, cfg->socket_path, blocker, cfg->name);
 	return 0;
 }
 
@@ -83,7 +178,51 @@ int rundir_lock(const char *lock_path, const char *name, char *err, size_t errle
 	return fd;
 }
 
-int rundir_listen(const struct config *cfg, char *err, size_t errlen)
+/* 0 if nobody answers at sa (a stale socket file), else -EADDRINUSE with
+ * the pid of whoever does. */
+static int socket_in_use(const struct sockaddr_un *sa, char *err, size_t errlen,
+                         const char *path)
+{
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	int fd, e;
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0) {
+		e = errno;
+		close(fd);
+		if (e == ECONNREFUSED || e == ENOENT)
+			return 0;
+		snprintf(err, errlen, "socket %s may be in use (connect: %s); not replacing it",
+		         path, strerror(e));
+		return -EADDRINUSE;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+		cred.pid = 0;
+	close(fd);
+	/* A broker just killed may accept a little longer (its io_uring is torn
+	 * down after it died): the listener's process must be alive. */
+	if (cred.pid > 0 && kill(cred.pid, 0) < 0 && errno == ESRCH)
+		return 0;
+	snprintf(err, errlen, "socket %s is in use by another broker (pid %d, from "
+	         "SO_PEERCRED); stop it or pick another --socket", path, (int)cred.pid);
+	return -EADDRINUSE;
+}
+
+int rundir_unlink_socket(const char *path, const struct stat *bound)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (st.st_dev != bound->st_dev || st.st_ino != bound->st_ino)
+		return -ESTALE;          /* someone else's now: leave it */
+	return unlink(path) < 0 ? -errno : 0;
+}
+
+int rundir_listen(const struct config *cfg, struct stat *bound, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
 	struct stat st;
@@ -96,12 +235,17 @@ int rundir_listen(const struct config *cfg, char *err, size_t errlen)
 		return -ENAMETOOLONG;
 	}
 	memcpy(sa.sun_path, cfg->socket_path, strlen(cfg->socket_path));
-	/* We hold the instance lock: a socket file here is a dead broker's. */
+	/* The instance lock does not cover --socket: another instance may be
+	 * listening there. Only a socket nobody answers on is stale. */
 	if (lstat(cfg->socket_path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errlen, "%s exists and is not a socket", cfg->socket_path);
+			snprintf(err, errlen, "%s exists and is not a socket (owner uid %u)",
+			         cfg->socket_path, (unsigned)st.st_uid);
 			return -EEXIST;
 		}
+		e = socket_in_use(&sa, err, errlen, cfg->socket_path);
+		if (e)
+			return e;
 		if (unlink(cfg->socket_path) < 0) {
 			e = errno;
 			snprintf(err, errlen, "cannot remove the stale socket %s: %s",
@@ -136,6 +280,12 @@ int rundir_listen(const struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot listen on %s: %s", cfg->socket_path, strerror(e));
 		goto out_unlink;
 	}
+	if (lstat(cfg->socket_path, &st) < 0) {
+		e = errno;
+		snprintf(err, errlen, "cannot stat %s: %s", cfg->socket_path, strerror(e));
+		goto out_unlink;
+	}
+	*bound = st;
 	return fd;
 
 out_unlink:

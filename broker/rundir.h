@@ -9,17 +9,31 @@
 #define WSYNC_BROKER_RUNDIR_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "config.h"
 
-/* Creates the run dir (0700, or 0750 owned by the group), or checks that an
- * existing one is ours. 0 or -errno with a message in err. */
+/*
+ * Creates the run dir, or checks that an existing one is a directory of
+ * ours (not a symlink; a foreign one is refused, naming its owner). It is
+ * shared by every instance of the user, so it is never loosened: 0700, or
+ * 0711 when a --group instance keeps its socket in <rundir>/<name>.group/
+ * (0750, owned by the group); a 0711 one is left so for other instances.
+ * Warns when the group cannot reach the socket.
+ * 0 or -errno with a message in err.
+ */
 int rundir_prepare(const struct config *cfg, char *err, size_t errlen);
+/* "<rundir>/<name>.group": 0 or -ENAMETOOLONG. */
+int rundir_group_dir(const struct config *cfg, char *buf, size_t len);
 /* Takes the instance lock and writes our pid into it: an fd or -errno
  * (-EEXIST: another broker of this name runs, err names its pid). */
 int rundir_lock(const char *lock_path, const char *name, char *err, size_t errlen);
-/* Binds and listens on the socket (0600, or 0660 for the group),
- * replacing a stale socket file: an fd or -errno. */
-int rundir_listen(const struct config *cfg, char *err, size_t errlen);
+/* Binds and listens on the socket (0600, or 0660 for the group), replacing
+ * a socket file only if nobody answers on it (-EADDRINUSE names the pid of
+ * the broker that does). *bound gets the inode bound. An fd or -errno. */
+int rundir_listen(const struct config *cfg, struct stat *bound, char *err, size_t errlen);
+/* Unlinks path only if it is still the inode we bound: 0 or -errno
+ * (-ESTALE: another broker's socket is there now). */
+int rundir_unlink_socket(const char *path, const struct stat *bound);
 
 #endif

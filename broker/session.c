@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fault.h"
@@ -45,6 +46,7 @@ struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_
 		s->all_next->all_pprev = &s->all_next;
 	s->all_pprev = &b->all_sessions;
 	b->all_sessions = s;
+	b->n_pending++;
 	return s;
 }
 
@@ -64,9 +66,18 @@ int session_admit(struct broker *b, struct session *s)
 	return -EAGAIN;
 }
 
+/* s leaves SESSION_NEW for state. */
+static void session_leave_new(struct broker *b, struct session *s,
+                              enum session_state state)
+{
+	if (s->state == SESSION_NEW)
+		b->n_pending--;
+	s->state = state;
+}
+
 void session_reject(struct broker *b, struct session *s, int err, const char *why)
 {
-	s->state = SESSION_REJECTED;
+	session_leave_new(b, s, SESSION_REJECTED);
 	s->reject_err = err;
 	snprintf(s->reject_why, sizeof(s->reject_why), "%s", why);
 	b->n_rejected++;
@@ -79,6 +90,14 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	void *map;
 	int fd, err, seals;
 
+	/* The table entry is taken here, not at accept: a connection that never
+	 * says HELLO holds no entry (loop.c bounds those apart). */
+	if (s->index < 0 && session_admit(b, s)) {
+		snprintf(why, whylen, "broker '%s' has its maximum of %d sessions",
+		         b->cfg.name, WSYNC_MAX_SESSIONS);
+		log_warn("refused session %u pid %d: %s", s->id, (int)s->pid, why);
+		return -EAGAIN;
+	}
 	fd = fault_memfd_create("wsync-session", WSYNC_SESSION_PAGE_BYTES);
 	if (fd < 0) {
 		snprintf(why, whylen, "cannot create a session page: %s", strerror(-fd));
@@ -102,7 +121,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	s->page->layout_version = WSYNC_LAYOUT_VERSION;
 	s->page->session_id = s->id;
 	snprintf(s->name, sizeof(s->name), "%s", name);
-	s->state = SESSION_ACTIVE;
+	session_leave_new(b, s, SESSION_ACTIVE);
 
 	e = ctl_session(b, (uint32_t)s->index);
 	e->pid = (uint32_t)s->pid;
@@ -218,7 +237,7 @@ void session_disconnect(struct broker *b, struct session *s, const char *why)
 		return;
 	/* Its hazards stop counting here: the client is gone or cut off. */
 	session_drop_models(b, s);
-	s->state = SESSION_CLOSING;
+	session_leave_new(b, s, SESSION_CLOSING);
 	readers_session_gone(b, s);
 	if (s->index >= 0) {
 		struct wsync_ctl_session *e = ctl_session(b, (uint32_t)s->index);
@@ -240,6 +259,43 @@ void session_disconnect(struct broker *b, struct session *s, const char *why)
 	loop_close_session(b, s);
 }
 
+/*
+ * Reads and drops what the client sent after the session ended (closing any
+ * fds that came with it): closing a Unix socket with unread data makes the
+ * peer's next read fail with ECONNRESET before it has read the replies
+ * queued for it, the refusal that says why among them. Bounded by the
+ * socket's buffer; never waits.
+ */
+static void session_drain(int fd)
+{
+	for (int i = 0; i < 1024; i++) {
+		union {
+			char buf[SESSION_CMSG_BYTES];
+			struct cmsghdr align;
+		} ctl;
+		char junk[sizeof(union wsync_msg_any)];
+		struct iovec iov = { junk, sizeof(junk) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+		                     .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || (n == 0 && mh.msg_controllen == 0))
+			return;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+				int x;
+
+				memcpy(&x, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+				close(x);
+			}
+		}
+	}
+}
+
 void session_free(struct broker *b, struct session *s)
 {
 	(void)b;
@@ -250,7 +306,9 @@ void session_free(struct broker *b, struct session *s)
 		munmap(s->page, WSYNC_SESSION_PAGE_BYTES);
 	if (s->page_fd >= 0)
 		close(s->page_fd);
-	if (s->fd >= 0)
+	if (s->fd >= 0) {
+		session_drain(s->fd);
 		close(s->fd);
+	}
 	free(s);
 }

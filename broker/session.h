@@ -50,6 +50,8 @@ struct session_rx {
 	} ctl;
 	struct iovec iov;
 	struct msghdr mh;
+	bool     out_of_fds;             /* MSG_CTRUNC because the broker hit
+	                                    RLIMIT_NOFILE, not the client */
 };
 
 struct session {
@@ -81,11 +83,13 @@ struct session {
 
 /* Allocates a session for an accepted socket (which it then owns). */
 struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_t gid);
-/* Takes an entry of the session table: 0 or -EAGAIN (table full). */
+/* Takes an entry of the session table: 0 or -EAGAIN (table full). Done by
+ * session_hello. */
 int  session_admit(struct broker *b, struct session *s);
 /* Marks a peer refused: its first message gets err and why. */
 void session_reject(struct broker *b, struct session *s, int err, const char *why);
-/* HELLO: session page and ctl entry. 0 or -errno with a reason in why. */
+/* HELLO: session table entry (-EAGAIN when full), session page and ctl
+ * entry. 0 or -errno with a reason in why. */
 int  session_hello(struct broker *b, struct session *s, const char *name,
                    char *why, size_t whylen);
 

@@ -15,7 +15,9 @@ typedef CUresult (*cu_int_fn)(int *);
 
 int wsync_cuda_load(struct wsync_cuda *cu, char *why, size_t whylen)
 {
-	const char *path = getenv("WSYNC_LIBCUDA");
+	/* a path handed to dlopen: never from the environment of a privileged
+	 * process */
+	const char *path = secure_getenv("WSYNC_LIBCUDA");
 	int err = -EIO;
 
 	memset(cu, 0, sizeof(*cu));

@@ -2,28 +2,30 @@
  * shm/layout.h — every structure that lives in shared memory, in one place.
  *
  * Segments of one broker instance <name> of user <uid>, generation <gen>
- * (bumped at every broker start), as files under /dev/shm:
+ * (bumped at every broker start). Named ones are files in the generation's
+ * private directory /dev/shm/wsync.<uid>.<name>.<16 random hex digits>/
+ * (mode 0700, made by the broker; its name is in <rundir>/<name>.state):
  *
- *   wsync.<uid>.<name>.ctl                 control: header, model table,
- *                                          session table (broker writes,
- *                                          clients map read-only)
- *   wsync.<uid>.<name>.<gen>.m<id>.page    model page: `latest` and the futex
- *                                          word (publisher of the model and
- *                                          broker write, collectors read, and
- *                                          trust latest only while the ctl
- *                                          entry's latest or grant equals it)
- *   wsync.<uid>.<name>.<gen>.m<id>.layout  tensor layout (broker writes)
- *   wsync.<uid>.<name>.<gen>.m<id>.s<k>    slab k: raw tensor bytes, no header
- *   (memfd)                                session page: one per connection,
- *                                          only that client writes it
+ *   ctl            control: header, model table, session table (broker
+ *                  writes, clients map read-only)
+ *   m<id>.layout   tensor layout (broker writes)
+ *   m<id>.s<k>     slab k: raw tensor bytes, no header (with --group: a
+ *                  sealed memfd instead, no name)
+ *   (memfd)        model page of each model: `latest` and the futex word
+ *                  (publisher of the model and broker write, collectors
+ *                  read, and trust latest only while the ctl entry's
+ *                  latest or grant equals it); sealed against shrinking
+ *                  and growing, mode 0600
+ *   (memfd)        session page: one per connection, only that client
+ *                  writes it
  *
  * Clients never open segments by name: the broker passes file descriptors over
  * the session socket (SCM_RIGHTS), read-only except the session page, the
  * model page of a model the client publishes, and slabs granted to it.
  *
  * A new broker generation never writes an object of an older one: on restart
- * it copies the latest version of each model into fresh objects and unlinks
- * the old names (see broker/adopt.c), so views held across a crash stay
+ * it copies the latest version of each model into a fresh directory and
+ * removes the old one (see broker/adopt.c), so views held across a crash stay
  * intact and clients of the old generation see a world that no longer moves.
  *
  * All integers are little-endian fixed width; offsets, never pointers.

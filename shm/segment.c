@@ -1,12 +1,15 @@
 /* shm/segment.c — naming, creating and mapping shared-memory segments. */
 #include "segment.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,38 +25,158 @@ int wsync_seg_prefix(char *buf, size_t len, uid_t uid, const char *instance)
 	return name_fmt(len, snprintf(buf, len, "wsync.%u.%s.", (unsigned)uid, instance));
 }
 
-int wsync_seg_name_ctl(char *buf, size_t len, uid_t uid, const char *instance)
+int wsync_seg_dir_name(char *buf, size_t len, uid_t uid, const char *instance,
+                       uint64_t tag)
 {
-	return name_fmt(len, snprintf(buf, len, "/wsync.%u.%s.ctl", (unsigned)uid, instance));
+	return name_fmt(len, snprintf(buf, len, "wsync.%u.%s.%016llx", (unsigned)uid,
+	                              instance, (unsigned long long)tag));
 }
 
-static int name_model(char *buf, size_t len, uid_t uid, const char *instance,
-                      uint64_t gen, uint32_t model_id, const char *what)
+bool wsync_seg_dir_name_ours(const char *name, uid_t uid, const char *instance)
 {
-	return name_fmt(len, snprintf(buf, len, "/wsync.%u.%s.%llu.m%u.%s",
-	                                   (unsigned)uid, instance,
-	                                   (unsigned long long)gen, model_id, what));
+	char prefix[WSYNC_SHM_NAME_MAX];
+	size_t plen;
+
+	if (wsync_seg_prefix(prefix, sizeof(prefix), uid, instance))
+		return false;
+	plen = strlen(prefix);
+	if (strncmp(name, prefix, plen) || strlen(name + plen) != 16)
+		return false;
+	for (const char *p = name + plen; *p; p++)
+		if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p))
+			return false;
+	return true;
 }
 
-int wsync_seg_name_page(char *buf, size_t len, uid_t uid, const char *instance,
-                        uint64_t gen, uint32_t model_id)
+int wsync_seg_dir_create(uid_t uid, const char *instance, char *name, size_t len)
 {
-	return name_model(buf, len, uid, instance, gen, model_id, "page");
+	int shm, fd, err;
+
+	shm = open(WSYNC_SHM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (shm < 0)
+		return -errno;
+	for (int tries = 0; tries < 16; tries++) {
+		uint64_t tag;
+
+		if (getrandom(&tag, sizeof(tag), 0) != (ssize_t)sizeof(tag)) {
+			err = -EIO;
+			goto out_close;
+		}
+		err = wsync_seg_dir_name(name, len, uid, instance, tag);
+		if (err)
+			goto out_close;
+		if (mkdirat(shm, name, 0700) < 0) {
+			err = -errno;
+			if (err == -EEXIST)
+				continue;        /* someone's, or a collision: another name */
+			goto out_close;
+		}
+		fd = openat(shm, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			err = -errno;
+			unlinkat(shm, name, AT_REMOVEDIR);
+			goto out_close;
+		}
+		close(shm);
+		return fd;
+	}
+	err = -EEXIST;
+out_close:
+	close(shm);
+	return err;
 }
 
-int wsync_seg_name_layout(char *buf, size_t len, uid_t uid, const char *instance,
-                          uint64_t gen, uint32_t model_id)
+/* st of a directory: ours, 0700 exactly, a directory. */
+static int dir_check(const struct stat *st, uid_t uid, char *why, size_t whylen)
 {
-	return name_model(buf, len, uid, instance, gen, model_id, "layout");
+	if (!S_ISDIR(st->st_mode)) {
+		snprintf(why, whylen, "it is not a directory");
+		return -ENOTDIR;
+	}
+	if (st->st_uid != uid) {
+		snprintf(why, whylen, "it is owned by uid %u, not %u", (unsigned)st->st_uid,
+		         (unsigned)uid);
+		return -EPERM;
+	}
+	if ((st->st_mode & 07777) != 0700) {
+		snprintf(why, whylen, "its mode is %04o, not 0700",
+		         (unsigned)(st->st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
 }
 
-int wsync_seg_name_slab(char *buf, size_t len, uid_t uid, const char *instance,
-                        uint64_t gen, uint32_t model_id, uint32_t slot)
+int wsync_seg_dir_open(const char *name, uid_t uid, char *why, size_t whylen)
 {
-	char what[16];
+	struct stat st;
+	int shm, fd, err;
 
-	snprintf(what, sizeof(what), "s%u", slot);
-	return name_model(buf, len, uid, instance, gen, model_id, what);
+	if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+		snprintf(why, whylen, "'%s' is not a name in %s", name, WSYNC_SHM_DIR);
+		return -EINVAL;
+	}
+	shm = open(WSYNC_SHM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (shm < 0) {
+		snprintf(why, whylen, "cannot open %s: %s", WSYNC_SHM_DIR, strerror(errno));
+		return -errno;
+	}
+	fd = openat(shm, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	err = fd < 0 ? -errno : 0;
+	close(shm);
+	if (err) {
+		snprintf(why, whylen, err == -ELOOP || err == -ENOTDIR ?
+		         "it is a symlink or not a directory" : "cannot open it: %s",
+		         strerror(-err));
+		return err;
+	}
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		snprintf(why, whylen, "fstat: %s", strerror(-err));
+		goto out_close;
+	}
+	err = dir_check(&st, uid, why, whylen);
+	if (err)
+		goto out_close;
+	return fd;
+
+out_close:
+	close(fd);
+	return err;
+}
+
+int wsync_seg_dir_remove(const char *name, uid_t uid)
+{
+	struct dirent *d;
+	struct stat st;
+	char why[64];
+	DIR *dir;
+	int fd, shm, err = 0;
+
+	fd = wsync_seg_dir_open(name, uid, why, sizeof(why));
+	if (fd < 0)
+		return fd;
+	dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return -errno;
+	}
+	while ((d = readdir(dir))) {
+		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
+			continue;
+		/* Only what we could have made: regular files of ours. */
+		if (fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
+		    unlinkat(dirfd(dir), d->d_name, 0) < 0)
+			err = -errno;
+	}
+	closedir(dir);
+	shm = open(WSYNC_SHM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (shm < 0)
+		return -errno;
+	if (unlinkat(shm, name, AT_REMOVEDIR) < 0 && !err)
+		err = -errno;
+	close(shm);
+	return err;
 }
 
 /* Reserves the object's memory now: on tmpfs, fallocate fails with ENOSPC
@@ -69,11 +192,14 @@ static int seg_reserve(int fd, uint64_t bytes)
 	return 0;
 }
 
-int wsync_seg_create(const char *name, uint64_t bytes)
+int wsync_seg_create_at(int dirfd, const char *name, uint64_t bytes)
 {
 	int fd, err;
 
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	/* Our generation's names are ours alone: a leftover of a start that
+	 * crashed in this very directory is replaced. */
+	unlinkat(dirfd, name, 0);
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	err = seg_reserve(fd, bytes);
@@ -82,16 +208,45 @@ int wsync_seg_create(const char *name, uint64_t bytes)
 	return fd;
 
 out_unlink:
-	shm_unlink(name);
+	unlinkat(dirfd, name, 0);
 	close(fd);
 	return err;
 }
 
-int wsync_seg_open(const char *name, int writable)
+int wsync_seg_open_checked(int dirfd, const char *name, uid_t uid, char *why, size_t whylen)
 {
-	int fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	struct stat st;
+	int fd, err;
 
-	return fd < 0 ? -errno : fd;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		snprintf(why, whylen, "cannot open %s: %s", name, strerror(-err));
+		return err;
+	}
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		snprintf(why, whylen, "fstat %s: %s", name, strerror(-err));
+		goto out_close;
+	}
+	err = -EPERM;
+	if (!S_ISREG(st.st_mode))
+		snprintf(why, whylen, "%s is not a regular file", name);
+	else if (st.st_uid != uid)
+		snprintf(why, whylen, "%s is owned by uid %u, not %u", name,
+		         (unsigned)st.st_uid, (unsigned)uid);
+	else if (st.st_nlink != 1)
+		snprintf(why, whylen, "%s has %lu links, not 1", name,
+		         (unsigned long)st.st_nlink);
+	else if (st.st_mode & (S_IWGRP | S_IWOTH))
+		snprintf(why, whylen, "%s is writable by others (mode %04o)", name,
+		         (unsigned)(st.st_mode & 07777));
+	else
+		return fd;
+
+out_close:
+	close(fd);
+	return err;
 }
 
 int wsync_seg_reopen_ro(int fd)
@@ -138,6 +293,12 @@ int wsync_memfd_create(const char *label, uint64_t bytes)
 	err = seg_reserve(fd, bytes);
 	if (err < 0)
 		goto out_close;
+	/* 0600: another uid holding a read-only fd cannot reopen it read-write
+	 * through /proc/<pid>/fd (memfds are 0777 by default). */
+	if (fchmod(fd, 0600) < 0) {
+		err = -errno;
+		goto out_close;
+	}
 	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
 		err = -errno;
 		goto out_close;

@@ -5,6 +5,7 @@
 #ifndef WSYNC_SHM_SEGMENT_H
 #define WSYNC_SHM_SEGMENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -14,26 +15,42 @@
 #define WSYNC_SHM_DIR      "/dev/shm"
 #define WSYNC_SHM_NAME_MAX 192
 
-/* "wsync.<uid>.<instance>." — the prefix of every segment of an instance. */
+/*
+ * Every named segment of a broker generation lives in a private directory,
+ * /dev/shm/wsync.<uid>.<instance>.<16 hex digits, random>/, made 0700 by
+ * the broker: in world-writable /dev/shm nobody else can name, plant or
+ * replace what is in it. Clients never open segments by name (their fds
+ * come over the socket).
+ */
+
+/* "wsync.<uid>.<instance>." — the prefix of the instance's directories. */
 int wsync_seg_prefix(char *buf, size_t len, uid_t uid, const char *instance);
-/* "/wsync.<uid>.<instance>.ctl" (a name for shm_open, with the slash). */
-int wsync_seg_name_ctl(char *buf, size_t len, uid_t uid, const char *instance);
-/* "/wsync.<uid>.<instance>.<gen>.m<id>.page" / ".layout" / ".s<slot>" */
-int wsync_seg_name_page(char *buf, size_t len, uid_t uid, const char *instance,
-                        uint64_t gen, uint32_t model_id);
-int wsync_seg_name_layout(char *buf, size_t len, uid_t uid, const char *instance,
-                          uint64_t gen, uint32_t model_id);
-int wsync_seg_name_slab(char *buf, size_t len, uid_t uid, const char *instance,
-                        uint64_t gen, uint32_t model_id, uint32_t slot);
+/* "wsync.<uid>.<instance>.<tag as 16 hex digits>" */
+int wsync_seg_dir_name(char *buf, size_t len, uid_t uid, const char *instance,
+                       uint64_t tag);
+/* True if name is exactly a directory name of this instance (the prefix and
+ * 16 lower-case hex digits, nothing more). */
+bool wsync_seg_dir_name_ours(const char *name, uid_t uid, const char *instance);
+/* mkdir 0700 of a fresh random name (retried on EEXIST), its name in name:
+ * an O_DIRECTORY fd, or -errno. */
+int wsync_seg_dir_create(uid_t uid, const char *instance, char *name, size_t len);
+/* Opens /dev/shm/<name> O_NOFOLLOW and checks it: a directory, owned by
+ * uid, mode exactly 0700. fd, or -errno with the reason in why. */
+int wsync_seg_dir_open(const char *name, uid_t uid, char *why, size_t whylen);
+/* Removes a checked directory (as above) and the regular files in it. */
+int wsync_seg_dir_remove(const char *name, uid_t uid);
 
 /*
- * Creates a new segment (O_EXCL, mode 0600), sizes it and reserves its memory
- * with fallocate, so a full /dev/shm is an -ENOSPC now, never a SIGBUS later.
+ * Creates name in dirfd (O_EXCL, O_NOFOLLOW, mode 0600, replacing a
+ * leftover of the same name), sizes it and reserves its memory with
+ * fallocate, so a full /dev/shm is an -ENOSPC now, never a SIGBUS later.
  * Returns an O_RDWR fd (CLOEXEC) or -errno.
  */
-int wsync_seg_create(const char *name, uint64_t bytes);
-/* Opens an existing segment read-only or read-write: fd or -errno. */
-int wsync_seg_open(const char *name, int writable);
+int wsync_seg_create_at(int dirfd, const char *name, uint64_t bytes);
+/* Opens name in dirfd read-only (O_NOFOLLOW) for adoption, and trusts it
+ * only if it is a regular file owned by uid with one link and no group or
+ * other write bit: fd, or -errno with the reason in why. */
+int wsync_seg_open_checked(int dirfd, const char *name, uid_t uid, char *why, size_t whylen);
 /* A second fd on the same object, read-only (for handing to collectors). */
 int wsync_seg_reopen_ro(int fd);
 /*
@@ -44,7 +61,8 @@ int wsync_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out
 /* Size of the object behind fd, or -errno. */
 int64_t wsync_seg_size(int fd);
 
-/* A sealed-size memfd of bytes (for session pages and layouts): fd or -errno. */
+/* A memfd of bytes, mode 0600, sealed against shrinking and growing (for
+ * session pages, model pages and --group slabs): fd or -errno. */
 int wsync_memfd_create(const char *label, uint64_t bytes);
 
 #endif

@@ -2,10 +2,13 @@
 #include "tensor_layout.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "layout.h"
@@ -89,11 +92,43 @@ static int desc_check(const wsync_tensor_desc *d, size_t i, char *why, size_t wh
 	return 0;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+	return strncmp(*(const char *const *)a, *(const char *const *)b, WSYNC_NAME_MAX);
+}
+
+/*
+ * Duplicate names, found by sorting: O(n log n) comparisons whatever the
+ * names are. (A hash table is O(n) on average but O(n^2) on names chosen to
+ * collide, and the broker runs this on what any publisher sends.)
+ */
+static int names_unique(const wsync_tensor_desc *d, size_t n, char *why, size_t whylen)
+{
+	const char **names;
+
+	if (n < 2)
+		return 0;
+	names = malloc(n * sizeof(*names));
+	if (!names)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		names[i] = d[i].name;
+	qsort(names, n, sizeof(*names), name_cmp);
+	for (size_t i = 1; i < n; i++) {
+		if (!strncmp(names[i - 1], names[i], WSYNC_NAME_MAX)) {
+			why_fail(why, whylen, "two tensors share the name '%.64s'", names[i]);
+			free(names);
+			return -EINVAL;
+		}
+	}
+	free(names);
+	return 0;
+}
+
 int wsync_layout_compute(const wsync_tensor_desc *in, size_t n,
                          wsync_tensor_desc *out, uint64_t *bytes,
                          char *why, size_t whylen)
 {
-	struct wsync_name_index ix;
 	uint64_t at = 0;
 	int err;
 
@@ -121,14 +156,7 @@ int wsync_layout_compute(const wsync_tensor_desc *in, size_t n,
 	}
 	at = (at + WSYNC_PAGE - 1) & ~(uint64_t)(WSYNC_PAGE - 1);
 	*bytes = at ? at : WSYNC_PAGE;
-
-	err = wsync_name_index_build(&ix, out, n);
-	if (err == -EEXIST)
-		return why_fail(why, whylen, "two tensors share a name");
-	if (err)
-		return err;
-	wsync_name_index_free(&ix);
-	return 0;
+	return names_unique(out, n, why, whylen);
 }
 
 uint64_t wsync_layout_hash(const wsync_tensor_desc *d, size_t n)
@@ -176,9 +204,30 @@ int wsync_layout_diff(const wsync_tensor_desc *a, size_t na,
 	return 0;
 }
 
+/*
+ * The seed of the name index: random per process, so nobody can choose
+ * names that collide in it (the index is never shared or stored). Set once;
+ * racing first callers store the same kind of value, any of which is good.
+ */
+static uint64_t name_seed(void)
+{
+	static _Atomic uint64_t seed;
+	uint64_t s = atomic_load_explicit(&seed, memory_order_relaxed);
+
+	if (s)
+		return s;
+	if (getrandom(&s, sizeof(s), GRND_NONBLOCK) != (ssize_t)sizeof(s))
+		s = (uint64_t)(uintptr_t)&seed ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+	s |= 1;                          /* never 0: 0 means unset */
+	uint64_t unset = 0;
+	if (!atomic_compare_exchange_strong(&seed, &unset, s))
+		s = unset;
+	return s;
+}
+
 static uint32_t name_hash(const char *name)
 {
-	return (uint32_t)XXH64(name, strnlen(name, WSYNC_NAME_MAX), 0);
+	return (uint32_t)XXH64(name, strnlen(name, WSYNC_NAME_MAX), name_seed());
 }
 
 int wsync_name_index_build(struct wsync_name_index *ix,

@@ -39,7 +39,8 @@ int wsync_layout_diff(const wsync_tensor_desc *a, size_t na,
                       const wsync_tensor_desc *b, size_t nb,
                       char *why, size_t whylen);
 
-/* Name index for O(1) lookup: open addressing over xxh64 of the names. */
+/* Name index for O(1) lookup: open addressing over xxh64 of the names, with
+ * a random seed per process (names cannot be chosen to collide). */
 struct wsync_name_index {
 	uint32_t *slots;      /* tensor index + 1, 0 = empty */
 	uint32_t  mask;       /* capacity - 1, capacity a power of two >= 2n */

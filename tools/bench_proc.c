@@ -314,7 +314,7 @@ static int shm_leftovers_remove(void)
 			if (strncmp(e->d_name, shm_prefix, plen))
 				continue;
 			found++;
-			unlinkat(fd, e->d_name, 0);
+			rm_at(fd, e->d_name, 0);     /* the broker's private directory */
 		}
 	}
 	close(fd);

@@ -263,7 +263,7 @@ static int remove_entry(const char *path, const struct stat *sb, int type, struc
 }
 
 /* Shared-memory objects of our instance that a broker which did not shut
- * down cleanly left behind (names as in docs/ARCHITECTURE.md). */
+ * down cleanly left behind: its private directories (docs/ARCHITECTURE.md). */
 static void remove_stale_segments(const char *instance)
 {
 	char prefix[96], path[384];
@@ -278,7 +278,17 @@ static void remove_stale_segments(const char *instance)
 		if (strncmp(e->d_name, prefix, strlen(prefix)))
 			continue;
 		snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-		unlink(path);
+		if (unlink(path) == 0 || (errno != EISDIR && errno != EPERM))
+			continue;
+		/* a broker's private directory: the objects in it, then itself */
+		DIR *sub = opendir(path);
+		struct dirent *f;
+		while (sub && (f = readdir(sub)))
+			if (f->d_name[0] != '.')
+				unlinkat(dirfd(sub), f->d_name, 0);
+		if (sub)
+			closedir(sub);
+		rmdir(path);
 	}
 	closedir(dir);
 }

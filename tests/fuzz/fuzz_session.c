@@ -23,8 +23,17 @@
  *               page, which the broker scans before every grant.
  * F & 7 chooses the fds attached: 1 the layout memfd of the current model
  * (a valid one), 2 /dev/null, 3 an eventfd, 4 a memfd of the wrong size,
- * 5 two fds, else none.
+ * 5 two fds, 6 SEND_FDS_MAX fds (more than a message may carry: the broker
+ * sees MSG_CTRUNC), else none. A raw datagram may be zero bytes long, so
+ * fds also arrive with what looks like the end of the connection.
+ *
+ * After each input the harness waits until the broker has let go of the
+ * connection (no session left) and then requires this process's open
+ * descriptors (/proc/self/fd: the broker's and the harness's) to be back
+ * at their baseline, less what the model table legitimately holds: a
+ * descriptor the broker kept is a finding, like a crash.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -45,6 +54,7 @@
 #include "broker/config.h"
 #include "broker/log.h"
 #include "broker/loop.h"
+#include "broker/model.h"
 #include "shm/layout.h"
 #include "shm/proto.h"
 #include "shm/tensor_layout.h"
@@ -53,7 +63,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 #define REPLY_MS  10000          /* silence this long is a finding */
+#define SETTLE_MS 10000          /* a session not gone after this is a finding */
 #define MAX_OPS   48
+#define SEND_FDS_MAX (WSYNC_MSG_MAX_FDS + 5)
+
+static void settle(void);
 
 static struct broker B;
 static pthread_t broker_thread;
@@ -202,6 +216,10 @@ static int make_fds(const struct client *c, uint8_t f, int *fds)
 		fds[0] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		return 2;
+	case 6:
+		for (int i = 0; i < SEND_FDS_MAX; i++)
+			fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		return SEND_FDS_MAX;
 	default:
 		return 0;
 	}
@@ -211,7 +229,7 @@ static int make_fds(const struct client *c, uint8_t f, int *fds)
 static int send_msg(struct client *c, const void *buf, size_t len, const int *fds, int n)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(int) * 2)];
+		char buf[CMSG_SPACE(sizeof(int) * SEND_FDS_MAX)];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { (void *)buf, len };
@@ -422,6 +440,89 @@ static void structured(struct client *c, union wsync_msg_any *m, uint32_t type, 
 	}
 }
 
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		abort();
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Descriptors the broker keeps for its models (model.h): a page and its
+ * read-only twin; once READY a layout and two per slab. */
+static int model_fds(void)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		const struct model *m = __atomic_load_n(&B.models[i], __ATOMIC_ACQUIRE);
+
+		if (!m)
+			continue;
+		n += 2;
+		if (__atomic_load_n(&m->state, __ATOMIC_ACQUIRE) == WSYNC_MODEL_READY)
+			n += 1 + 2 * (int)m->books.n_slots;
+	}
+	return n;
+}
+
+static int fds_baseline = -1;         /* set before each input */
+
+/* What is open, for the report of a finding. */
+static void dump_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char path[300], link[256];
+		ssize_t k;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		k = readlink(path, link, sizeof(link) - 1);
+		link[k > 0 ? k : 0] = '\0';
+		fprintf(stderr, "  fd %s -> %s\n", e->d_name, link);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Waits until the broker has freed every session and holds only its model
+ * table's fds beyond the baseline taken before the input (libFuzzer opens
+ * fds of its own between inputs); aborts (a finding) otherwise. */
+static void settle(void)
+{
+	int left = -1;
+
+	for (int waited = 0; waited < SETTLE_MS; waited += 2) {
+		if (!__atomic_load_n(&B.all_sessions, __ATOMIC_ACQUIRE)) {
+			left = count_fds() - model_fds();
+			if (fds_baseline < 0 || left <= fds_baseline) {
+				fds_baseline = left;
+				return;
+			}
+		}
+		usleep(2000);
+	}
+	if (__atomic_load_n(&B.all_sessions, __ATOMIC_ACQUIRE))
+		fprintf(stderr, "fuzz_session: a session is still alive %d ms after its client "
+		        "closed\n", SETTLE_MS);
+	else
+		fprintf(stderr, "fuzz_session: %d descriptors open beyond the model table, "
+		        "%d at the baseline: the broker leaked %d\n", left, fds_baseline,
+		        left - fds_baseline);
+	dump_fds();
+	abort();
+}
+
 static uint64_t get_u64(const uint8_t *p, size_t avail)
 {
 	uint64_t v = 0;
@@ -437,12 +538,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t at = 0;
 	int ops = 0;
 
+	fds_baseline = -1;
+	settle();                        /* the baseline of this input */
 	memset(&c, 0, sizeof(c));
 	make_layout(&c, (const uint8_t *)"\0\0\0\0\0\0\0\0");
 	c.fd = client_connect();
 	while (at < size && ops++ < MAX_OPS) {
 		uint8_t a = data[at++];
-		int fds[2], n;
+		int fds[SEND_FDS_MAX], n;
 
 		if (a % 4 == 0) {                          /* raw datagram */
 			size_t len;
@@ -511,5 +614,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (c.mpage)
 		munmap(c.mpage, WSYNC_PAGE);
 	close(c.fd);
+	settle();
 	return 0;
 }

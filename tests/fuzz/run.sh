@@ -24,7 +24,9 @@ for bin in "$@"; do
 	mkdir -p "$seeds" "$work" "$crashes" "$(dirname "$log")"
 	# -timeout: one input running this long is a hang (the session harness
 	# aborts itself after 10 s of broker silence first).
-	"$bin" -max_total_time="$SECONDS_EACH" -timeout=30 -rss_limit_mb=4096 \
+	# -detect_leaks=1: LeakSanitizer after every input too (the session
+	# harness waits for the broker to free each session before it returns).
+	"$bin" -max_total_time="$SECONDS_EACH" -timeout=30 -rss_limit_mb=4096 -detect_leaks=1 \
 		-print_final_stats=1 -artifact_prefix="$crashes/$name-" \
 		"$work" "$seeds" >"$log" 2>&1 </dev/null
 	rc=$?
@@ -44,5 +46,5 @@ for bin in "$@"; do
 	fi
 done
 # The session harness runs a broker in-process; a crash leaves its segments.
-ls /dev/shm 2>/dev/null | grep "^wsync\.$(id -u)\.fz[0-9]" | sed 's|^|/dev/shm/|' | xargs -r rm -f
+ls /dev/shm 2>/dev/null | grep "^wsync\.$(id -u)\.fz[0-9]" | sed 's|^|/dev/shm/|' | xargs -r rm -rf
 [ "$failed" -eq 0 ]

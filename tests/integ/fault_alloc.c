@@ -11,6 +11,10 @@
  * same broker serves a normal client (publish + acquire, verified), and
  * stops cleanly leaving no segment. Ends when an N is past every
  * allocation the scenario makes (no injection logged).
+ *
+ * The injection is in the test broker only (tests/wsyncd-fault): the real
+ * wsyncd started with WSYNC_FAULT_ALLOC=1 runs normally and logs no
+ * injection.
  */
 #include "tests/lib/faults.h"
 
@@ -70,6 +74,18 @@ int main(void)
 {
 	char val[16];
 	int n, start_failures = 0, request_failures = 0;
+
+	/* the production broker ignores the variable */
+	setenv("WSYNC_FAULT_ALLOC", "1", 1);
+	TEST_ASSERT_MSG(harness_broker_start(&B, NULL) == 0,
+	                "wsyncd obeyed WSYNC_FAULT_ALLOC: fault injection is compiled in");
+	unsetenv("WSYNC_FAULT_ALLOC");
+	TEST_ASSERT(!faults_log_contains(&B, "fault injection"));
+	faults_normal_client(&B, "the real wsyncd with WSYNC_FAULT_ALLOC=1");
+	harness_broker_finish(&B);
+
+	if (harness_use_fault_wsyncd())
+		return HARNESS_SKIP;
 
 	setenv("WSYNC_REPLY_TIMEOUT_MS", "10000", 1);
 	/* One instance, started again for each N (same name and directory). */

@@ -138,6 +138,8 @@ static void not_reading(void)
 
 int main(void)
 {
+	if (harness_use_fault_wsyncd())
+		return HARNESS_SKIP;
 	setenv("WSYNC_HELLO_TIMEOUT_MS", "300", 1);
 	TEST_ASSERT(harness_broker_start(&B, NULL) == 0);
 	unsetenv("WSYNC_HELLO_TIMEOUT_MS");

@@ -4,8 +4,9 @@
  *     view: its segments stay (nothing cleaned them); a restart adopts them
  *     (the collector reconnects to the same version and bytes), and a clean
  *     stop then leaves nothing of the instance in /dev/shm.
- *  2. Debris of a start that crashed half-way (a `.ctl.new` control segment
- *     and slabs of an older generation) is removed by the next start.
+ *  2. Debris of starts that crashed half-way (private directories of the
+ *     instance that no state file names, with objects in them) is removed
+ *     by the next start.
  *  3. --keep: a clean stop keeps the segments, the next start (without
  *     --keep) adopts them at the same version, and its clean stop removes
  *     everything.
@@ -13,6 +14,7 @@
 #include "tests/lib/faults.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -54,13 +56,18 @@ static void expect_latest(uint64_t version, uint64_t step)
 	wsync_close(c);
 }
 
-static void debris(const char *suffix)
+/* A private directory of this instance that no state file names (what a
+ * start that crashed half-way leaves), with an object in it. */
+static void debris(const char *tag, const char *seg)
 {
 	char path[256];
 	int fd;
 
 	snprintf(path, sizeof(path), "/dev/shm/wsync.%u.%s.%s", (unsigned)geteuid(), B.name,
-	         suffix);
+	         tag);
+	TEST_ASSERT_MSG(mkdir(path, 0700) == 0 || errno == EEXIST, "%s: %s", path,
+	                strerror(errno));
+	snprintf(path + strlen(path), sizeof(path) - strlen(path), "/%s", seg);
 	fd = open(path, O_CREAT | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
 	TEST_ASSERT_MSG(fd >= 0, "%s: %s", path, strerror(errno));
 	TEST_ASSERT(ftruncate(fd, 4096) == 0);
@@ -97,9 +104,9 @@ int main(void)
 	TEST_ASSERT(harness_broker_restart(&B) == 0);
 	uint64_t v3 = publish(13);
 	harness_broker_kill(&B);
-	debris("ctl.new");
-	debris("1.m7.s0");
-	debris("1.m7.page");
+	debris("00000000deadbeef", "ctl");
+	debris("00000000deadbeef", "m7.s0");
+	debris("0123456789abcdef", "m7.layout");
 	TEST_ASSERT(harness_broker_restart(&B) == 0);
 	expect_latest(v3, 13);
 	harness_broker_finish(&B);

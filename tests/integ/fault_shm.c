@@ -148,6 +148,8 @@ static int full_tmpfs(void *arg)
 
 int main(void)
 {
+	if (harness_use_fault_wsyncd())
+		return HARNESS_SKIP;
 	shm_limit();
 	each_fault("WSYNC_FAULT_SEG");
 	each_fault("WSYNC_FAULT_MAP");

@@ -43,44 +43,15 @@ static void broker_alive(const char *after)
 
 static int raw_connect(void)
 {
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	TEST_ASSERT(fd >= 0);
-	struct sockaddr_un a;
-	memset(&a, 0, sizeof a);
-	a.sun_family = AF_UNIX;
-	TEST_ASSERT(strlen(B.sock) < sizeof a.sun_path);
-	memcpy(a.sun_path, B.sock, strlen(B.sock) + 1);
-	TEST_ASSERT_MSG(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect %s: %s",
-	                B.sock, strerror(errno));
+	int fd = harness_raw_connect(&B);
+	TEST_ASSERT_MSG(fd >= 0, "connect %s: %s", B.sock, strerror(-fd));
 	return fd;
 }
 
 /* 0 sent, or -errno (the broker may have closed the connection already). */
 static int raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
 {
-	struct iovec iov = { (void *)buf, len };
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 8)];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	if (nfds > 0) {
-		memset(&ctl, 0, sizeof ctl);
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
-	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-	if (n < 0)
-		return -errno;
-	return n == (ssize_t)len ? 0 : -EMSGSIZE;
+	return harness_raw_send(fd, buf, len, fds, nfds);
 }
 
 /* One datagram: its length, 0 when the broker closed the connection,
@@ -249,29 +220,7 @@ static void fresh_refusal(const char *what, const void *buf, size_t len, const i
 
 static void publish_and_read(const char *model, uint64_t step)
 {
-	wsync_client *c = NULL;
-	wsync_pub *p = NULL;
-	wsync_sub *s = NULL;
-	wsync_view v;
-	TEST_OK(harness_connect(&B, "raw-normal", &c));
-	/* a raw publisher just disconnected may not be reaped yet: -EBUSY a while */
-	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
-	int rc;
-	while ((rc = harness_pub_open_2t(c, model, 2, &p)) == -EBUSY &&
-	       harness_mono_ns() < deadline)
-		harness_sleep_ms(10);
-	TEST_RC(rc, 0);
-	TEST_OK(wsync_sub_open(c, model, &s));
-	uint64_t version = 0;
-	TEST_OK(harness_publish(p, step, 5 * HARNESS_S, &version));
-	TEST_OK(wsync_sub_acquire(s, &v));
-	TEST_EQ_U64(v.version, version);
-	TEST_EQ_U64(v.step, step);
-	TEST_ASSERT(harness_verify_view(&v) == 0);
-	wsync_sub_release(s, &v);
-	wsync_sub_close(s);
-	wsync_pub_close(p);
-	wsync_close(c);
+	harness_publish_and_read(&B, model, step);
 }
 
 int main(void)

@@ -2,6 +2,7 @@
 #include "tests/lib/faults.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -22,16 +23,9 @@
 
 int faults_raw_connect(const struct broker *b)
 {
-	struct sockaddr_un a;
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = harness_raw_connect(b);
 
-	TEST_ASSERT(fd >= 0);
-	memset(&a, 0, sizeof(a));
-	a.sun_family = AF_UNIX;
-	TEST_ASSERT(strlen(b->sock) < sizeof(a.sun_path));
-	memcpy(a.sun_path, b->sock, strlen(b->sock) + 1);
-	TEST_ASSERT_MSG(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect %s: %s",
-	                b->sock, strerror(errno));
+	TEST_ASSERT_MSG(fd >= 0, "connect %s: %s", b->sock, strerror(-fd));
 	return fd;
 }
 
@@ -231,14 +225,14 @@ int faults_log_contains(const struct broker *b, const char *needle)
 /* Maps the instance's control segment read-only: NULL if absent. */
 static const struct wsync_ctl_header *ctl_map(const struct broker *b)
 {
-	char name[WSYNC_SHM_NAME_MAX];
+	char path[PATH_MAX];
 	void *p;
 	int fd;
 	int64_t size;
 
-	if (wsync_seg_name_ctl(name, sizeof(name), geteuid(), b->name))
+	if (harness_seg_path(b, "ctl", path, sizeof(path)))
 		return NULL;
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return NULL;
 	size = wsync_seg_size(fd);
@@ -614,11 +608,12 @@ void soak_run(const struct soak_opts *o, struct soak_result *r)
 		harness_expect_exit0(cp[i], "a soak collector");
 	SOAK_UNTIL(faults_ctl_sessions(&SB) == 0, "sessions remain after every client left");
 	soak_check_books();
-	/* The live generation only: ctl + per model its page, layout, slabs. */
+	/* The live generation only: its directory, ctl, per model its layout
+	 * and slabs (model pages are memfds). */
 	int segs = harness_shm_leftovers(&SB, 0);
-	TEST_ASSERT_MSG(segs == 1 + o->trainers * (2 + WSYNC_DEFAULT_SLOTS),
-	                "%d segments in /dev/shm, expected %d (older generations left?)",
-	                segs, 1 + o->trainers * (2 + WSYNC_DEFAULT_SLOTS));
+	TEST_ASSERT_MSG(segs == 2 + o->trainers * (1 + WSYNC_DEFAULT_SLOTS),
+	                "%d entries in /dev/shm, expected %d (older generations left?)",
+	                segs, 2 + o->trainers * (1 + WSYNC_DEFAULT_SLOTS));
 	harness_broker_finish(&SB);
 
 	for (int i = 0; i < o->trainers; i++) {

@@ -19,9 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,7 +121,7 @@ static int unlink_in(int dirfd, const char *prefix, int depth)
 				if (prefix && !s_prefix(d->d_name, prefix))
 					continue;
 				if (d->d_type == DT_DIR) {
-					if (prefix || depth <= 0)
+					if (depth <= 0)
 						continue;
 					int sub = openat(dirfd, d->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 					if (sub >= 0) {
@@ -147,7 +149,7 @@ static void reg_kill_and_clean(struct reg_entry *r)
 	}
 	int shm = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (shm >= 0) {
-		unlink_in(shm, r->prefix, 0);
+		unlink_in(shm, r->prefix, 1);    /* the instance's private directories */
 		close(shm);
 	}
 	if (r->dir[0]) {
@@ -514,6 +516,38 @@ const char *harness_wsyncd_path(void)
 	return NULL;
 }
 
+int harness_use_fault_wsyncd(void)
+{
+	static char path[PATH_MAX + 32];
+	const char *env = getenv("WSYNC_WSYNCD_FAULT");
+	const char *build = getenv("BUILD");
+	if (env && env[0]) {
+		snprintf(path, sizeof path, "%s", env);
+	} else {
+		snprintf(path, sizeof path, "%s/tests/wsyncd-fault", build && build[0] ? build : "build");
+		if (access(path, X_OK) != 0) {
+			/* <root>/<BUILD>/tests/integ/<test> -> <root>/<BUILD>/tests/wsyncd-fault */
+			char exe[PATH_MAX];
+			ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+			if (n > 0) {
+				exe[n] = 0;
+				for (int up = 0; up < 2; up++) {
+					char *slash = strrchr(exe, '/');
+					if (slash)
+						*slash = 0;
+				}
+				snprintf(path, sizeof path, "%s/wsyncd-fault", exe);
+			}
+		}
+	}
+	if (access(path, X_OK) != 0) {
+		printf("SKIP: no broker with fault injection (%s; make tests builds it)\n", path);
+		return -1;
+	}
+	setenv("WSYNC_WSYNCD", path, 1);
+	return 0;
+}
+
 void harness_broker_dump_log(const struct broker *b, int lines)
 {
 	dump_file_tail(b->log, lines);
@@ -750,14 +784,48 @@ int harness_shm_leftovers(const struct broker *b, int print)
 	int n = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		n++;
+		if (print)
+			fprintf(stderr, "left in /dev/shm: %s\n", e->d_name);
+		/* a private directory: what is in it counts too */
+		int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+		if (!sd) {
+			if (sub >= 0)
+				close(sub);
+			continue;
+		}
+		struct dirent *f;
+		while ((f = readdir(sd)) != NULL) {
+			if (f->d_name[0] == '.')
+				continue;
 			n++;
 			if (print)
-				fprintf(stderr, "left in /dev/shm: %s\n", e->d_name);
+				fprintf(stderr, "left in /dev/shm: %s/%s\n", e->d_name, f->d_name);
 		}
+		closedir(sd);
 	}
 	closedir(d);
 	return n;
+}
+
+int harness_seg_path(const struct broker *b, const char *seg, char *buf, size_t len)
+{
+	char state[sizeof b->dir + 96], dir[256];
+	snprintf(state, sizeof state, "%s/wsync/%s.state", b->dir, b->name);
+	int fd = open(state, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, dir, sizeof dir - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	dir[n] = 0;
+	dir[strcspn(dir, "\n")] = 0;
+	n = snprintf(buf, len, "/dev/shm/%s%s%s", dir, seg[0] ? "/" : "", seg);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
 int harness_broker_fd_count(const struct broker *b)
@@ -774,6 +842,93 @@ int harness_broker_fd_count(const struct broker *b)
 			n++;
 	closedir(d);
 	return n;
+}
+
+int harness_broker_fd_settle(const struct broker *b, int want, int timeout_ms)
+{
+	int64_t end = harness_mono_ns() + (int64_t)timeout_ms * HARNESS_MS;
+	int n = harness_broker_fd_count(b);
+	while (n > want && harness_mono_ns() < end) {
+		harness_sleep_ms(50);
+		n = harness_broker_fd_count(b);
+	}
+	return n;
+}
+
+int harness_raw_connect(const struct broker *b)
+{
+	struct sockaddr_un a;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memset(&a, 0, sizeof a);
+	a.sun_family = AF_UNIX;
+	if (strlen(b->sock) >= sizeof a.sun_path) {
+		close(fd);
+		return -ENAMETOOLONG;
+	}
+	memcpy(a.sun_path, b->sock, strlen(b->sock) + 1);
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+int harness_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 64)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh;
+	if (nfds < 0 || nfds > 64)
+		return -EINVAL;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (nfds > 0) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)len ? 0 : -EMSGSIZE;
+}
+
+void harness_publish_and_read(const struct broker *b, const char *model, uint64_t step)
+{
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+	wsync_view v;
+	uint64_t version = 0;
+	int rc;
+	TEST_OK(harness_connect(b, "publish-and-read", &c));
+	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
+	while ((rc = harness_pub_open_2t(c, model, 2, &p)) == -EBUSY &&
+	       harness_mono_ns() < deadline)
+		harness_sleep_ms(10);
+	TEST_RC(rc, 0);
+	TEST_OK(wsync_sub_open(c, model, &s));
+	TEST_OK(harness_publish(p, step, 5 * HARNESS_S, &version));
+	TEST_OK(wsync_sub_acquire(s, &v));
+	TEST_EQ_U64(v.version, version);
+	TEST_EQ_U64(v.step, step);
+	TEST_ASSERT(harness_verify_view(&v) == 0);
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
 }
 
 /* ---- handshakes -------------------------------------------------------------------------- */

@@ -7,7 +7,7 @@
  * that is XDG_RUNTIME_DIR for the broker and for the test's clients, so its
  * lock file, versions file and socket live there and nothing is shared with
  * another test or a real broker. Brokers and children are killed, and the
- * instance's /dev/shm segments and directory removed, when the test exits,
+ * instance's /dev/shm directories and run directory removed, when the test exits,
  * fails, times out (SIGTERM from the runner) or its parent dies.
  *
  * A test is a program: exit 0 pass, 77 skip, 1 fail.
@@ -102,6 +102,11 @@ struct broker {
 /* Path of the wsyncd binary: $WSYNC_WSYNCD, else $BUILD/bin/wsyncd (BUILD
  * default build) from the current directory, else next to this test binary. */
 const char *harness_wsyncd_path(void);
+/* For tests that set WSYNC_FAULT_* or WSYNC_HELLO_TIMEOUT_MS: makes every
+ * later broker of this test the one with fault injection compiled in
+ * ($WSYNC_WSYNCD_FAULT, else <BUILD>/tests/wsyncd-fault) by setting
+ * WSYNC_WSYNCD. 0, or -1 after printing why (the test should skip). */
+int harness_use_fault_wsyncd(void);
 
 /*
  * Starts a broker with --name and --socket of its own plus the extra
@@ -125,14 +130,27 @@ int  harness_broker_restart(struct broker *b);
  * segment of the instance left in /dev/shm; fails the test otherwise. */
 void harness_broker_finish_at(struct broker *b, const char *file, int line);
 #define harness_broker_finish(b) harness_broker_finish_at((b), __FILE__, __LINE__)
-/* Number of /dev/shm/wsync.<uid>.<name>.* entries; prints them if print. */
+/* Number of /dev/shm/wsync.<uid>.<name>.* entries, and of the entries in
+ * those that are (private) directories; prints them if print. */
 int  harness_shm_leftovers(const struct broker *b, int print);
+/* "/dev/shm/<the instance's current private directory>/<seg>" (seg "" for
+ * the directory itself), from the state file in its run directory:
+ * 0, or -1 if there is none. */
+int  harness_seg_path(const struct broker *b, const char *seg, char *buf, size_t len);
 /* Prints the last lines of the broker's log to stderr. */
 void harness_broker_dump_log(const struct broker *b, int lines);
 /* wsync_connect to the broker's socket. */
 int  harness_connect(const struct broker *b, const char *client_name, wsync_client **out);
 /* Number of open file descriptors of the broker process, or -1. */
 int  harness_broker_fd_count(const struct broker *b);
+/* Polls the broker's fd count until it is at most want, up to timeout_ms;
+ * returns the last count (the caller asserts). */
+int  harness_broker_fd_settle(const struct broker *b, int want, int timeout_ms);
+/* A raw SOCK_SEQPACKET connection to the broker's socket: fd, or -errno. */
+int  harness_raw_connect(const struct broker *b);
+/* sendmsg of len bytes with nfds fds as SCM_RIGHTS (MSG_NOSIGNAL): 0 or
+ * -errno (the broker may have closed the connection already). */
+int  harness_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
 
 /* ---- child processes ---------------------------------------------------------- */
 
@@ -196,6 +214,11 @@ int    harness_pub_open_2t(wsync_client *c, const char *model, uint32_t slots, w
  * commit. Returns the first failing call's result; *version set on success. */
 int    harness_publish(wsync_pub *p, uint64_t step, int64_t begin_timeout_ns,
                        uint64_t *version);
+
+/* A client of its own opens model as publisher (two-tensor layout, retrying
+ * -EBUSY for 5 s while an earlier publisher is reaped) and subscriber,
+ * publishes step and reads it back verified; fails the test otherwise. */
+void   harness_publish_and_read(const struct broker *b, const char *model, uint64_t step);
 
 /* ---- odds and ends ------------------------------------------------------------------ */
 

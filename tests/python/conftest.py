@@ -146,8 +146,12 @@ class Broker:
     def cleanup(self):
         self.kill()
         for n in self.leftovers():
+            path = os.path.join("/dev/shm", n)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)   # a private directory
+                continue
             try:
-                os.unlink(os.path.join("/dev/shm", n))
+                os.unlink(path)
             except OSError:
                 pass
         shutil.rmtree(self.dir, ignore_errors=True)
