@@ -152,6 +152,10 @@ and every broker keeps serving the last version it had meanwhile.
     p.add_argument("--log", default=None,
                    help="append one JSON line per event to this file (default: stderr)")
     p.add_argument("--quiet", action="store_true", help="log only errors and rebuilds")
+    p.add_argument("--staging", action="store_true",
+                   help="send from and receive into private memory, copied from the view "
+                        "and into the slab (default: straight from and into the shared "
+                        "memory)")
     p.add_argument("--throttle", type=float, default=0.0,
                    help=argparse.SUPPRESS)   # tests: sleep this long after each received version
     a = p.parse_args(argv)
@@ -260,7 +264,7 @@ class Log:
 # ---- the group --------------------------------------------------------------
 
 
-class Stop(Exception):
+class Stop(BaseException):
     """SIGTERM or SIGINT."""
 
 
@@ -488,6 +492,7 @@ class Source:
         self.last = 0               # source version last sent
         self.skipped = 0
         self.sent = 0
+        self.staging = None
 
     def run_generation(self):
         torch, g = self.g.torch, self.g
@@ -548,14 +553,22 @@ class Source:
         payload = _as_uint8(torch, view.buffer(), end)
         if g.device is not None:
             payload = payload.to(g.device)
+        elif self.a.staging:
+            if self.staging is None or self.staging.numel() < end:
+                self.staging = torch.empty(end, dtype=torch.uint8)
+            self.staging[:end].copy_(payload)
+            payload = self.staging[:end]
+        t1 = time.monotonic()
         g.bcast(payload)
+        t2 = time.monotonic()
         del payload
         self.last = view.version
         everywhere = g.ack(1)
         self.sent += 1
         self.log("sent", seq=self.seq, version=view.version, step=view.step,
                  nbytes=end, skipped=self.skipped, committed_everywhere=bool(everywhere),
-                 ms=round((time.monotonic() - t0) * 1e3, 2))
+                 ms=round((time.monotonic() - t0) * 1e3, 2),
+                 payload_ms=round((t2 - t1) * 1e3, 2), ack_ms=round((time.monotonic() - t2) * 1e3, 2))
 
     def close(self):
         self.client.close()
@@ -647,7 +660,8 @@ class Destination:
                 self.dropped += 1
             return ident == self.have
         try:
-            direct = self._direct(slab, fp, n) if g.device is None else None
+            direct = self._direct(slab, fp, n) if g.device is None and not self.a.staging \
+                else None
             if direct is not None:
                 g.bcast(direct)          # straight into the slab's memory
                 del direct
