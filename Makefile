@@ -81,7 +81,7 @@ INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 LIBS_CLIENT := -lxxhash -ldl -lrt
 LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
 
-.PHONY: all deps test test-python check demo bench install uninstall clean help tests
+.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests
 all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
 
 help:
@@ -91,7 +91,8 @@ help:
 	@echo "  make test-python the Python binding's tests (part of make test)"
 	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
 	@echo "  make demo       run broker, trainer and collectors for ~10 s"
-	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run)"
+	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
+	@echo "  make bench-relay wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
 	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
 	@echo "  make deps       install missing Debian packages"
 	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
@@ -203,6 +204,14 @@ BENCH_PKGS := python3-torch python3-numpy
 bench: all
 	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
 	$(Q)$(BENCH) --wsyncd $(WSYNCD) $(BENCH_ARGS)
+	$(Q)$(MAKE) --no-print-directory bench-relay
+
+# wsync-relay carrying a 256 MiB model to 2 brokers over gloo on loopback,
+# next to a bare gloo broadcast of the same bytes (64 MiB with --quick).
+bench-relay: all
+	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
+	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so $(PYTHON) \
+		tools/bench/relay_bench.py --wsyncd $(WSYNCD) $(filter --quick,$(BENCH_ARGS))
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
