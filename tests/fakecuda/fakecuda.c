@@ -20,6 +20,7 @@
 pthread_mutex_t  fc_lock = PTHREAD_MUTEX_INITIALIZER;
 struct fc_config fc_cfg;
 bool             fc_initialised;
+static bool      fc_configured;        /* the environment was read */
 struct CUctx_st  fc_primary[FAKECUDA_MAX_DEVICES];
 __thread CUcontext fc_current;
 
@@ -66,12 +67,16 @@ static void specs_parse(const char *env, bool die)
 	}
 }
 
+static void config_read(void);
+
 CUresult fc_enter(const char *name, bool need_init)
 {
 	CUresult r = CUDA_SUCCESS;
 	bool die = false;
 
 	pthread_mutex_lock(&fc_lock);
+	if (!fc_configured)
+		config_read();            /* on the first call, cuInit or not */
 	for (int i = 0; i < fc_n_specs; i++) {
 		struct fc_spec *s = &fc_specs[i];
 
@@ -130,7 +135,7 @@ static void peers_parse(const char *env)
 
 static void uuid_of_phys(int phys, unsigned char out[16])
 {
-	uint64_t x = 0xfacec0da00000000ull + (uint64_t)phys * 0x9e3779b97f4a7c15ull;
+	uint64_t x = 0xfacec0da00000000ull ^ ((uint64_t)phys << 40);
 
 	for (int half = 0; half < 2; half++) {
 		uint64_t z;
@@ -219,6 +224,7 @@ static void config_read(void)
 	fc_n_specs = 0;
 	specs_parse(getenv("FAKECUDA_FAIL"), false);
 	specs_parse(getenv("FAKECUDA_DIE"), true);
+	fc_configured = true;
 }
 
 bool fc_dev_valid(CUdevice dev)
@@ -248,18 +254,16 @@ CUresult fc_need_ctx(void)
 
 CUresult cuInit(unsigned int flags)
 {
-	CUresult r;
+	CUresult r = fc_enter("cuInit", false);
 
-	pthread_mutex_lock(&fc_lock);
-	if (!fc_initialised) {
-		config_read();
-		fc_initialised = true;
-	}
-	pthread_mutex_unlock(&fc_lock);
-	r = fc_enter("cuInit", false);
 	if (r)
 		return r;
-	return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fc_lock);
+	fc_initialised = true;
+	pthread_mutex_unlock(&fc_lock);
+	return fc_cfg.n_vis ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;   /* as the driver does */
 }
 
 CUresult cuDriverGetVersion(int *version)
@@ -270,8 +274,7 @@ CUresult cuDriverGetVersion(int *version)
 		return r;
 	if (!version)
 		return CUDA_ERROR_INVALID_VALUE;
-	*version = fc_initialised ? fc_cfg.driver_version
-	                          : (int)env_ul("FAKECUDA_DRIVER_VERSION", 12040);
+	*version = fc_cfg.driver_version;
 	return CUDA_SUCCESS;
 }
 
@@ -568,7 +571,10 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
 	const struct fc_proc *best = NULL;
 	bool known = false;
 
-	FC_ENTER("cuGetProcAddress_v2");
+	CUresult r = fc_enter("cuGetProcAddress_v2", false);     /* works before cuInit */
+
+	if (r)
+		return r;
 	if (status)
 		*status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 	if (!symbol || !pfn || cudaVersion <= 0 || cudaVersion > fc_cfg.driver_version ||
@@ -619,6 +625,7 @@ int fakecuda_reset(void)
 	fc_stream_reset();
 	pthread_mutex_lock(&fc_lock);
 	fc_initialised = false;
+	fc_configured = false;
 	fc_n_specs = 0;
 	pthread_mutex_unlock(&fc_lock);
 	fc_current = NULL;
