@@ -40,7 +40,7 @@ static const char usage_text[] =
 	"  --wsyncd PATH        broker to run (default: wsyncd next to this program)\n"
 	"  --quick              smaller sizes and fewer repeats (under a minute)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
-	"                       wake, sustained, peers (default: all)\n"
+	"                       wake, sustained, peers, gpu (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
 	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
@@ -57,6 +57,7 @@ static const struct {
 	{ "wake",      SC_WAKE,      bench_wake },
 	{ "sustained", SC_SUSTAINED, bench_sustained },
 	{ "peers",     SC_PEERS,     bench_peers },
+	{ "gpu",       SC_GPU,       bench_gpu },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

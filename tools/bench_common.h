@@ -33,7 +33,8 @@ enum bench_scenario {
 	SC_WAKE      = 1u << 2,
 	SC_SUSTAINED = 1u << 3,
 	SC_PEERS     = 1u << 4,
-	SC_ALL       = (1u << 5) - 1,
+	SC_GPU       = 1u << 5,
+	SC_ALL       = (1u << 6) - 1,
 };
 
 struct bench {
@@ -220,6 +221,7 @@ int bench_acquire(struct bench *b);
 int bench_wake(struct bench *b);
 int bench_sustained(struct bench *b);
 int bench_peers(struct bench *b);
+int bench_gpu(struct bench *b);
 
 /* ---- fan-out: one publisher, N collector processes waiting (wake, peers) --- */
 
