@@ -40,6 +40,17 @@ int main(void)
 
 #include "tests/fakecuda/fakecuda.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
 #define MiB ((size_t)1 << 20)
 #define GRAN FAKECUDA_GRANULARITY
 #define CU_OK(expr) assert_int_equal((expr), CUDA_SUCCESS)
@@ -574,6 +585,57 @@ static void test_copy_delay(void **state)
 	ctx_leave(1);
 }
 
+/* With a delay and no synchronise, a reader sees old bytes, then a copy in
+ * progress (new at the start, old at the end), as on a GPU. Whether the
+ * reader was quick enough to see them depends on scheduling, so they are
+ * asserted only when the reads provably came before the copy could finish;
+ * otherwise the test says so and proves only the end state. */
+static void test_missing_synchronise_shows_stale_and_torn_data(void **state)
+{
+	const unsigned delay_us = 100000;        /* before each quarter */
+	volatile unsigned char *d;
+	struct dbuf src, dst;
+	bool torn = false;
+	uint64_t t0, t1;
+	unsigned char first;
+	CUstream s;
+
+	(void)state;
+	if (UNDER_TSAN) {                       /* these reads race by design */
+		print_message("not run under ThreadSanitizer\n");
+		return;
+	}
+	driver_start("FAKECUDA_COPY_DELAY_US=100000", NULL);
+	ctx_enter(0);
+	dbuf_new(&src, GRAN, 0);
+	dbuf_new(&dst, GRAN, 0);
+	memset((void *)src.p, 0xee, GRAN);
+	memset((void *)dst.p, 0x00, GRAN);
+	d = (volatile unsigned char *)dst.p;
+	CU_OK(cuStreamCreate(&s, 0));
+	t0 = now_us();
+	CU_OK(cuMemcpyDtoDAsync_v2(dst.p, src.p, GRAN, s));
+	first = d[0];
+	t1 = now_us();
+	if (t1 - t0 < delay_us)
+		assert_int_equal(first, 0x00);                  /* stale */
+	else
+		print_message("stale read came after the delay (%llu us): not checked\n",
+		              (unsigned long long)(t1 - t0));
+	while (cuStreamQuery(s) == CUDA_ERROR_NOT_READY) {
+		torn |= d[0] == 0xee && d[GRAN - 1] == 0x00;
+		usleep(1000);
+	}
+	print_message("torn state %s\n", torn ? "seen" : "not sampled (busy machine)");
+	CU_OK(cuStreamSynchronize(s));
+	assert_int_equal(d[0], 0xee);
+	assert_int_equal(d[GRAN - 1], 0xee);
+	CU_OK(cuStreamDestroy_v2(s));
+	dbuf_free(&src);
+	dbuf_free(&dst);
+	ctx_leave(0);
+}
+
 static void test_every_copy_kind(void **state)
 {
 	unsigned char host[4096], back[4096];
@@ -690,6 +752,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_read_only_mapping_faults_on_write, teardown),
 		cmocka_unit_test_teardown(test_async_copy_needs_synchronise, teardown),
 		cmocka_unit_test_teardown(test_copy_delay, teardown),
+		cmocka_unit_test_teardown(test_missing_synchronise_shows_stale_and_torn_data, teardown),
 		cmocka_unit_test_teardown(test_every_copy_kind, teardown),
 		cmocka_unit_test_teardown(test_failure_injection, teardown),
 		cmocka_unit_test_teardown(test_die_injection, teardown),
