@@ -26,7 +26,7 @@ void wsync_cuda_unload(struct wsync_cuda *cu)
 /* One entry: by cuGetProcAddress_v2 when the driver has it, else by its
  * versioned symbol. 0, or -ENOTSUP with why filled. */
 static int entry_resolve(struct wsync_cuda *cu, PFN_cuGetProcAddress_v12000 gpa,
-                         const char *name, const char *symbol, void **out,
+                         const char *name, int version, const char *symbol, void **out,
                          char *why, size_t whylen)
 {
 	CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -42,12 +42,12 @@ static int entry_resolve(struct wsync_cuda *cu, PFN_cuGetProcAddress_v12000 gpa,
 		         cu->path, symbol);
 		return -ENOTSUP;
 	}
-	r = gpa(name, out, cu->proc_version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+	r = gpa(name, out, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
 	if (r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && *out)
 		return 0;
 	*out = NULL;
-	wsync_cuda_version_text(cu->proc_version, ver, sizeof(ver));
-	snprintf(why, whylen, "the CUDA driver %s has no entry point %s for CUDA %s (%s, "
+	wsync_cuda_version_text(version, ver, sizeof(ver));
+	snprintf(why, whylen, "the CUDA driver %s has no entry point %s of CUDA %s (%s, "
 	         "error %d)", cu->path, name, ver,
 	         status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "version not sufficient"
 	                                                              : "symbol not found",
@@ -61,14 +61,14 @@ static int entries_resolve(struct wsync_cuda *cu, char *why, size_t whylen)
 	void *fn;
 	int err;
 
-	/* cuGetProcAddress_v2 is 12.0; ask for the driver's version, or the
-	 * toolkit's when the driver is newer (the ABI this file was built for). */
+	/* cuGetProcAddress_v2 is 12.0. Each entry is asked for at the version
+	 * of its typedef, never above the driver's (checked at load). */
 	if (cu->driver_version >= 12000)
 		gpa = (PFN_cuGetProcAddress_v12000)dlsym(cu->lib, "cuGetProcAddress_v2");
-	cu->proc_version = !gpa ? 0 : cu->driver_version < CUDA_VERSION ? cu->driver_version
-	                                                                : CUDA_VERSION;
+	cu->by_proc_address = gpa != NULL;
 #define WSYNC_CUDA_RESOLVE(name, version, symbol) \
-	err = entry_resolve(cu, gpa, #name, #symbol, &fn, why, whylen); \
+	_Static_assert(version <= WSYNC_CUDA_MIN_DRIVER, #name " is newer than the oldest driver"); \
+	err = entry_resolve(cu, gpa, #name, version, #symbol, &fn, why, whylen); \
 	if (err) \
 		return err; \
 	cu->api.cu_##name = (PFN_##name##_v##version)fn;

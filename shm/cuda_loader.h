@@ -5,11 +5,12 @@
  * e.g. the fake driver of the tests) is dlopen()ed on demand, and every
  * entry point wsync needs is resolved once into a struct of typed pointers.
  *
- * Resolution: through cuGetProcAddress_v2 with the version the driver
- * reports (never above the toolkit's CUDA_VERSION), which returns the entry
- * of the ABI this code was compiled for; drivers older than 12.0 lack it, and
- * there each entry is dlsym()ed by its explicit versioned name
- * ("cuMemcpyDtoDAsync_v2"). A plain dlsym of an unversioned name is never
+ * Resolution: through cuGetProcAddress_v2, asking for each entry with the
+ * CUDA version of the ABI its pointer is typed for (PFN_cuMemcpyDtoDAsync_v3020
+ * is asked for at 3020), so a newer driver or toolkit that adds another ABI
+ * of a function never hands us one of a different signature; drivers older
+ * than 12.0 lack cuGetProcAddress_v2, and there each entry is dlsym()ed by
+ * its explicit versioned name ("cuMemcpyDtoDAsync_v2"). A plain dlsym of an unversioned name is never
  * done for a function with a _v2: the unversioned symbol is the legacy
  * 32-bit ABI. Built without the toolkit's cuda.h, loading fails with
  * -ENOSYS and says so; the struct then holds no entry points.
@@ -93,8 +94,8 @@ struct wsync_cuda {
 	const char *path;                /* what was loaded: $WSYNC_LIBCUDA or libcuda.so.1 */
 	int   driver_version;            /* e.g. 12040 */
 	int   device_count;              /* 0: a driver but no GPU */
-	int   proc_version;              /* the version entry points were asked for;
-	                                    0: resolved by versioned dlsym names */
+	int   by_proc_address;           /* 1: through cuGetProcAddress_v2;
+	                                    0: by versioned dlsym names */
 	struct wsync_cuda_api api;
 };
 

@@ -2,13 +2,14 @@
  * test_cuda_loader — shm/cuda_loader and shm/cuda_discover against the fake
  * driver ($BUILD/tests/fakecuda/libcuda.so.1 through WSYNC_LIBCUDA): every
  * entry point resolves, to the versioned ABI (cuMemcpyDtoDAsync_v2, never
- * the legacy symbol), through cuGetProcAddress_v2 at the driver's version,
+ * the legacy symbol), through cuGetProcAddress_v2 at its ABI's version,
  * or by versioned dlsym names on a driver older than 12.0; a missing
  * driver, an old driver, a missing entry point and a failing cuInit are
  * refused with a clear reason; a driver without GPUs loads with none.
  * Discovery lists names, UUIDs (text form), VMM and fd support,
  * granularity and the peer matrix, creates no context and leaks nothing;
- * GPUs are found by UUID or ordinal.
+ * GPUs are found by UUID or ordinal. The typed pointers drive a VMM round
+ * trip, copies, a stream and an event, leaving nothing behind.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,8 +124,7 @@ static void test_loads_versioned_entries_through_get_proc_address(void **state)
 	fake_env("FAKECUDA_DEVICES=3", NULL);
 	load_ok(&cu);
 	assert_int_equal(cu.driver_version, 12040);
-	/* asked at the driver's version: the fake refuses one above its own */
-	assert_int_equal(cu.proc_version, 12040);
+	assert_int_equal(cu.by_proc_address, 1);
 	assert_int_equal(cu.device_count, 3);
 	assert_string_equal(cu.path, fake_path);
 	assert_versioned_entries(&cu);
@@ -140,7 +140,7 @@ static void test_driver_before_12_resolves_versioned_names(void **state)
 	fake_env("FAKECUDA_DRIVER_VERSION=11080", NULL);
 	load_ok(&cu);
 	assert_int_equal(cu.driver_version, 11080);
-	assert_int_equal(cu.proc_version, 0);
+	assert_int_equal(cu.by_proc_address, 0);
 	assert_versioned_entries(&cu);
 	wsync_cuda_unload(&cu);
 }
@@ -154,7 +154,7 @@ static void test_refusals_say_why(void **state)
 	fake_env("FAKECUDA_DRIVER_VERSION=10020", NULL);
 	assert_load_fails(-ENOTSUP, "is version 10.2; wsync needs 11.4 or newer");
 	fake_env("FAKECUDA_FAIL=cuGetProcAddress_v2:14", NULL);
-	assert_load_fails(-ENOTSUP, "has no entry point cuMemCreate for CUDA 12.4");
+	assert_load_fails(-ENOTSUP, "has no entry point cuMemCreate of CUDA 10.2");
 	fake_env("FAKECUDA_FAIL=cuInit:1", NULL);
 	assert_load_fails(-EIO, "failed to initialise: CUDA_ERROR_UNKNOWN");
 }
@@ -220,6 +220,86 @@ static void test_discovery(void **state)
 	wsync_cuda_unload(&cu);
 }
 
+/* The typed pointers call the driver correctly: a VMM round trip (create,
+ * export, import, reserve, map, read-only and read-write access), copies on
+ * a stream with an event, and everything released, through cu.api only. */
+static void test_entry_points_work(void **state)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+	                             .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+	                             .location = { CU_MEM_LOCATION_TYPE_DEVICE, 1 } };
+	CUmemAccessDesc rw = { { CU_MEM_LOCATION_TYPE_DEVICE, 1 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemAccessDesc ro = { { CU_MEM_LOCATION_TYPE_DEVICE, 1 }, CU_MEM_ACCESS_FLAGS_PROT_READ };
+	CUmemGenericAllocationHandle h, imp;
+	unsigned char host[4096], back[4096];
+	struct fakecuda_live live;
+	fakecuda_live_fn live_fn;
+	struct wsync_cuda cu;
+	const struct wsync_cuda_api *a;
+	CUdeviceptr pw, pr;
+	CUcontext ctx;
+	CUstream s;
+	CUevent ev;
+	size_t gran;
+	int fd, dev;
+
+	(void)state;
+	fake_env(NULL);
+	load_ok(&cu);
+	a = &cu.api;
+	for (size_t i = 0; i < sizeof(host); i++)
+		host[i] = (unsigned char)(i * 13 + 1);
+	assert_int_equal(a->cu_cuMemGetAllocationGranularity(&gran, &prop,
+	                 CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemCreate(&h, gran, &prop, 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemExportToShareableHandle(&fd, h,
+	                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+	                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), CUDA_SUCCESS);
+	close(fd);
+	assert_int_equal(a->cu_cuMemAddressReserve(&pw, gran, 0, 0, 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemAddressReserve(&pr, gran, 0, 0, 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemMap(pw, gran, 0, h, 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemMap(pr, gran, 0, imp, 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemRelease(h), CUDA_SUCCESS);      /* mappings keep it */
+	assert_int_equal(a->cu_cuMemRelease(imp), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemSetAccess(pw, gran, &rw, 1), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemSetAccess(pr, gran, &ro, 1), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pr),
+	                 CUDA_SUCCESS);
+	assert_int_equal(dev, 1);
+
+	assert_int_equal(a->cu_cuDevicePrimaryCtxRetain(&ctx, 1), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemHostRegister(host, sizeof(host), 0), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemcpyHtoDAsync(pw, host, sizeof(host), s), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemcpyDtoDAsync(pw + sizeof(host), pr, sizeof(host), s), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuEventRecord(ev, s), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuEventSynchronize(ev), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemcpyDtoH(back, pr + sizeof(host), sizeof(back)), CUDA_SUCCESS);
+	assert_memory_equal(back, host, sizeof(host));
+	/* the read-only view is no copy target */
+	assert_int_equal(a->cu_cuMemcpyHtoD(pr, host, 16), CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(a->cu_cuStreamSynchronize(s), CUDA_SUCCESS);
+
+	assert_int_equal(a->cu_cuMemHostUnregister(host), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuEventDestroy(ev), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuStreamDestroy(s), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemUnmap(pr, gran), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemUnmap(pw, gran), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemAddressFree(pr, gran), CUDA_SUCCESS);
+	assert_int_equal(a->cu_cuMemAddressFree(pw, gran), CUDA_SUCCESS);
+	live_fn = (fakecuda_live_fn)dlsym(cu.lib, "fakecuda_live");
+	live_fn(&live);
+	assert_int_equal(live.allocations + live.exports + live.mappings + live.reservations +
+	                 live.host_registrations + live.streams + live.events + live.contexts, 0);
+	wsync_cuda_unload(&cu);
+}
+
 int main(void)
 {
 	const char *build = getenv("BUILD");
@@ -230,6 +310,7 @@ int main(void)
 		cmocka_unit_test(test_refusals_say_why),
 		cmocka_unit_test(test_driver_without_gpus),
 		cmocka_unit_test(test_discovery),
+		cmocka_unit_test(test_entry_points_work),
 	};
 
 	snprintf(fake_path, sizeof(fake_path), "%s/tests/fakecuda/libcuda.so.1",
