@@ -45,6 +45,7 @@ endif
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CPPFLAGS += -DWSYNC_HAVE_CUDA_H -I$(CUDA_HOME)/include
+HAVE_CUDA_H := 1
 endif
 
 SHM_SRC    := $(sort $(wildcard shm/*.c))
@@ -174,7 +175,7 @@ $(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(LIB_A) $(LIBS_CLIENT)
 
-tests: all $(UNIT_BIN) $(INTEG_BIN) $(WSYNCD_FAULT)
+tests: all $(UNIT_BIN) $(INTEG_BIN) $(WSYNCD_FAULT) $(FAKECUDA)
 
 # The Python tests load libwsync into the interpreter, which a sanitizer
 # build cannot do without preloading its runtime: they run in plain builds.
@@ -280,6 +281,32 @@ check-tsan: deps
 tsan-run: all $(TSAN_BIN)
 	$(Q)BUILD=$(BUILD) TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" \
 		sh tests/run.sh $(TSAN_BIN)
+
+# ---- GPU: the fake CUDA driver the tests load (tests/fakecuda, docs/GPU.md) --
+# Built only with the toolkit's cuda.h (its signatures are checked against
+# it); it exports exactly the cu*/fakecuda_* functions it defines.
+ifdef HAVE_CUDA_H
+FAKECUDA     := $(BUILD)/tests/fakecuda/libcuda.so.1
+FAKECUDA_OBJ := $(call obj,$(sort $(wildcard tests/fakecuda/*.c)))
+FAKECUDA_LINK:= -L$(BUILD)/tests/fakecuda -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../fakecuda'
+endif
+
+$(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=default -MMD -MP -c $< -o $@
+
+$(FAKECUDA): $(FAKECUDA_OBJ) tests/fakecuda/fakecuda.map
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=tests/fakecuda/fakecuda.map \
+		$(LDFLAGS) -o $@ $(FAKECUDA_OBJ)
+
+# test_fakecuda calls the fake driver directly, linked like the real one.
+$(BUILD)/tests/unit/test_fakecuda: $(BUILD)/obj/tests/unit/test_fakecuda.o $(FAKECUDA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(FAKECUDA_LINK) -lcmocka -ldl
 
 # Keep objects of tools and tests between builds (they are intermediates of
 # pattern rules, which make would otherwise delete).

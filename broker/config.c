@@ -29,6 +29,8 @@ const char config_usage_text[] =
 	"  --group GROUP       also admit members of GROUP (name or gid)\n"
 	"  --log-level LEVEL   error, warn, info or debug (default: info)\n"
 	"  --keep              keep shared memory on shutdown for the next start\n"
+	"  --gpus LIST         GPUs for device models: all (default), none, or GPU\n"
+	"                      UUIDs / ordinals as this broker sees them, comma-separated\n"
 	"  --help              show this text\n"
 	"  --version           show the version\n";
 
@@ -115,16 +117,37 @@ static int parse_group(struct config *cfg, const char *arg, char *err, size_t er
 	return 0;
 }
 
+/* all, none, or UUIDs and ordinals separated by commas; broker/gpu.c
+ * matches them against the GPUs found. */
+static int parse_gpus(struct config *cfg, const char *arg, char *err, size_t errlen)
+{
+	size_t n = strlen(arg);
+
+	if (n == 0 || n >= sizeof(cfg->gpus))
+		return usage_fail(err, errlen, "--gpus: give all, none, or a list of 1..%zu bytes",
+		                  sizeof(cfg->gpus) - 1);
+	for (size_t i = 0; i < n; i++) {
+		if (arg[i] == ',' ? i == 0 || i == n - 1 || arg[i + 1] == ','
+		                  : !isalnum((unsigned char)arg[i]) && arg[i] != '-')
+			return usage_fail(err, errlen, "--gpus: '%s' is not all, none, or a "
+			                  "comma-separated list of GPU UUIDs (GPU-xxxxxxxx-...) "
+			                  "and ordinals", arg);
+	}
+	snprintf(cfg->gpus, sizeof(cfg->gpus), "%s", arg);
+	return 0;
+}
+
 static void config_defaults(struct config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->name, sizeof(cfg->name), "%s", CONFIG_DEFAULT_NAME);
 	cfg->max_slots = CONFIG_DEFAULT_MAX_SLOTS;
 	cfg->log_level = LOG_LEVEL_INFO;
+	snprintf(cfg->gpus, sizeof(cfg->gpus), "all");
 }
 
 enum { OPT_NAME = 256, OPT_SOCKET, OPT_SHM_LIMIT, OPT_MAX_SLOTS, OPT_GROUP,
-       OPT_LOG_LEVEL, OPT_KEEP, OPT_HELP, OPT_VERSION };
+       OPT_LOG_LEVEL, OPT_KEEP, OPT_HELP, OPT_VERSION, OPT_GPUS };
 
 int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
@@ -136,6 +159,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 		{ "group",     required_argument, NULL, OPT_GROUP },
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 		{ "keep",      no_argument,       NULL, OPT_KEEP },
+		{ "gpus",      required_argument, NULL, OPT_GPUS },
 		{ "help",      no_argument,       NULL, OPT_HELP },
 		{ "version",   no_argument,       NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -191,6 +215,11 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 			break;
 		case OPT_KEEP:
 			cfg->keep = true;
+			break;
+		case OPT_GPUS:
+			err2 = parse_gpus(cfg, optarg, err, errlen);
+			if (err2)
+				return err2;
 			break;
 		case OPT_HELP:
 			fputs(config_usage_text, stdout);

@@ -28,6 +28,7 @@ struct config {
 	char     group[64];              /* as given, for messages */
 	int      log_level;              /* enum log_level */
 	bool     keep;
+	char     gpus[256];              /* --gpus: all, none or a list (broker/gpu.h) */
 };
 
 enum config_result {

@@ -8,6 +8,7 @@
 #include "broker.h"
 #include "config.h"
 #include "fault.h"
+#include "gpu.h"
 #include "log.h"
 #include "loop.h"
 #include "shm/layout.h"
@@ -63,6 +64,8 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	if (gpu_start(cfg.gpus))
+		return 1;
 	b = fault_calloc(1, sizeof(*b));
 	if (!b) {
 		fprintf(stderr, "wsyncd: out of memory\n");
@@ -75,5 +78,6 @@ int main(int argc, char **argv)
 	r = loop_run(b);
 	broker_stop(b);
 	free(b);
+	gpu_stop();
 	return r ? 1 : 0;
 }

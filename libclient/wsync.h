@@ -392,6 +392,18 @@ const char *wsync_dtype_name(uint32_t dtype);
 /* Bytes of a tensor's data (product of its shape times the element size). */
 uint64_t    wsync_tensor_bytes(const wsync_tensor_desc *d);
 
+/* ---- GPUs (docs/GPU.md) ----
+ * wsync names GPUs by UUID ("GPU-8e1f0c4a-..."), the same in every process;
+ * an ordinal means different GPUs under different CUDA_VISIBLE_DEVICES. */
+#define WSYNC_GPU_UUID_LEN 41   /* "GPU-" + 36 characters + NUL */
+/* The UUID of GPU `ordinal` as this process sees it (what cuda:<ordinal>
+ * means to its CUDA runtime, CUDA_VISIBLE_DEVICES honoured), into buf of at
+ * least WSYNC_GPU_UUID_LEN bytes. -ENODEV if there is no such GPU, -ENOENT
+ * without a CUDA driver (libcuda.so.1, or $WSYNC_LIBCUDA), -ENOTSUP for a
+ * driver older than CUDA 11.4, -ENOSYS if libwsync was built without the
+ * CUDA Toolkit headers, -EINVAL for a short buffer. */
+int  wsync_gpu_uuid(int ordinal, char *buf, size_t len);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

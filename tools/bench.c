@@ -41,7 +41,7 @@ static const char usage_text[] =
 	"  --wsyncd PATH        broker to run (default: wsyncd next to this program)\n"
 	"  --quick              smaller sizes and fewer repeats (under a minute)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
-	"                       wake, sustained, peers, shard, checksum (default: all)\n"
+	"                       wake, sustained, peers, shard, checksum, gpu (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
 	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
@@ -60,6 +60,7 @@ static const struct {
 	{ "peers",     SC_PEERS,     bench_peers },
 	{ "shard",     SC_SHARD,     bench_shard },
 	{ "checksum",  SC_CHECKSUM,  bench_checksum },
+	{ "gpu",       SC_GPU,       bench_gpu },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

@@ -35,7 +35,8 @@ enum bench_scenario {
 	SC_PEERS     = 1u << 4,
 	SC_SHARD     = 1u << 5,
 	SC_CHECKSUM  = 1u << 6,
-	SC_ALL       = (1u << 7) - 1,
+	SC_GPU       = 1u << 7,
+	SC_ALL       = (1u << 8) - 1,
 };
 
 struct bench {
@@ -225,6 +226,7 @@ int bench_peers(struct bench *b);
 int bench_shard(struct bench *b);
 /* checksum: XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) against memcpy. */
 int bench_checksum(struct bench *b);
+int bench_gpu(struct bench *b);
 
 /* ---- fan-out: one publisher, N collector processes waiting (wake, peers) --- */
 

@@ -1,0 +1,82 @@
+/*
+ * libclient/gpu.c — naming GPUs: the UUID of "GPU ordinal N as this
+ * process sees it".
+ *
+ * wsync names GPUs by UUID between processes (each may have its own
+ * CUDA_VISIBLE_DEVICES, so ordinals differ); programs know their GPUs by
+ * ordinal (torch.device("cuda:1")). The driver itself maps the ordinal,
+ * honouring this process's CUDA_VISIBLE_DEVICES exactly as the program's
+ * CUDA runtime does. The driver is loaded once per process (dlopen of
+ * libcuda.so.1 or $WSYNC_LIBCUDA; cuInit; no context) and stays loaded.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "shm/cuda_discover.h"
+#include "shm/cuda_loader.h"
+#include "shm/errmsg.h"
+#include "wsync.h"
+
+static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsync_cuda gpu_cu;
+static int gpu_loaded;
+
+/* 0 with the driver loaded, or -errno with the detail message set. A
+ * failure is not remembered: the next call tries again. */
+static int driver_get(const char *what)
+{
+	char why[WSYNC_ERRMSG_LEN - 64];
+	int err = 0;
+
+	pthread_mutex_lock(&gpu_lock);
+	if (!gpu_loaded) {
+		err = wsync_cuda_load(&gpu_cu, why, sizeof(why));
+		gpu_loaded = !err;
+	}
+	pthread_mutex_unlock(&gpu_lock);
+	return err ? wsync_fail(err, "%s: %s", what, why) : 0;
+}
+
+#ifdef WSYNC_HAVE_CUDA_H
+int wsync_gpu_uuid(int ordinal, char *buf, size_t len)
+{
+	char text[WSYNC_GPU_UUID_TEXT];
+	const char *name = NULL;
+	CUdevice dev;
+	CUuuid uuid;
+	CUresult r;
+	int err;
+
+	if (!buf || len < WSYNC_GPU_UUID_LEN)
+		return wsync_fail(-EINVAL, "wsync_gpu_uuid: the buffer needs %d bytes",
+		                  WSYNC_GPU_UUID_LEN);
+	err = driver_get("wsync_gpu_uuid");
+	if (err)
+		return err;
+	if (ordinal < 0 || ordinal >= gpu_cu.device_count)
+		return wsync_fail(-ENODEV, "wsync_gpu_uuid: no GPU %d in this process (%d "
+		                  "visible; CUDA_VISIBLE_DEVICES counts)", ordinal,
+		                  gpu_cu.device_count);
+	r = gpu_cu.api.cu_cuDeviceGet(&dev, ordinal);
+	if (r == CUDA_SUCCESS)
+		r = gpu_cu.api.cu_cuDeviceGetUuid(&uuid, dev);
+	if (r != CUDA_SUCCESS) {
+		gpu_cu.api.cu_cuGetErrorName(r, &name);
+		return wsync_fail(-EIO, "wsync_gpu_uuid: GPU %d: %s", ordinal,
+		                  name ? name : "unknown CUDA error");
+	}
+	wsync_gpu_uuid_format((const uint8_t *)uuid.bytes, text, sizeof(text));
+	memcpy(buf, text, sizeof(text));
+	wsync_errmsg_clear();
+	return 0;
+}
+#else
+int wsync_gpu_uuid(int ordinal, char *buf, size_t len)
+{
+	(void)ordinal;
+	(void)buf;
+	(void)len;
+	return driver_get("wsync_gpu_uuid");        /* says it is compiled out */
+}
+#endif

@@ -1,0 +1,447 @@
+/*
+ * tests/fakecuda/fc_stream.c — streams, events and copies of the fake driver.
+ *
+ * Each stream has a worker thread that runs its operations in order. An
+ * asynchronous copy returns at once; the worker sleeps
+ * FAKECUDA_COPY_DELAY_US before each quarter of it, so a reader that skips
+ * cuStreamSynchronize or cuEventSynchronize sees old or half-copied bytes,
+ * as on a GPU. fakecuda_hold_streams(true) stops every worker before its
+ * next operation, for tests that need the "not yet copied" state without
+ * depending on time. Synchronous copies run in the caller's thread. The
+ * NULL stream is one shared worker, made on first use.
+ *
+ * One lock (sq_lock) and one condition variable guard every queue, counter
+ * and event; every change broadcasts.
+ */
+#include "fc_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct fc_op {
+	struct fc_op *next;
+	void         *dst;
+	const void   *src;
+	size_t        n;
+};
+
+struct CUstream_st {
+	struct CUstream_st *next;
+	pthread_t     thread;
+	struct fc_op *head, *tail;
+	uint64_t      submitted, done;
+	bool          stop;
+	int           dev;
+};
+
+struct CUevent_st {
+	struct CUevent_st  *next;
+	struct CUstream_st *stream;        /* NULL: never recorded, or complete */
+	uint64_t            seq;           /* complete when stream->done >= seq */
+};
+
+static pthread_mutex_t sq_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  sq_cond = PTHREAD_COND_INITIALIZER;
+static bool            sq_hold;
+static struct CUstream_st *streams, *null_stream;
+static struct CUevent_st  *events;
+
+static void op_run(const struct fc_op *op, unsigned delay_us)
+{
+	size_t quarter = (op->n + 3) / 4;
+
+	for (size_t at = 0; at < op->n; at += quarter) {
+		size_t len = op->n - at < quarter ? op->n - at : quarter;
+
+		if (delay_us)
+			usleep(delay_us);
+		memmove((char *)op->dst + at, (const char *)op->src + at, len);
+	}
+}
+
+static void *stream_worker(void *arg)
+{
+	struct CUstream_st *s = arg;
+
+	pthread_mutex_lock(&sq_lock);
+	for (;;) {
+		struct fc_op *op;
+
+		while (!s->stop && (!s->head || sq_hold))
+			pthread_cond_wait(&sq_cond, &sq_lock);
+		if (!s->head)
+			break;                     /* stopping, and drained */
+		op = s->head;
+		pthread_mutex_unlock(&sq_lock);
+		if (op->n)
+			op_run(op, fc_cfg.copy_delay_us);
+		pthread_mutex_lock(&sq_lock);
+		s->head = op->next;
+		if (!s->head)
+			s->tail = NULL;
+		s->done++;
+		free(op);
+		pthread_cond_broadcast(&sq_cond);
+	}
+	pthread_mutex_unlock(&sq_lock);
+	return NULL;
+}
+
+static struct CUstream_st *stream_new(int dev)
+{
+	struct CUstream_st *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->dev = dev;
+	if (pthread_create(&s->thread, NULL, stream_worker, s)) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Stops the worker once its queue is empty and frees s; s is unlinked. */
+static void stream_free(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&sq_lock);
+	s->stop = true;
+	pthread_cond_broadcast(&sq_cond);
+	for (struct CUevent_st *e = events; e; e = e->next)
+		if (e->stream == s)
+			e->stream = NULL;          /* its work will be done when we return */
+	pthread_mutex_unlock(&sq_lock);
+	pthread_join(s->thread, NULL);
+	free(s);
+}
+
+/* The stream an operation goes to; NULL is the shared default stream. */
+static CUresult stream_resolve(CUstream in, struct CUstream_st **out)
+{
+	bool known = false;
+
+	if (fc_need_ctx())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&sq_lock);
+	if (!in) {
+		if (!null_stream)
+			null_stream = stream_new(-1);
+		*out = null_stream;
+		known = null_stream != NULL;
+	} else {
+		for (struct CUstream_st *s = streams; s; s = s->next)
+			known |= s == in;
+		*out = in;
+	}
+	pthread_mutex_unlock(&sq_lock);
+	return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult stream_push(struct CUstream_st *s, void *dst, const void *src, size_t n)
+{
+	struct fc_op *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->dst = dst;
+	op->src = src;
+	op->n = n;
+	pthread_mutex_lock(&sq_lock);
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	s->submitted++;
+	pthread_cond_broadcast(&sq_cond);
+	pthread_mutex_unlock(&sq_lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreate(CUstream *out, unsigned int flags)
+{
+	struct CUstream_st *s;
+
+	FC_ENTER("cuStreamCreate");
+	if (fc_need_ctx())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+		return CUDA_ERROR_INVALID_VALUE;
+	s = stream_new(fc_current->dev);
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sq_lock);
+	s->next = streams;
+	streams = s;
+	pthread_mutex_unlock(&sq_lock);
+	*out = s;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy_v2(CUstream s)
+{
+	bool found = false;
+
+	FC_ENTER("cuStreamDestroy_v2");
+	pthread_mutex_lock(&sq_lock);
+	for (struct CUstream_st **pp = &streams; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			found = true;
+			break;
+		}
+	pthread_mutex_unlock(&sq_lock);
+	if (!found)
+		return CUDA_ERROR_INVALID_HANDLE;
+	stream_free(s);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream in)
+{
+	struct CUstream_st *s;
+	CUresult r;
+
+	FC_ENTER("cuStreamSynchronize");
+	r = stream_resolve(in, &s);
+	if (r)
+		return r;
+	pthread_mutex_lock(&sq_lock);
+	while (s->done < s->submitted)
+		pthread_cond_wait(&sq_cond, &sq_lock);
+	pthread_mutex_unlock(&sq_lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuStreamQuery(CUstream in)
+{
+	struct CUstream_st *s;
+	bool idle;
+	CUresult r;
+
+	FC_ENTER("cuStreamQuery");
+	r = stream_resolve(in, &s);
+	if (r)
+		return r;
+	pthread_mutex_lock(&sq_lock);
+	idle = s->done >= s->submitted;
+	pthread_mutex_unlock(&sq_lock);
+	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+/* ---- events ------------------------------------------------------------ */
+
+static bool event_known(struct CUevent_st *ev)
+{
+	for (struct CUevent_st *e = events; e; e = e->next)
+		if (e == ev)
+			return true;
+	return false;
+}
+
+CUresult cuEventCreate(CUevent *out, unsigned int flags)
+{
+	struct CUevent_st *e;
+
+	FC_ENTER("cuEventCreate");
+	if (fc_need_ctx())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!out || (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+	                                 CU_EVENT_INTERPROCESS)))
+		return CUDA_ERROR_INVALID_VALUE;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sq_lock);
+	e->next = events;
+	events = e;
+	pthread_mutex_unlock(&sq_lock);
+	*out = e;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent ev, CUstream in)
+{
+	struct CUstream_st *s;
+	CUresult r;
+
+	FC_ENTER("cuEventRecord");
+	r = stream_resolve(in, &s);
+	if (r)
+		return r;
+	pthread_mutex_lock(&sq_lock);
+	if (!event_known(ev)) {
+		r = CUDA_ERROR_INVALID_HANDLE;
+	} else {
+		ev->stream = s;
+		ev->seq = s->submitted;
+	}
+	pthread_mutex_unlock(&sq_lock);
+	return r;
+}
+
+static bool event_done(struct CUevent_st *ev)
+{
+	return !ev->stream || ev->stream->done >= ev->seq;
+}
+
+CUresult cuEventSynchronize(CUevent ev)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	FC_ENTER("cuEventSynchronize");
+	pthread_mutex_lock(&sq_lock);
+	if (!event_known(ev))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	while (!r && !event_done(ev))
+		pthread_cond_wait(&sq_cond, &sq_lock);
+	pthread_mutex_unlock(&sq_lock);
+	return r;
+}
+
+CUresult cuEventQuery(CUevent ev)
+{
+	CUresult r;
+
+	FC_ENTER("cuEventQuery");
+	pthread_mutex_lock(&sq_lock);
+	r = !event_known(ev) ? CUDA_ERROR_INVALID_HANDLE
+	  : event_done(ev)   ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	pthread_mutex_unlock(&sq_lock);
+	return r;
+}
+
+CUresult cuEventDestroy_v2(CUevent ev)
+{
+	CUresult r = CUDA_ERROR_INVALID_HANDLE;
+
+	FC_ENTER("cuEventDestroy_v2");
+	pthread_mutex_lock(&sq_lock);
+	for (struct CUevent_st **pp = &events; *pp; pp = &(*pp)->next)
+		if (*pp == ev) {
+			*pp = ev->next;
+			free(ev);
+			r = CUDA_SUCCESS;
+			break;
+		}
+	pthread_mutex_unlock(&sq_lock);
+	return r;
+}
+
+/* ---- copies --------------------------------------------------------------- */
+
+/* Checks both ends: device ends must be mapped device memory, the
+ * destination writable. */
+static CUresult copy_check(CUdeviceptr dst, bool dst_dev, CUdeviceptr src, bool src_dev,
+                           size_t n)
+{
+	if (dst_dev && fc_mem_check(dst, n, true, NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (src_dev && fc_mem_check(src, n, false, NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((!dst_dev && !dst) || (!src_dev && !src))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+static CUresult copy_sync(const char *fn, CUdeviceptr dst, bool dst_dev, CUdeviceptr src,
+                          bool src_dev, size_t n)
+{
+	CUresult r;
+
+	FC_ENTER(fn);
+	if (fc_need_ctx())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	r = copy_check(dst, dst_dev, src, src_dev, n);
+	if (r)
+		return r;
+	memmove((void *)dst, (const void *)src, n);
+	return CUDA_SUCCESS;
+}
+
+static CUresult copy_async(const char *fn, CUdeviceptr dst, bool dst_dev, CUdeviceptr src,
+                           bool src_dev, size_t n, CUstream in)
+{
+	struct CUstream_st *s;
+	CUresult r;
+
+	FC_ENTER(fn);
+	r = stream_resolve(in, &s);
+	if (!r)
+		r = copy_check(dst, dst_dev, src, src_dev, n);
+	if (!r)
+		r = stream_push(s, (void *)dst, (const void *)src, n);
+	return r;
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	return copy_sync("cuMemcpyDtoD_v2", dst, true, src, true, n);
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	return copy_sync("cuMemcpyHtoD_v2", dst, true, (uintptr_t)src, false, n);
+}
+
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	return copy_sync("cuMemcpyDtoH_v2", (uintptr_t)dst, false, src, true, n);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async("cuMemcpyDtoDAsync_v2", dst, true, src, true, n, s);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	return copy_async("cuMemcpyHtoDAsync_v2", dst, true, (uintptr_t)src, false, n, s);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async("cuMemcpyDtoHAsync_v2", (uintptr_t)dst, false, src, true, n, s);
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+                           CUcontext src_ctx, size_t n, CUstream s)
+{
+	if (!dst_ctx || !src_ctx || !dst_ctx->retains || !src_ctx->retains)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return copy_async("cuMemcpyPeerAsync", dst, true, src, true, n, s);
+}
+
+/* ---- test controls and accounting --------------------------------------- */
+
+void fakecuda_hold_streams(bool hold)
+{
+	pthread_mutex_lock(&sq_lock);
+	sq_hold = hold;
+	pthread_cond_broadcast(&sq_cond);
+	pthread_mutex_unlock(&sq_lock);
+}
+
+void fc_stream_live(struct fakecuda_live *out)
+{
+	pthread_mutex_lock(&sq_lock);
+	for (struct CUstream_st *s = streams; s; s = s->next)
+		out->streams++;
+	for (struct CUevent_st *e = events; e; e = e->next)
+		out->events++;
+	pthread_mutex_unlock(&sq_lock);
+}
+
+void fc_stream_reset(void)
+{
+	struct CUstream_st *s;
+
+	pthread_mutex_lock(&sq_lock);
+	s = null_stream;
+	null_stream = NULL;
+	sq_hold = false;
+	pthread_mutex_unlock(&sq_lock);
+	if (s)
+		stream_free(s);
+}
