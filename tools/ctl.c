@@ -30,6 +30,7 @@ static const char usage_text[] =
 	"  load FILE --model NAME [--step S] [--checksum]\n"
 	"                                 publishes a .safetensors file as a new version\n"
 	"  verify MODEL [--version N]     recomputes the latest version's checksum\n"
+	"  rm MODEL...                    deletes models that have no publisher\n"
 	"\n"
 	"'wsyncctl COMMAND --help' describes a command. Options (also after COMMAND):\n";
 
@@ -48,6 +49,7 @@ static const struct {
 	{ "dump",     ctl_cmd_dump },
 	{ "load",     ctl_cmd_load },
 	{ "verify",   ctl_cmd_verify },
+	{ "rm",       ctl_cmd_rm },
 };
 
 int main(int argc, char **argv)

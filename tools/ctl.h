@@ -63,6 +63,7 @@ int ctl_cmd_wait(const struct ctl_opts *o, int argc, char **argv);
 int ctl_cmd_dump(const struct ctl_opts *o, int argc, char **argv);
 int ctl_cmd_load(const struct ctl_opts *o, int argc, char **argv);
 int ctl_cmd_verify(const struct ctl_opts *o, int argc, char **argv);
+int ctl_cmd_rm(const struct ctl_opts *o, int argc, char **argv);
 
 #endif
 

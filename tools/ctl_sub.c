@@ -219,3 +219,53 @@ int ctl_cmd_verify(const struct ctl_opts *common, int argc, char **argv)
 	wsync_close(c);
 	return r;
 }
+
+static const char rm_usage[] =
+	"usage: wsyncctl rm MODEL...\n"
+	"\n"
+	"Deletes models that have no publisher. Their collectors get -EIDRM (a\n"
+	"waiting one wakes) and subscribe again; views they hold keep their bytes\n"
+	"until released. The names publish again at versions above the old ones.\n"
+	"Exit 0 if every model was deleted, 3 if one was not (no such model, or\n"
+	"it has a publisher: the message names it).\n";
+
+int ctl_cmd_rm(const struct ctl_opts *common, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CTL_COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctl_opts o = *common;
+	wsync_client *c;
+	int opt, r, rc = CTL_OK;
+
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, CTL_CMD_SHORTOPTS, longopts, NULL)) != -1) {
+		r = ctl_common_opt(opt, &o, "rm", rm_usage);
+		if (r != CTL_GO_ON)
+			return r;
+	}
+	if (optind >= argc)
+		return ctl_usage_error("rm", "no MODEL given");
+	r = ctl_connect(&o, &c);
+	if (r)
+		return r;
+	for (int i = optind; i < argc; i++) {
+		int err = wsync_model_delete(c, argv[i]);
+
+		if (err) {
+			ctl_wsync_error("rm", err);
+			rc = CTL_ERROR;
+		} else if (!o.json) {
+			printf("deleted %s\n", argv[i]);
+		}
+	}
+	if (o.json) {
+		json_t *doc = json_object();
+
+		json_object_set_new(doc, "ok", json_boolean(rc == CTL_OK));
+		ctl_print_json(doc);
+	}
+	wsync_close(c);
+	return rc;
+}

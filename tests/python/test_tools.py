@@ -516,3 +516,28 @@ def test_top_interactive_in_tmux(broker, busy_model):
             time.sleep(0.1)
     finally:
         tmux("kill-server")
+
+
+def test_rm_and_unpublished_waiters(broker):
+    with wsync.connect(broker.sock, "trainer") as tc, wsync.connect(broker.sock, "reader") as rc:
+        pub = tc.publisher("gone", [("w", "f32", (16,))])
+        with pub.begin(timeout=WAIT_S) as slab:
+            slab.commit(1)
+        typo = rc.subscriber("gnoe")            # a name nobody publishes
+        models = {m["name"]: m for m in ctl_json("models")}
+        assert models["gnoe"]["state"] != "ready"   # shown: a waiter on nothing
+        r = ctl("rm", "gone")
+        assert r.returncode == 3 and "publish" in r.stderr    # it has a publisher
+        pub.close()
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            r = ctl("rm", "gone")
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)                     # the publisher's CLOSE is on its way
+        assert r.returncode == 0 and "deleted gone" in r.stdout
+        assert "gone" not in {m["name"] for m in ctl_json("models")}
+        r = ctl("rm", "never-was")
+        assert r.returncode == 3 and "never-was" in r.stderr
+        assert ctl("rm").returncode == 2
+        typo.close()
