@@ -414,8 +414,12 @@ static void structured(struct client *c, union wsync_msg_any *m, uint32_t type, 
 		m->pub_open.slots = (f & 0x80) ? m->pub_open.slots % 34 : 0;
 		m->pub_open.bytes = c->bytes;
 		m->pub_open.layout_hash = c->hash;
-		m->pub_open.flags = 0;
-		m->pub_open.reserved = 0;
+		/* sometimes a replacing open (a model deleted under others) */
+		m->pub_open.flags = (f & 0x40) ? WSYNC_OPEN_REPLACE : 0;
+		m->pub_open.group_size = 0;
+		m->pub_open.rank = 0;
+		m->pub_open.n_parts = 0;
+		m->pub_open.group_timeout_ms = 0;
 		break;
 	case WSYNC_MSG_SUB_OPEN:
 		snprintf(m->sub_open.model, sizeof(m->sub_open.model), "%s",
