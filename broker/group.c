@@ -100,6 +100,7 @@ int group_join(struct broker *b, struct model *m, struct session *s, uint32_t si
 	g->parts[rank] = parts;
 	g->n_parts[rank] = n_parts;
 	m->group = g;
+	atomic_store(&m->ctl->group_size, size);
 	log_info("model '%s': rank %u of %u is session %u '%s' pid %d (%zu parts)", m->name,
 	         rank, size, s->id, s->name, (int)s->pid, n_parts);
 	return 0;
@@ -152,10 +153,12 @@ static void answer(struct broker *b, struct session *s, uint32_t seq, int err,
 	loop_send(b, s, &msg, NULL, 0);
 }
 
-static void group_reset(struct pub_group *g)
+static void group_reset(struct model *m)
 {
-	g->committed = 0;
-	g->deadline_ns = -1;
+	m->group->committed = 0;
+	m->group->deadline_ns = -1;
+	atomic_store(&m->ctl->group_committed, 0);
+	atomic_store(&m->ctl->group_first_ns, 0);
 }
 
 void group_drop(struct broker *b, struct model *m, int err, const char *why)
@@ -174,7 +177,7 @@ void group_drop(struct broker *b, struct model *m, int err, const char *why)
 		if (g->committed & (1u << r))
 			answer(b, g->rank[r], g->commit_seq[r], err, text, m, 0);
 	publish_abort(b, m);
-	group_reset(g);
+	group_reset(m);
 	log_info("%s", text);
 }
 
@@ -207,7 +210,8 @@ static void group_complete(struct broker *b, struct model *m)
 	model_wake(m);
 	for (uint32_t r = 0; r < g->size; r++)
 		answer(b, g->rank[r], g->commit_seq[r], 0, NULL, m, version);
-	group_reset(g);
+	atomic_store(&m->ctl->group_last_ns, now - atomic_load(&m->ctl->group_first_ns));
+	group_reset(m);
 }
 
 int group_commit(struct broker *b, struct model *m, uint32_t rank, uint32_t seq,
@@ -231,7 +235,10 @@ int group_commit(struct broker *b, struct model *m, uint32_t rank, uint32_t seq,
 		         (unsigned long long)version);
 		return -EPROTO;
 	}
+	if (!g->committed)
+		atomic_store(&m->ctl->group_first_ns, wsync_real_ns());
 	g->committed |= 1u << rank;
+	atomic_store(&m->ctl->group_committed, g->committed);
 	g->commit_seq[rank] = seq;
 	g->step[rank] = step;
 	if (g->committed == all_ranks(g)) {
@@ -266,6 +273,7 @@ void group_leave(struct broker *b, struct model *m, struct session *s, const cha
 		}
 	}
 	atomic_store(&m->ctl->publisher, 0);
+	atomic_store(&m->ctl->group_size, 0);
 	m->group = NULL;                 /* the last rank went: a new group may form */
 	group_free(g);
 }

@@ -146,11 +146,21 @@ struct wsync_ctl_model {
 	 * declare, 0 once the model is deleted. A subscription remembers the
 	 * one it opened; any other value means its model is gone (-EIDRM). */
 	_Atomic uint64_t incarnation;
-	uint8_t  reserved[240];
+	/* A publisher group (broker/group.c), for monitors: its size (0 = one
+	 * publisher), the ranks whose COMMIT of the version in progress came
+	 * (bit r = rank r), when the first came (CLOCK_REALTIME, 0 = none), and
+	 * how long the last complete version took from its first COMMIT to its
+	 * last (ns). */
+	_Atomic uint32_t group_size;
+	_Atomic uint32_t group_committed;
+	_Atomic int64_t  group_first_ns;
+	_Atomic int64_t  group_last_ns;
+	uint8_t  reserved[216];
 };
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
 static_assert(offsetof(struct wsync_ctl_model, incarnation) == 264, "ctl model incarnation");
+static_assert(offsetof(struct wsync_ctl_model, group_first_ns) == 280, "ctl model group");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

@@ -63,6 +63,10 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->busy = LOAD(e->busy);
 	m->step = LOAD(e->last_step);
 	m->commit_ns = LOAD(e->last_commit_ns);
+	m->group_size = LOAD(e->group_size);
+	m->group_committed = LOAD(e->group_committed);
+	m->group_first_ns = LOAD(e->group_first_ns);
+	m->group_last_ns = LOAD(e->group_last_ns);
 	m->publisher = LOAD(e->publisher);
 	for (uint32_t k = 0; k < m->n_slots; k++) {
 		m->slot_state[k] = LOAD(e->slot_state[k]);
@@ -296,6 +300,18 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 
 	json_object_set_new(o, "publisher_pid",
 	                    m->publisher ? json_integer(m->publisher_pid) : json_null());
+	if (m->group_size > 1) {
+		json_t *done = json_array();
+
+		for (uint32_t r = 0; r < m->group_size && r < 32; r++)
+			if (m->group_committed & (1u << r))
+				json_array_append_new(done, json_integer(r));
+		json_object_set_new(o, "group", json_pack(
+			"{s:I, s:o, s:o, s:f}", "ranks", (json_int_t)m->group_size,
+			"committed", done,
+			"waiting_s", m->group_first_ns ? jsince(s, m->group_first_ns) : json_null(),
+			"last_version_ms", (double)m->group_last_ns / 1e6));
+	}
 	if (m->checksum_known && m->checksum) {
 		snprintf(cs, sizeof(cs), "%016" PRIx64, m->checksum);
 		json_object_set_new(o, "checksum", json_string(cs));

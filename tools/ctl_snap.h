@@ -29,6 +29,10 @@ struct snap_model {
 	uint32_t collectors;             /* sessions subscribed, this tool left out */
 	uint64_t worst_lag;              /* versions, over its collectors */
 	uint8_t  slot_state[WSYNC_MAX_SLOTS];
+	uint32_t group_size;             /* ranks of a publisher group, 0 = none */
+	uint32_t group_committed;        /* bit r: rank r committed the version in progress */
+	int64_t  group_first_ns;         /* its first COMMIT (CLOCK_REALTIME), 0 = none */
+	int64_t  group_last_ns;          /* first to last COMMIT of the last version */
 	bool     checksum_known;         /* checksum below was read */
 	uint64_t checksum;               /* of the latest version, 0 = none */
 };

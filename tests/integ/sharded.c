@@ -13,10 +13,14 @@
  */
 #include "tests/lib/harness.h"
 
+#include <stdatomic.h>
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "libclient/client_internal.h"
 
 #define MODEL "shard.policy"
 #define RANKS 4
@@ -265,7 +269,30 @@ int main(void)
 	TEST_OK(rank_result(3));
 	for (uint32_t r = 0; r < 3; r++)
 		chan_send(&ranks[r].cmd, CMD(OP_PUBLISH, 22));
-	harness_sleep_ms(100);
+	{
+		/* monitors see the group's progress: 3 of 4 ranks committed */
+		const struct wsync_ctl_model *e = client_ctl_model(c, s->model_id);
+		int64_t deadline = harness_mono_ns() + 10 * HARNESS_S;
+
+		TEST_EQ_U64(atomic_load(&e->group_size), RANKS);
+		TEST_ASSERT(atomic_load(&e->group_last_ns) > 0);
+		while (atomic_load(&e->group_committed) != 0x7) {
+			TEST_ASSERT_MSG(harness_mono_ns() < deadline, "committed ranks: 0x%x",
+			                atomic_load(&e->group_committed));
+			harness_sleep_ms(10);
+		}
+		TEST_ASSERT(atomic_load(&e->group_first_ns) > 0);
+
+		/* and wsyncctl says so */
+		char ctl[256], out[16384];
+		const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+		snprintf(ctl, sizeof(ctl), "%s/bin/wsyncctl", build);
+		char *argv[] = { ctl, "--endpoint", B.sock, "--json", "models", NULL };
+		int st = harness_run(argv, out, sizeof(out), HARNESS_WAIT_MS);
+		TEST_ASSERT_MSG(st == 0, "wsyncctl models: %s: %s", harness_status_str(st), out);
+		TEST_CONTAINS(out, "\"ranks\":4");
+		TEST_CONTAINS(out, "\"committed\":[0,1,2]");
+	}
 	kill(ranks[3].pid, SIGKILL);
 	harness_wait_status(ranks[3].pid, 5000);
 	for (uint32_t r = 0; r < 3; r++)
