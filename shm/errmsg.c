@@ -25,3 +25,15 @@ const char *wsync_errmsg_get(void)
 {
 	return errmsg_buf;
 }
+
+int wsync_why(char *why, size_t whylen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && whylen) {
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}

@@ -6,6 +6,8 @@
  */
 #include "proto.h"
 
+#include "errmsg.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,19 +92,7 @@ int wsync_tensor_name_valid(const char *name)
 	return 1;
 }
 
-static int bad(char *why, size_t whylen, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int bad(char *why, size_t whylen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
+#define bad wsync_why
 
 #define CHECK(cond, ...) do { if (!(cond)) return bad(why, whylen, -EINVAL, __VA_ARGS__); } while (0)
 

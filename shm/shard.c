@@ -9,19 +9,7 @@
 
 #include "errmsg.h"
 
-static int say(char *why, size_t whylen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int say(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#define say(why, whylen, ...) wsync_why(why, whylen, -EINVAL, __VA_ARGS__)
 
 /* Bytes of one index along dim (the product of the dims after it times
  * the element size). */

@@ -1,6 +1,8 @@
 /* shm/tensor_layout.c — canonical tensor placement, layout hashing and lookup. */
 #include "tensor_layout.h"
 
+#include "errmsg.h"
+
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -57,19 +59,7 @@ uint64_t wsync_tensor_bytes(const wsync_tensor_desc *d)
 	return n * es;
 }
 
-static int why_fail(char *why, size_t whylen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int why_fail(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#define why_fail(why, whylen, ...) wsync_why(why, whylen, -EINVAL, __VA_ARGS__)
 
 static int desc_check(const wsync_tensor_desc *d, size_t i, char *why, size_t whylen)
 {
