@@ -175,8 +175,11 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		/* A slot that never held a version (nobody reads it; only we will
 		 * be granted it) is written once now: on virtual machines the
 		 * first write to fresh memory costs ten times a copy (the host
-		 * backs the page then), and this is the time to pay it. */
-		if (atomic_load_explicit(&p->entry->slot_state[k], memory_order_acquire) ==
+		 * backs the page then), and this is the time to pay it. Not by a
+		 * rank of a group: the other ranks may be granted that slot and
+		 * write their parts while this one is still opening. */
+		if (p->group_size <= 1 &&
+		    atomic_load_explicit(&p->entry->slot_state[k], memory_order_acquire) ==
 		    WSYNC_SLOT_FREE)
 			memset(addr, 0, p->bytes);
 		wsync_pub_guard(p, k);
