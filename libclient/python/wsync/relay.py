@@ -759,11 +759,17 @@ def run(a):
         log("stop", important=True, **({"sent": role.sent, "skipped": role.skipped}
                                        if a.rank == 0 else
                                        {"committed": role.committed, "dropped": role.dropped}))
+        stopping.append("done")
         return 0
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        group.destroy()
+        # On a stop the process is about to exit: tearing down a gloo group
+        # that a signal interrupted mid-collective can abort the process
+        # (std::terminate in its C++ destructors), so it is left to the
+        # kernel; the local broker's handles are closed properly.
+        if not stopping:
+            group.destroy()
         role.close()
 
 
@@ -780,4 +786,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Skip the interpreter's teardown: torch.distributed's C++ objects of a
+    # group broken by a dead peer can abort in their destructors, turning a
+    # clean stop into SIGABRT. Everything of ours is closed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 1)
