@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _module
 from ._errors import ClosedError, WsyncError, check, error_from_rc
 from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, CSlab, CView, ModelInfo, ModelOpts,
                    TensorDesc, lib)
@@ -69,6 +69,8 @@ def _enc(s, what):
         s = s.encode()
     if not isinstance(s, bytes):
         raise TypeError("wsync: %s must be a str, not %s" % (what, type(s).__name__))
+    if b"\0" in s:
+        raise ValueError("wsync: %s must not contain a NUL character: %r" % (what, s))
     return s
 
 
@@ -321,8 +323,25 @@ def _raw(owner, base, nbytes):
     if raw is None:
         raw = (ctypes.c_char * nbytes).from_address(base)
         raw._wsync_owner = owner
-        owner._rawref = weakref.ref(raw)
+        owner._rawref = weakref.ref(raw, _raw_gone_cb(owner))
     return raw
+
+
+def _raw_gone_cb(owner):
+    """A weakref callback telling owner (if it has _arrays_gone) that its
+    last array is gone, without keeping owner alive."""
+    if not hasattr(owner, "_arrays_gone"):
+        return None
+    wo = weakref.ref(owner)
+
+    def gone(_ref):
+        o = wo()
+        if o is not None:
+            try:
+                o._arrays_gone()
+            except Exception:
+                pass
+    return gone
 
 
 def _has_arrays(owner):
@@ -351,6 +370,13 @@ def _torch_view(buf, spec):
         arr = _np_view(buf, spec, np.dtype(np.int16))
         return torch.from_numpy(arr).view(torch.bfloat16)
     return torch.from_numpy(_np_view(buf, spec))
+
+
+def _torch_ro_view(view, buf, spec):
+    """A ReadOnlyTensor over tensor spec of view (see _torch.py)."""
+    from ._torch import read_only
+    base = view._c.base
+    return read_only(_torch_view(buf, spec), view, base, base + view._c.bytes)
 
 
 # ---- client -----------------------------------------------------------------
@@ -439,7 +465,9 @@ class Client(_Handle):
 
     def publisher_like(self, model, state_dict, slots=0, guard=False, flags=0, replace=False):
         """publisher() with the layout of a dict of numpy arrays or torch
-        tensors (names, dtypes and shapes, in the dict's order)."""
+        tensors (names, dtypes and shapes, in the dict's order), or of an
+        nn.Module's state_dict()."""
+        state_dict = _module.state_of(state_dict)
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
         return self.publisher(model, tensors, slots, guard, flags, replace)
@@ -604,6 +632,32 @@ class Publisher(_Handle):
                 return slab
         finally:
             self._leave()
+
+    def publish(self, weights, step, timeout=None, threads=0):
+        """Publishes weights (an nn.Module, whose state_dict() is taken, or
+        a mapping as for Slab.copy_from) as the next version stamped with
+        step: begin(timeout), one copy_from call, commit. Returns the
+        version. Nothing is published if anything fails."""
+        return self._publish(weights, step, timeout, threads, Slab.commit)
+
+    def publish_async(self, weights, step, timeout=None, threads=0):
+        """publish() that returns as soon as collectors can see the version
+        (Slab.commit_async); wait_ack() collects the broker's confirmation
+        (or the next publish does)."""
+        return self._publish(weights, step, timeout, threads, Slab.commit_async)
+
+    def wait_ack(self, timeout=None):
+        """The broker's confirmation of the last publish_async (see
+        wait_commit); returns its version."""
+        return self.wait_commit(timeout)
+
+    def _publish(self, weights, step, timeout, threads, commit):
+        step = _uint(step, "step")
+        threads = _uint(threads, "threads", 32)
+        src = _module.state_of(weights)
+        with self.begin(timeout) as slab:
+            slab.copy_from(src, threads)
+            return commit(slab, step)
 
     def wait_readers(self, version, timeout=None, n=0):
         """Waits until n subscribers (0: every current one) have acquired
@@ -1070,6 +1124,7 @@ class View:
         self.subscriber = sub
         self._c = cv
         self._released = False
+        self._c_held = True        # the library's view is not released yet
         self._pinned = True        # holds sub's C handle (mappings) until gone
         self._rawref = None
         sub._pin()
@@ -1114,11 +1169,11 @@ class View:
 
     def torch(self, name):
         """A torch tensor over tensor name, zero copy (bf16 as
-        torch.bfloat16). torch has no read-only tensors: the memory is
-        mapped read-only, so writing to it kills the process with SIGSEGV.
-        Clone it to modify."""
+        torch.bfloat16): a wsync.ReadOnlyTensor, whose in-place operations
+        raise ReadOnlyError (the memory is mapped read-only) and whose use
+        after release() raises ClosedError. Clone it to modify it."""
         spec = self._spec(name)
-        return _torch_view(_rw(self._buf()), spec)
+        return _torch_ro_view(self, _rw(self._buf()), spec)
 
     def _check(self):
         if self._released:
@@ -1142,13 +1197,40 @@ class View:
             buf = _ro(self._buf())
             return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
         buf = _rw(self._buf())
-        return {s.name: _torch_view(buf, s) for s in self.subscriber._layout}
+        return {s.name: _torch_ro_view(self, buf, s) for s in self.subscriber._layout}
+
+    def load_into(self, module, strict=True):
+        """Copies this version into module's parameters and buffers in
+        place (no new tensors: optimizers, hooks and tied weights keep
+        working), like module.load_state_dict(view) but with one copy_ per
+        tensor straight from the shared memory.
+
+        module is an nn.Module (its state_dict(keep_vars=True): parameters
+        and persistent buffers such as BatchNorm's running stats and
+        num_batches_tracked) or a mapping of torch tensors. Names, shapes
+        and dtypes are checked first; any mismatch raises MismatchError
+        listing every one, and nothing is copied. strict=False, as in
+        load_state_dict, tolerates names missing on either side (shape and
+        dtype mismatches still raise). Returns LoadResult(missing_keys,
+        unexpected_keys)."""
+        self._check()
+        if not isinstance(strict, bool):
+            raise TypeError("wsync: strict must be True or False, not %s"
+                            % type(strict).__name__)
+        buf = _rw(self._buf())
+        return _module.load_into(self, module, strict, lambda s: _torch_view(buf, s))
 
     def release(self):
-        """Lets the broker reuse this version's slab. Arrays taken from the
-        view must not be used afterwards (they may read a later version;
-        their memory stays mapped while they live). Idempotent."""
+        """Ends the use of this view: no new arrays, and its torch tensors
+        raise ClosedError. The broker may reuse the version's slab as soon
+        as no array taken from the view is alive: with none, at once; else
+        when the last one goes (until then the version stays held, so an
+        array never shows a later version's bytes). Idempotent."""
         self._release(_has_arrays(self))
+
+    def _arrays_gone(self):
+        if self._released:
+            self._release(False)
 
     _byref = ctypes.byref
 
@@ -1158,10 +1240,12 @@ class View:
     def _release(self, keep_pin):
         sub = self.subscriber
         with sub._cond:
-            if self._released:
-                release = False
-            else:
-                self._released = release = True
+            self._released = True
+            # The C view stays held while an array of it lives, so that
+            # array never shows a later version's bytes.
+            release = self._c_held and not keep_pin
+            if release:
+                self._c_held = False
             unpin = self._pinned and not keep_pin
             if unpin:
                 self._pinned = False
