@@ -18,6 +18,7 @@ import time
 import weakref
 from collections import namedtuple
 from collections.abc import Mapping
+from typing import Any, Optional
 
 import numpy as np
 
@@ -633,20 +634,22 @@ class Publisher(_Handle):
         finally:
             self._leave()
 
-    def publish(self, weights, step, timeout=None, threads=0):
+    def publish(self, weights: Any, step: int, timeout: Optional[float] = None,
+                threads: int = 0) -> int:
         """Publishes weights (an nn.Module, whose state_dict() is taken, or
         a mapping as for Slab.copy_from) as the next version stamped with
         step: begin(timeout), one copy_from call, commit. Returns the
         version. Nothing is published if anything fails."""
         return self._publish(weights, step, timeout, threads, Slab.commit)
 
-    def publish_async(self, weights, step, timeout=None, threads=0):
+    def publish_async(self, weights: Any, step: int, timeout: Optional[float] = None,
+                      threads: int = 0) -> int:
         """publish() that returns as soon as collectors can see the version
         (Slab.commit_async); wait_ack() collects the broker's confirmation
         (or the next publish does)."""
         return self._publish(weights, step, timeout, threads, Slab.commit_async)
 
-    def wait_ack(self, timeout=None):
+    def wait_ack(self, timeout: Optional[float] = None) -> int:
         """The broker's confirmation of the last publish_async (see
         wait_commit); returns its version."""
         return self.wait_commit(timeout)
@@ -1199,7 +1202,7 @@ class View:
         buf = _rw(self._buf())
         return {s.name: _torch_ro_view(self, buf, s) for s in self.subscriber._layout}
 
-    def load_into(self, module, strict=True):
+    def load_into(self, module: Any, strict: bool = True) -> "_module.LoadResult":
         """Copies this version into module's parameters and buffers in
         place (no new tensors: optimizers, hooks and tied weights keep
         working), like module.load_state_dict(view) but with one copy_ per

@@ -4,7 +4,10 @@ Which library is loaded, in order:
   1. $WSYNC_LIBRARY (a path to libwsync.so),
   2. build/lib/libwsync.so of the source tree this package sits in
      (<root>/libclient/python/wsync -> <root>/build/lib/libwsync.so),
-  3. ctypes.util.find_library("wsync"), else "libwsync.so.0" (the loader's
+  3. the library `make install` put beside an installed package: the path
+     written into _paths.py at install, else <prefix>/lib/libwsync.so.0 for a
+     package in <prefix>/lib/pythonX.Y/dist-packages,
+  4. ctypes.util.find_library("wsync"), else "libwsync.so.0" (the loader's
      search path: /usr/local/lib after `make install` and ldconfig, or
      LD_LIBRARY_PATH).
 
@@ -151,11 +154,29 @@ def _candidates():
     out = []
     if os.path.exists(_SOURCE_TREE_LIB):
         out.append(_SOURCE_TREE_LIB)
+    installed = _installed_lib()
+    if installed:
+        out.append(installed)
     found = ctypes.util.find_library("wsync")
     if found:
         out.append(found)
     out.append("libwsync.so.0")
     return out, False
+
+
+def _installed_lib():
+    """The libwsync that `make install` installed next to this package:
+    the path it wrote into _paths.py, else <prefix>/lib/libwsync.so.0 for
+    a package in <prefix>/lib/pythonX.Y/{site,dist}-packages/wsync."""
+    try:
+        from . import _paths
+        if os.path.exists(_paths.LIBRARY):
+            return _paths.LIBRARY
+    except ImportError:
+        pass
+    lib_dir = os.path.normpath(os.path.join(_here, "..", "..", ".."))
+    cand = os.path.join(lib_dir, "libwsync.so.0")
+    return cand if os.path.exists(cand) else None
 
 
 def _load():

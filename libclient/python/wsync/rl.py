@@ -22,6 +22,7 @@ never blocks the trainer. See docs/PYTHON.md.
 import math
 import time
 from collections import namedtuple
+from typing import Any, Optional
 
 from ._core import Client, ModelRef, _timeout_s, _uint
 from ._errors import NoDataError, WsyncTimeoutError
@@ -53,8 +54,9 @@ class WsyncWeightSyncScheme:
     soon as the version is visible. slots: the model's slabs (0: the
     broker's default). strict: load_into's strictness on receivers."""
 
-    def __init__(self, model="policy", endpoint=None, sync=False, sync_timeout=None,
-                 n_readers=0, slots=0, strict=True):
+    def __init__(self, model: str = "policy", endpoint: Optional[str] = None,
+                 sync: bool = False, sync_timeout: Optional[float] = None, n_readers: int = 0,
+                 slots: int = 0, strict: bool = True) -> None:
         if not isinstance(model, str):
             raise TypeError("wsync: model must be a str, not %s" % type(model).__name__)
         for what, val in (("sync", sync), ("strict", strict)):
@@ -77,12 +79,14 @@ class WsyncWeightSyncScheme:
     def ref(self):
         return ModelRef(self.endpoint, self.model)
 
-    def create_sender(self, weights, client=None, name="wsync-trainer"):
+    def create_sender(self, weights: Any, client: Optional[Client] = None,
+                      name: str = "wsync-trainer") -> "WeightSender":
         """The trainer's end, publishing a model laid out like weights (an
         nn.Module or a state_dict). Uses client if given, else connects."""
         return WeightSender(self, weights, client, name)
 
-    def create_receiver(self, policy, client=None, name="wsync-collector"):
+    def create_receiver(self, policy: Any, client: Optional[Client] = None,
+                        name: str = "wsync-collector") -> "WeightReceiver":
         """A collector's end, updating policy (an nn.Module, or a mapping of
         tensors) in place. Uses client if given, else connects."""
         return WeightReceiver(self, policy, client, name)
@@ -97,7 +101,7 @@ class _End:
         self._own = client is None
         self.client = Client(self.scheme.endpoint, name) if client is None else client
 
-    def close(self):
+    def close(self) -> None:
         """Closes this end (and its client, if it made one). Idempotent."""
         self._close_handle()
         if self._own:
@@ -136,7 +140,8 @@ class WeightSender(_End):
         step = self.step + 1 if step is None else _uint(step, "step")
         return weights, step
 
-    def send_weights(self, weights=None, step=None, timeout=None):
+    def send_weights(self, weights: Any = None, step: Optional[int] = None,
+                     timeout: Optional[float] = None) -> int:
         """Publishes weights (default: those given at creation, e.g. the
         trained module) stamped with step (default: the last step + 1);
         waits up to timeout for a free slab (BusyError after). With
@@ -151,7 +156,8 @@ class WeightSender(_End):
 
     send = send_weights
 
-    def send_weights_async(self, weights=None, step=None, timeout=None):
+    def send_weights_async(self, weights: Any = None, step: Optional[int] = None,
+                           timeout: Optional[float] = None) -> int:
         """Like send_weights() with sync=False, returning as soon as the
         version is visible; wait_ack() collects the broker's confirmation
         (and, with sync=True, waits for the receivers)."""
@@ -162,7 +168,7 @@ class WeightSender(_End):
 
     send_async = send_weights_async
 
-    def wait_ack(self, timeout=None):
+    def wait_ack(self, timeout: Optional[float] = None) -> int:
         """Waits for the confirmation of the last send_weights_async (and,
         with sync=True, for the receivers); returns its version."""
         t = _timeout_s(timeout)
@@ -205,7 +211,7 @@ class WeightReceiver(_End):
     def _close_handle(self):
         self.subscriber.close()
 
-    def receive(self, timeout=0.0):
+    def receive(self, timeout: Optional[float] = 0.0) -> bool:
         """Loads the newest version into the policy if it is newer than the
         one loaded, waiting up to timeout seconds (0: only look, None:
         until one comes) for one. Returns True if the policy was updated,
@@ -224,11 +230,11 @@ class WeightReceiver(_End):
         self.received += 1
         return True
 
-    def update_policy_weights_(self, timeout=0.0):
+    def update_policy_weights_(self, timeout: Optional[float] = 0.0) -> bool:
         """receive(timeout), under the name TorchRL's collectors use."""
         return self.receive(timeout)
 
-    def lag(self):
+    def lag(self) -> PolicyLag:
         """A PolicyLag: how far the loaded weights are behind the newest
         published ones (no system call)."""
         now = time.time_ns()
