@@ -21,7 +21,7 @@ from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
 from ._errors import (BusyError, ClosedError, LayoutError, NoDataError, NotConnectedError,
                       RemovedError, WsyncError, WsyncTimeoutError)
 from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersion, ModelRef,
-                    ModelStatus, Publisher, Slab, Subscriber, TensorSpec, View, connect,
+                    ModelStatus, PartSpec, Publisher, Slab, Subscriber, TensorSpec, View, connect,
                     default_endpoint)
 from ._dtypes import CODE as DTYPES
 from ._module import LoadResult, MismatchError
@@ -32,7 +32,7 @@ __all__ = [
     "LayoutError", "ClosedError", "DTYPES", "library_version", "library_path",
     "default_endpoint", "strerror", "MAX_VIEWS", "NAME_MAX", "MAX_DIMS", "ALIGN",
     "ModelRef", "PUB_UNGUARDED", "PUB_GUARDED", "PUB_REPLACE", "RemovedError",
-    "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "ReadOnlyError",
+    "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "PartSpec", "ReadOnlyError",
     "ReadOnlyTensor",
 ]
 

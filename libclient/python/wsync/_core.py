@@ -24,8 +24,8 @@ import numpy as np
 
 from . import _dtypes, _module
 from ._errors import ClosedError, WsyncError, check, error_from_rc
-from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, CSlab, CView, ModelInfo, ModelOpts,
-                   TensorDesc, lib)
+from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView, ModelInfo,
+                   ModelOpts, Shard, Slice, TensorDesc, lib)
 
 import errno as _errno
 
@@ -473,6 +473,28 @@ class Client(_Handle):
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
         return self.publisher(model, tensors, slots, guard, flags, replace)
 
+    def publisher_shard(self, model, tensors, rank, world, parts, timeout_ms=0, slots=0,
+                        guard=False, flags=0):
+        """One rank of a group of world publishers of model (FSDP or
+        tensor-parallel trainer ranks, wsync_pub_open_shard; see
+        docs/SHARDING.md). tensors: the whole model's layout, as for
+        publisher(). parts: what this rank writes, each a tensor name (the
+        whole tensor) or (name, dim, start, end) with dim 0 or 1. Every
+        rank begins, writes its parts (Slab.write_part / copy_parts) and
+        commits with the same step; the version appears, whole, when the
+        last rank commits. timeout_ms: how long after a version's first
+        commit every rank must have committed it (0: no limit)."""
+        descs = _make_descs(tensors)
+        world = _uint(world, "world", 32)
+        rank = _uint(rank, "rank", 32)
+        if not world or rank >= world:
+            raise ValueError("wsync: rank must be in 0 .. world - 1 (world %d, rank %d)"
+                             % (world, rank))
+        opts = _model_opts(slots, guard, flags)
+        opts.group_size, opts.rank = world, rank
+        opts.group_timeout_ms = _uint(timeout_ms, "timeout_ms", 32)
+        return Publisher(self, model, descs, opts, _parts(descs, parts))
+
     def subscriber(self, model):
         """Subscribes to model, which need not exist yet."""
         return Subscriber(self, model)
@@ -510,6 +532,51 @@ def _model_opts(slots, guard, flags, replace=False):
     opts.flags = (_uint(flags, "flags", 32) | (PUB_GUARDED if guard else 0) |
                   (PUB_REPLACE if replace else 0))
     return opts
+
+
+PartSpec = namedtuple("PartSpec", "name tensor dim start end shape")
+PartSpec.__doc__ = """One part a publisher_shard rank writes: the tensor's
+name and index, dim (0, 1, or None for the whole tensor), the index range
+[start, end) along dim, and the part's shape."""
+
+
+def _parts(descs, parts):
+    """(ctypes array of wsync_shard, [PartSpec]) for publisher_shard."""
+    layout = _read_layout(descs, len(descs))
+    index = {s.name: i for i, s in enumerate(layout)}
+    parts = list(parts)
+    if not parts:
+        raise ValueError("wsync: a rank needs at least one part")
+    arr = (Shard * len(parts))()
+    specs = []
+    for i, p in enumerate(parts):
+        if isinstance(p, str):
+            name, dim, start, end = p, None, 0, 0
+        else:
+            try:
+                name, dim, start, end = p
+            except (TypeError, ValueError):
+                raise TypeError("wsync: a part is a tensor name or (name, dim, start, end), "
+                                "not %r" % (p,)) from None
+        if name not in index:
+            raise KeyError("wsync: part %r: no such tensor in the layout" % (name,))
+        t = index[name]
+        shape = layout[t].shape
+        if dim is None:
+            arr[i].dim = SHARD_WHOLE
+        else:
+            if dim not in (0, 1) or isinstance(dim, bool) or dim >= len(shape):
+                raise ValueError("wsync: part of %r: dim must be 0 or 1 (of %d dims), not %r"
+                                 % (name, len(shape), dim))
+            start, end = _uint(start, "start"), _uint(end, "end")
+            if not start < end <= shape[dim]:
+                raise ValueError("wsync: part of %r: [%d, %d) is not inside dim %d of %s"
+                                 % (name, start, end, dim, shape))
+            arr[i].dim, arr[i].start, arr[i].end = dim, start, end
+            shape = shape[:dim] + (end - start,) + shape[dim + 1:]
+        arr[i].tensor = t
+        specs.append(PartSpec(name, t, dim, start, end, shape))
+    return arr, specs
 
 
 def _model_name(model):
@@ -562,7 +629,7 @@ class Publisher(_Handle):
 
     _what = "publisher"
 
-    def __init__(self, client, model, descs, opts):
+    def __init__(self, client, model, descs, opts, parts=None):
         self._init_handle(client)
         self._ptr = None
         self.client = client
@@ -574,11 +641,20 @@ class Publisher(_Handle):
         self._layout_final = False
         self._drive = threading.RLock()
         self._srcs = None          # the source pointer array of copy_from, reused
+        self.parts = None if parts is None else parts[1]   # PartSpec of a group rank
+        self.rank = opts.rank if parts is not None else None
+        self.world = opts.group_size if parts is not None else None
         ptr = ctypes.c_void_p()
         client._enter()
         try:
-            rc = lib.wsync_pub_open(client._ptr, _enc(_model_name(model), "model"), descs,
-                                    len(descs), ctypes.byref(opts), ctypes.byref(ptr))
+            bname = _enc(_model_name(model), "model")
+            if parts is None:
+                rc = lib.wsync_pub_open(client._ptr, bname, descs, len(descs),
+                                        ctypes.byref(opts), ctypes.byref(ptr))
+            else:
+                rc = lib.wsync_pub_open_shard(client._ptr, bname, descs, len(descs),
+                                              ctypes.byref(opts), parts[0], len(parts[1]),
+                                              ctypes.byref(ptr))
             if rc < 0:
                 self._closed = self._freed = True
                 raise error_from_rc(rc)
@@ -848,6 +924,44 @@ class Slab:
                                                             threads))
         del keep
         return 1
+
+    def write_part(self, i, src):
+        """Copies src, this rank's contiguous shard (a numpy array or torch
+        tensor of the part's shape and the tensor's dtype), into part i of
+        its declaration (publisher.parts[i]) in the slab
+        (wsync_slab_part + wsync_slice_write)."""
+        pub = self.publisher
+        if pub.parts is None:
+            raise ValueError("wsync: write_part is for a publisher_shard rank")
+        i = operator.index(i)
+        if not 0 <= i < len(pub.parts):
+            raise IndexError("wsync: part %d of %d" % (i, len(pub.parts)))
+        part = pub.parts[i]
+        spec = pub._layout[part.tensor]
+        ptr, keep = _source(spec._replace(shape=part.shape), src)
+        sl = Slice()
+
+        def call():
+            rc = lib.wsync_slab_part(ctypes.byref(self._c), i, ctypes.byref(sl))
+            if rc == 0 and sl.rows * sl.row_bytes:
+                lib.wsync_slice_write(self._c.base, ptr, ctypes.byref(sl))
+            return rc
+        self._copy_call(call)
+        del keep
+
+    def copy_parts(self, srcs):
+        """write_part(i, srcs[i]) for every part of this rank, all checked
+        first."""
+        pub = self.publisher
+        if pub.parts is None:
+            raise ValueError("wsync: copy_parts is for a publisher_shard rank")
+        srcs = list(srcs)
+        if len(srcs) != len(pub.parts):
+            raise ValueError("wsync: %d sources for %d parts" % (len(srcs), len(pub.parts)))
+        for part, src in zip(pub.parts, srcs):
+            _source(pub._layout[part.tensor]._replace(shape=part.shape), src)
+        for i, src in enumerate(srcs):
+            self.write_part(i, src)
 
     def _copy_buffer(self, src, threads):
         layout = self.publisher._layout
@@ -1202,7 +1316,8 @@ class View:
         buf = _rw(self._buf())
         return {s.name: _torch_ro_view(self, buf, s) for s in self.subscriber._layout}
 
-    def load_into(self, module: Any, strict: bool = True) -> "_module.LoadResult":
+    def load_into(self, module: Any, strict: bool = True, tp_rank: Optional[int] = None,
+                  tp_size: Optional[int] = None) -> "_module.LoadResult":
         """Copies this version into module's parameters and buffers in
         place (no new tensors: optimizers, hooks and tied weights keep
         working), like module.load_state_dict(view) but with one copy_ per
@@ -1215,13 +1330,47 @@ class View:
         listing every one, and nothing is copied. strict=False, as in
         load_state_dict, tolerates names missing on either side (shape and
         dtype mismatches still raise). Returns LoadResult(missing_keys,
-        unexpected_keys)."""
+        unexpected_keys).
+
+        Tensor parallel: with tp_rank=k and tp_size=K, a module tensor whose
+        shape is the view's with dim 0 (row-parallel) or dim 1
+        (column-parallel) divided by K gets part k of K of that tensor
+        along that dim (wsync_tensor_part + wsync_slice_read); tensors of
+        the view's shape are loaded whole."""
         self._check()
         if not isinstance(strict, bool):
             raise TypeError("wsync: strict must be True or False, not %s"
                             % type(strict).__name__)
+        tp = None
+        if tp_rank is not None or tp_size is not None:
+            if tp_rank is None or tp_size is None:
+                raise TypeError("wsync: tp_rank and tp_size go together")
+            tp_size = _uint(tp_size, "tp_size", 32)
+            tp_rank = _uint(tp_rank, "tp_rank", 32)
+            if not tp_rank < tp_size:
+                raise ValueError("wsync: tp_rank must be in 0 .. tp_size - 1, not %d"
+                                 % tp_rank)
+            tp = (tp_rank, tp_size)
         buf = _rw(self._buf())
-        return _module.load_into(self, module, strict, lambda s: _torch_view(buf, s))
+        return _module.load_into(self, module, strict, lambda s: _torch_view(buf, s), tp,
+                                 self._read_part)
+
+    def _read_part(self, spec, dim, k, K, dst):
+        import torch
+        i = self.subscriber._layout.index(spec)
+        sl = Slice()
+        check(lib.wsync_tensor_part(ctypes.byref(self._c.tensors[i]), dim, k, K,
+                                    ctypes.byref(sl)))
+        tmp = dst
+        if not (dst.device.type == "cpu" and dst.is_contiguous()):
+            tmp = torch.empty(dst.shape, dtype=dst.dtype)
+        if sl.rows * sl.row_bytes != tmp.numel() * tmp.element_size():
+            raise ValueError("wsync: part %d of %d of %r is %d bytes, %r holds %d"
+                             % (k, K, spec.name, sl.rows * sl.row_bytes, spec.name,
+                                tmp.numel() * tmp.element_size()))
+        lib.wsync_slice_read(tmp.data_ptr(), self._c.base, ctypes.byref(sl))
+        if tmp is not dst:
+            dst.copy_(tmp)
 
     def release(self):
         """Ends the use of this view: no new arrays, and its torch tensors

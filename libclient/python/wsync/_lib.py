@@ -82,6 +82,27 @@ class CView(ctypes.Structure):
     ]
 
 
+SHARD_WHOLE = 0xffffffff
+
+
+class Shard(ctypes.Structure):
+    _fields_ = [
+        ("tensor", ctypes.c_uint32),
+        ("dim", ctypes.c_uint32),
+        ("start", ctypes.c_uint64),
+        ("end", ctypes.c_uint64),
+    ]
+
+
+class Slice(ctypes.Structure):
+    _fields_ = [
+        ("offset", ctypes.c_uint64),
+        ("rows", ctypes.c_uint64),
+        ("row_bytes", ctypes.c_uint64),
+        ("stride", ctypes.c_uint64),
+    ]
+
+
 class CSlab(ctypes.Structure):
     _fields_ = [
         ("base", ctypes.c_void_p),
@@ -97,7 +118,8 @@ class CSlab(ctypes.Structure):
 
 # The sizes of the C structs on LP64 Linux; a mismatch means this file and
 # wsync.h disagree, and every call would read garbage.
-_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56, ModelInfo: 216}
+_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56, ModelInfo: 216, Shard: 24,
+          Slice: 32}
 for _t, _n in _SIZES.items():
     if ctypes.sizeof(_t) != _n:
         raise ImportError("wsync: ctypes struct %s is %d bytes, wsync.h says %d"
@@ -121,6 +143,12 @@ _PROTOS = {
     "wsync_default_endpoint": (_i32, [ctypes.c_char_p, _sz]),
     "wsync_pub_open": (_i32, [_vp, _cp, _P(TensorDesc), _sz, _P(ModelOpts), _P(_vp)]),
     "wsync_pub_begin": (_i32, [_vp, _i64, _P(CSlab)]),
+    "wsync_pub_open_shard": (_i32, [_vp, _cp, _P(TensorDesc), _sz, _P(ModelOpts), _P(Shard),
+                                    _sz, _P(_vp)]),
+    "wsync_slab_part": (_i32, [_P(CSlab), _sz, _P(Slice)]),
+    "wsync_tensor_part": (_i32, [_P(TensorDesc), _u32, _u32, _u32, _P(Slice)]),
+    "wsync_slice_read": (None, [_vp, _vp, _P(Slice)]),
+    "wsync_slice_write": (None, [_vp, _vp, _P(Slice)]),
     "wsync_pub_commit": (_i32, [_vp, _u64, _P(_u64)]),
     "wsync_pub_commit_async": (_i32, [_vp, _u64, _P(_u64)]),
     "wsync_pub_wait_commit": (_i32, [_vp, _i64, _P(_u64)]),

@@ -72,10 +72,24 @@ def targets_of(dest):
     return sd(keep_vars=True)
 
 
-def load_into(view, dest, strict, plain_tensor):
+def _tp_dim(shape, full, tp_size):
+    """The dim (0 or 1) along which shape is part of tp_size equal parts of
+    full, or None."""
+    if tp_size is None or len(shape) != len(full):
+        return None
+    diff = [d for d in range(len(shape)) if shape[d] != full[d]]
+    if len(diff) == 1 and diff[0] in (0, 1) and shape[diff[0]] * tp_size == full[diff[0]]:
+        return diff[0]
+    return None
+
+
+def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
     """View.load_into: check everything, then copy_ each distinct target
-    once from a zero-copy tensor of the view."""
+    once from a zero-copy tensor of the view. With tp=(rank, size), a
+    target whose shape is 1/size of the view's along dim 0 or 1 gets part
+    rank of size of it (read_part(spec, dim, dst))."""
     import torch
+    tp_rank, tp_size = tp if tp is not None else (None, None)
     targets = targets_of(dest)
     by_name = view.subscriber._by_name
     missing = [k for k in targets if k not in by_name]
@@ -88,7 +102,8 @@ def load_into(view, dest, strict, plain_tensor):
         if not isinstance(t, torch.Tensor):
             mismatched.append((name, "type", type(t).__name__, "a tensor"))
             continue
-        if tuple(t.shape) != spec.shape:
+        if tuple(t.shape) != spec.shape and _tp_dim(tuple(t.shape), spec.shape,
+                                                     tp_size) is None:
             mismatched.append((name, "shape", tuple(t.shape), spec.shape))
         code = _dtypes.code_of(t.dtype) if _known_dtype(t.dtype) else None
         if code != _dtypes.CODE[spec.dtype]:
@@ -106,7 +121,12 @@ def load_into(view, dest, strict, plain_tensor):
             if name not in by_name or id(t) in done:
                 continue
             done.add(id(t))
-            t.copy_(plain_tensor(by_name[name]))
+            spec = by_name[name]
+            if tuple(t.shape) == spec.shape:
+                t.copy_(plain_tensor(spec))
+            else:
+                read_part(spec, _tp_dim(tuple(t.shape), spec.shape, tp_size), tp_rank,
+                          tp_size, t)
     return LoadResult(missing, unexpected)
 
 
