@@ -18,7 +18,7 @@ import time
 import weakref
 from collections import namedtuple
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -405,7 +405,7 @@ class Client(_Handle):
     def _c_free(self, ptr):
         self._lib.wsync_close(ptr)
 
-    def ref(self, model):
+    def ref(self, model: str) -> "ModelRef":
         """A picklable ModelRef(endpoint, model) to connect to this broker
         in another process (a Client itself cannot be pickled)."""
         return ModelRef(self.endpoint if self.endpoint is not None else default_endpoint(),
@@ -415,7 +415,7 @@ class Client(_Handle):
         return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
                                        " closed" if self._closed else "")
 
-    def models(self):
+    def models(self) -> List[ModelStatus]:
         """The broker's models as a list of ModelStatus, read from its
         control segment (no round trip). Names merely subscribed to are
         listed with published=False."""
@@ -433,7 +433,7 @@ class Client(_Handle):
         finally:
             self._leave()
 
-    def delete(self, model):
+    def delete(self, model: str) -> None:
         """Deletes a model that has no publisher (BusyError names it
         otherwise; WsyncError(ENOENT) if there is none). Its subscribers get
         RemovedError from then on; views they hold stay valid until released.
@@ -445,7 +445,8 @@ class Client(_Handle):
         finally:
             self._leave()
 
-    def publisher(self, model, tensors, slots=0, guard=False, flags=0, replace=False):
+    def publisher(self, model: str, tensors: Any, slots: int = 0, guard: bool = False,
+                  flags: int = 0, replace: bool = False) -> "Publisher":
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
@@ -464,7 +465,8 @@ class Client(_Handle):
         opts = _model_opts(slots, guard, flags, replace)
         return Publisher(self, model, _make_descs(tensors), opts)
 
-    def publisher_like(self, model, state_dict, slots=0, guard=False, flags=0, replace=False):
+    def publisher_like(self, model: str, state_dict: Any, slots: int = 0, guard: bool = False,
+                       flags: int = 0, replace: bool = False) -> "Publisher":
         """publisher() with the layout of a dict of numpy arrays or torch
         tensors (names, dtypes and shapes, in the dict's order), or of an
         nn.Module's state_dict()."""
@@ -473,8 +475,9 @@ class Client(_Handle):
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
         return self.publisher(model, tensors, slots, guard, flags, replace)
 
-    def publisher_shard(self, model, tensors, rank, world, parts, timeout_ms=0, slots=0,
-                        guard=False, flags=0):
+    def publisher_shard(self, model: str, tensors: Any, rank: int, world: int, parts: Any,
+                        timeout_ms: int = 0, slots: int = 0, guard: bool = False,
+                        flags: int = 0) -> "Publisher":
         """One rank of a group of world publishers of model (FSDP or
         tensor-parallel trainer ranks, wsync_pub_open_shard; see
         docs/SHARDING.md). tensors: the whole model's layout, as for
@@ -495,7 +498,7 @@ class Client(_Handle):
         opts.group_timeout_ms = _uint(timeout_ms, "timeout_ms", 32)
         return Publisher(self, model, descs, opts, _parts(descs, parts))
 
-    def subscriber(self, model):
+    def subscriber(self, model: str) -> "Subscriber":
         """Subscribes to model, which need not exist yet."""
         return Subscriber(self, model)
 
@@ -602,7 +605,7 @@ class ModelRef(namedtuple("ModelRef", "endpoint model")):
         return client.subscriber(self.model)
 
 
-def default_endpoint():
+def default_endpoint() -> str:
     """The socket path connect(None) would use ($WSYNC_ENDPOINT, else the
     default broker's socket)."""
     buf = ctypes.create_string_buffer(4096)
@@ -610,7 +613,7 @@ def default_endpoint():
     return buf.value.decode()
 
 
-def connect(endpoint=None, name=None):
+def connect(endpoint: Optional[str] = None, name: Optional[str] = None) -> "Client":
     """Connects to a broker: endpoint is a socket path (contains a '/'), an
     instance name ("default", "lab"), or None for $WSYNC_ENDPOINT, else the
     default broker. name is shown by monitoring tools and in BusyError
@@ -683,7 +686,7 @@ class Publisher(_Handle):
         """The tensors as TensorSpec (offsets known after the first begin)."""
         return list(self._layout)
 
-    def begin(self, timeout=None):
+    def begin(self, timeout: Optional[float] = None) -> "Slab":
         """Grants a writable Slab for the next version. Waits up to timeout
         seconds (None: forever) while readers hold every slot, then raises
         BusyError naming the holders. The slab's previous contents are
@@ -738,7 +741,7 @@ class Publisher(_Handle):
             slab.copy_from(src, threads)
             return commit(slab, step)
 
-    def wait_readers(self, version, timeout=None, n=0):
+    def wait_readers(self, version: int, timeout: Optional[float] = None, n: int = 0) -> int:
         """Waits until n subscribers (0: every current one) have acquired
         version or a newer one; returns how many have. TimeoutError on time,
         naming the subscribers behind; a subscriber that exits stops
@@ -757,7 +760,7 @@ class Publisher(_Handle):
         finally:
             self._leave()
 
-    def wait_commit(self, timeout=None):
+    def wait_commit(self, timeout: Optional[float] = None) -> int:
         """Waits for the broker's confirmation of the last commit_async();
         returns its version. TimeoutError on time; WsyncError(ENOENT) if no
         commit is outstanding."""
@@ -863,7 +866,7 @@ class Slab:
     def _buf(self):
         return _raw(self, self._c.base, self._c.bytes)
 
-    def numpy(self, name):
+    def numpy(self, name: str) -> np.ndarray:
         """A writable numpy array over tensor name in the slab (zero copy;
         bf16 as uint16 bits). Valid until commit/abort: then this array (not
         views derived from it) is made read-only, and writing through
@@ -873,21 +876,21 @@ class Slab:
         self._arrays.append(weakref.ref(arr))
         return arr
 
-    def torch(self, name):
+    def torch(self, name: str) -> Any:
         """A writable torch tensor over tensor name in the slab (zero copy).
         Valid until commit/abort; writing to it after that kills the process
         with SIGSEGV (torch tensors cannot be made read-only)."""
         spec = self._spec(name)
         return _torch_view(_rw(self._buf()), spec)
 
-    def state_dict(self, kind="numpy"):
+    def state_dict(self, kind: str = "numpy") -> Dict[str, Any]:
         """{name: writable array} for every tensor, in layout order."""
         get = self.numpy if kind == "numpy" else self.torch if kind == "torch" else None
         if get is None:
             raise ValueError("wsync: kind must be 'numpy' or 'torch'")
         return {s.name: get(s.name) for s in self.publisher._layout}
 
-    def copy_from(self, src, threads=0):
+    def copy_from(self, src: Any, threads: int = 0) -> int:
         """Fills the slab in one call into the library
         (wsync_slab_copy_tensors: one pass over every tensor, split across
         threads; 0 = one per online CPU, small copies stay on this thread).
@@ -925,7 +928,7 @@ class Slab:
         del keep
         return 1
 
-    def write_part(self, i, src):
+    def write_part(self, i: int, src: Any) -> None:
         """Copies src, this rank's contiguous shard (a numpy array or torch
         tensor of the part's shape and the tensor's dtype), into part i of
         its declaration (publisher.parts[i]) in the slab
@@ -949,7 +952,7 @@ class Slab:
         self._copy_call(call)
         del keep
 
-    def copy_parts(self, srcs):
+    def copy_parts(self, srcs: Any) -> None:
         """write_part(i, srcs[i]) for every part of this rank, all checked
         first."""
         pub = self.publisher
@@ -997,20 +1000,20 @@ class Slab:
         finally:
             pub._leave()
 
-    def commit(self, step):
+    def commit(self, step: int) -> int:
         """Publishes this slab as the newest version, stamped with step (an
         int >= 0); returns the version once the broker has checked it."""
         self.version = self.publisher._finish(self, lib.wsync_pub_commit, step)
         return self.version
 
-    def commit_async(self, step):
+    def commit_async(self, step: int) -> int:
         """Like commit() but returns as soon as collectors can see the
         version; collect the broker's confirmation with
         Publisher.wait_commit() (or it is collected by the next begin)."""
         self.version = self.publisher._finish(self, lib.wsync_pub_commit_async, step)
         return self.version
 
-    def abort(self):
+    def abort(self) -> None:
         """Drops the slab; the latest version is unchanged."""
         self.publisher._finish(self, lib.wsync_pub_abort)
 
@@ -1145,7 +1148,7 @@ class Subscriber(_Handle):
         self._views.add(v)
         return v
 
-    def acquire(self):
+    def acquire(self) -> "View":
         """The newest version as a View, zero copy, without waiting.
         NoDataError if nothing was published yet, NotConnectedError after
         the broker shut down, WsyncError(EAGAIN) if this client holds 63
@@ -1158,7 +1161,7 @@ class Subscriber(_Handle):
         finally:
             self._leave()
 
-    def wait(self, after=0, timeout=None):
+    def wait(self, after: Any = 0, timeout: Optional[float] = None) -> "View":
         """The newest version if it is newer than after (a version number or
         a View), waiting up to timeout seconds (None: forever) for one.
         TimeoutError on time; NotConnectedError if the broker shuts down or
@@ -1179,7 +1182,7 @@ class Subscriber(_Handle):
         finally:
             self._leave()
 
-    def latest(self):
+    def latest(self) -> LatestVersion:
         """The newest version as LatestVersion(version, step, published_ns)
         without taking a view (nothing is pinned, no system call).
         NoDataError if nothing was published yet, RemovedError if the model
@@ -1193,7 +1196,7 @@ class Subscriber(_Handle):
         finally:
             self._leave()
 
-    def fileno(self):
+    def fileno(self) -> int:
         """An eventfd that becomes readable when a version newer than the
         last one acquired through this subscription is committed; acquire()
         and wait() drain it. Owned by the subscription: do not close it."""
@@ -1278,13 +1281,13 @@ class View:
     def _buf(self):
         return _raw(self, self._c.base, self._c.bytes)
 
-    def numpy(self, name):
+    def numpy(self, name: str) -> np.ndarray:
         """A read-only numpy array over tensor name, zero copy (bf16 as
         uint16 bits). Writing raises ValueError."""
         spec = self._spec(name)
         return _np_view(_ro(self._buf()), spec)
 
-    def torch(self, name):
+    def torch(self, name: str) -> Any:
         """A torch tensor over tensor name, zero copy (bf16 as
         torch.bfloat16): a wsync.ReadOnlyTensor, whose in-place operations
         raise ReadOnlyError (the memory is mapped read-only) and whose use
@@ -1298,13 +1301,13 @@ class View:
         if self.subscriber._closed:
             raise ClosedError("wsync: the subscriber of view v%d is closed" % self.version)
 
-    def buffer(self):
+    def buffer(self) -> memoryview:
         """The whole slab of this version as a read-only memoryview (nbytes
         long, tensors at layout[i].offset); same lifetime as numpy()."""
         self._check()
         return _ro(self._buf())
 
-    def state_dict(self, kind="numpy"):
+    def state_dict(self, kind: str = "numpy") -> Dict[str, Any]:
         """{name: array} of every tensor in layout order; kind "numpy" or
         "torch". Zero copy, same lifetime as numpy()/torch()."""
         if kind not in ("numpy", "torch"):
@@ -1372,7 +1375,7 @@ class View:
         if tmp is not dst:
             dst.copy_(tmp)
 
-    def release(self):
+    def release(self) -> None:
         """Ends the use of this view: no new arrays, and its torch tensors
         raise ClosedError. The broker may reuse the version's slab as soon
         as no array taken from the view is alive: with none, at once; else
