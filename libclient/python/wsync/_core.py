@@ -6,7 +6,8 @@ or Slab alive. So the garbage collector never releases or unmaps memory an
 array still points at, and nothing else unmaps it either: closing a handle
 frees its C handle only once no View or Slab object of it is left (see
 _Handle). View.release() (and leaving its `with` block) lets the slab be
-rewritten. See docs/PYTHON.md.
+rewritten once no array of the view is alive (until then the library's view
+stays held, so an array never shows a later version). See docs/PYTHON.md.
 """
 import ctypes
 import math
@@ -1233,12 +1234,14 @@ class View:
     commit), nbytes, tensors (names in layout order), layout (TensorSpec).
 
     Lifetime: numpy()/torch() return zero-copy arrays over the broker's
-    read-only mapping. They are valid until the view is released (release(),
-    or the end of its `with` block); after that the slot may be rewritten by
-    the next version (reads are then torn). Closing the subscriber or client
-    does not release a view with live arrays, and the memory stays mapped
-    while the view object lives. The garbage collector never releases a view
-    while one of its arrays is alive."""
+    read-only mapping (torch: ReadOnlyTensor, whose writes raise). After
+    release() (or the end of its `with` block) torch tensors of the view
+    raise ClosedError; numpy arrays still alive keep reading this version,
+    which stays held (its slab pinned) until the last of them is gone.
+    Closing the subscriber or client does not release a view with live
+    arrays, and the memory stays mapped while the view object lives. The
+    garbage collector never releases a view while one of its arrays is
+    alive."""
 
     def __init__(self, sub, cv):
         self.subscriber = sub
