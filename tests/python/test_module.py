@@ -161,7 +161,8 @@ def test_writing_through_a_view_tensor_raises_and_changes_nothing(client):
                   lambda: w.t().mul_(2), lambda: w.detach().zero_(),
                   lambda: w.data.zero_(), lambda: torch.add(w, 1, out=w),
                   lambda: torch.relu_(w), lambda: nn.functional.relu(w, inplace=True),
-                  lambda: view.torch("h").neg_(), lambda: w.__iadd__(1)]
+                  lambda: view.torch("h").neg_(), lambda: w.__iadd__(1),
+                  lambda: w.share_memory_(), lambda: w.resize_(2)]
         for write in writes:
             with pytest.raises(wsync.ReadOnlyError):
                 write()

@@ -23,7 +23,7 @@ from ._errors import ClosedError
 _DISABLED = torch._C.DisableTorchFunction
 
 # In-place methods that do not write the tensor's memory.
-_ALLOWED_INPLACE = frozenset(("requires_grad_", "retain_grad", "share_memory_"))
+_ALLOWED_INPLACE = frozenset(("requires_grad_", "retain_grad"))
 _INPLACE_DUNDERS = frozenset("__i%s__" % op for op in (
     "add", "sub", "mul", "truediv", "floordiv", "div", "mod", "pow", "and", "or", "xor",
     "lshift", "rshift", "matmul")) | {"__setitem__"}
