@@ -7,6 +7,9 @@
 #   make help       this list; V=1 shows the commands
 
 PREFIX  ?= /usr/local
+# Debian's interpreter (the python3 first on PATH may be another build
+# without numpy): the Python tests, and where make install puts the package.
+PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 CC      ?= cc
 SAN     ?=
@@ -191,7 +194,7 @@ PYTHON ?= /usr/bin/python3
 PY_PKGS := python3-numpy python3-pytest python3-torch tmux
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
-	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
+	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
 check: deps
@@ -214,6 +217,14 @@ bench-relay: all
 	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so $(PYTHON) \
 		tools/bench/relay_bench.py --wsyncd $(WSYNCD) $(filter --quick,$(BENCH_ARGS))
 
+# The Python package goes where $(PYTHON) looks under PREFIX (Debian:
+# /usr/local/lib/python3.X/dist-packages); _paths.py tells it where the
+# library is, so it needs neither PYTHONPATH (for /usr and /usr/local) nor
+# WSYNC_LIBRARY.
+PYVER   = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
+PYSITE ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
+PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libclient/python/wsync/py.typed
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 libclient/wsync.h $(DESTDIR)$(PREFIX)/include/wsync.h
@@ -224,11 +235,17 @@ install: all
 	install -m 0755 $(WSYNCD) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc
+	install -d $(DESTDIR)$(PYSITE)/wsync
+	install -m 0644 $(PY_SRC) $(DESTDIR)$(PYSITE)/wsync/
+	printf '"""Written by make install: the libwsync installed with this package."""\nLIBRARY = "%s"\n' \
+		'$(PREFIX)/lib/libwsync.so.$(SOMAJOR)' > $(DESTDIR)$(PYSITE)/wsync/_paths.py
+	@echo "installed the Python package wsync in $(PYSITE)"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/wsync.h $(DESTDIR)$(PREFIX)/lib/libwsync.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc $(DESTDIR)$(PREFIX)/bin/wsyncd \
 		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
+	rm -rf $(DESTDIR)$(PYSITE)/wsync
 
 clean:
 	rm -rf build build-asan build-tsan build-clang build-fuzz

@@ -181,3 +181,20 @@ def publish(sock, model, steps, slots=0):
                 out.append(slab.commit(step))
         pub.close()
         return out
+
+
+def hold_module(sock, model, held):
+    """Loads the first version into a module and keeps holding its view
+    (and a tensor of it) until killed."""
+    import time
+    import torch
+    with wsync.connect(sock, "holder") as c:
+        view = c.subscriber(model).wait(0, timeout=WAIT_S)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8),
+                                  torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        view.load_into(net)
+        t = view.torch("0.weight")
+        held.set()
+        while True:
+            time.sleep(1)
+            t.sum()

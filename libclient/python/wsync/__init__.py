@@ -21,9 +21,10 @@ from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
 from ._errors import (BusyError, ClosedError, LayoutError, NoDataError, NotConnectedError,
                       RemovedError, WsyncError, WsyncTimeoutError)
 from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersion, ModelRef,
-                    ModelStatus, Publisher, Slab, Subscriber, TensorSpec, View, connect,
+                    ModelStatus, PartSpec, Publisher, Slab, Subscriber, TensorSpec, View, connect,
                     default_endpoint)
 from ._dtypes import CODE as DTYPES
+from ._module import LoadResult, MismatchError
 
 __all__ = [
     "connect", "Client", "Publisher", "Slab", "Subscriber", "View", "TensorSpec",
@@ -31,8 +32,17 @@ __all__ = [
     "LayoutError", "ClosedError", "DTYPES", "library_version", "library_path",
     "default_endpoint", "strerror", "MAX_VIEWS", "NAME_MAX", "MAX_DIMS", "ALIGN",
     "ModelRef", "PUB_UNGUARDED", "PUB_GUARDED", "PUB_REPLACE", "RemovedError",
-    "ModelStatus", "LatestVersion",
+    "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "PartSpec", "ReadOnlyError",
+    "ReadOnlyTensor",
 ]
+
+
+def __getattr__(name):
+    # torch is imported only by what needs it
+    if name in ("ReadOnlyError", "ReadOnlyTensor"):
+        from . import _torch
+        return getattr(_torch, name)
+    raise AttributeError("module 'wsync' has no attribute %r" % name)
 
 __version__ = "0.1.0"
 

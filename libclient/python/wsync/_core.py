@@ -6,7 +6,8 @@ or Slab alive. So the garbage collector never releases or unmaps memory an
 array still points at, and nothing else unmaps it either: closing a handle
 frees its C handle only once no View or Slab object of it is left (see
 _Handle). View.release() (and leaving its `with` block) lets the slab be
-rewritten. See docs/PYTHON.md.
+rewritten once no array of the view is alive (until then the library's view
+stays held, so an array never shows a later version). See docs/PYTHON.md.
 """
 import ctypes
 import math
@@ -18,13 +19,14 @@ import time
 import weakref
 from collections import namedtuple
 from collections.abc import Mapping
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _module
 from ._errors import ClosedError, WsyncError, check, error_from_rc
-from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, CSlab, CView, ModelInfo, ModelOpts,
-                   TensorDesc, lib)
+from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView, ModelInfo,
+                   ModelOpts, Shard, Slice, TensorDesc, lib)
 
 import errno as _errno
 
@@ -69,6 +71,8 @@ def _enc(s, what):
         s = s.encode()
     if not isinstance(s, bytes):
         raise TypeError("wsync: %s must be a str, not %s" % (what, type(s).__name__))
+    if b"\0" in s:
+        raise ValueError("wsync: %s must not contain a NUL character: %r" % (what, s))
     return s
 
 
@@ -321,8 +325,25 @@ def _raw(owner, base, nbytes):
     if raw is None:
         raw = (ctypes.c_char * nbytes).from_address(base)
         raw._wsync_owner = owner
-        owner._rawref = weakref.ref(raw)
+        owner._rawref = weakref.ref(raw, _raw_gone_cb(owner))
     return raw
+
+
+def _raw_gone_cb(owner):
+    """A weakref callback telling owner (if it has _arrays_gone) that its
+    last array is gone, without keeping owner alive."""
+    if not hasattr(owner, "_arrays_gone"):
+        return None
+    wo = weakref.ref(owner)
+
+    def gone(_ref):
+        o = wo()
+        if o is not None:
+            try:
+                o._arrays_gone()
+            except Exception:
+                pass
+    return gone
 
 
 def _has_arrays(owner):
@@ -353,6 +374,13 @@ def _torch_view(buf, spec):
     return torch.from_numpy(_np_view(buf, spec))
 
 
+def _torch_ro_view(view, buf, spec):
+    """A ReadOnlyTensor over tensor spec of view (see _torch.py)."""
+    from ._torch import read_only
+    base = view._c.base
+    return read_only(_torch_view(buf, spec), view, base, base + view._c.bytes)
+
+
 # ---- client -----------------------------------------------------------------
 
 
@@ -378,7 +406,7 @@ class Client(_Handle):
     def _c_free(self, ptr):
         self._lib.wsync_close(ptr)
 
-    def ref(self, model):
+    def ref(self, model: str) -> "ModelRef":
         """A picklable ModelRef(endpoint, model) to connect to this broker
         in another process (a Client itself cannot be pickled)."""
         return ModelRef(self.endpoint if self.endpoint is not None else default_endpoint(),
@@ -388,7 +416,7 @@ class Client(_Handle):
         return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
                                        " closed" if self._closed else "")
 
-    def models(self):
+    def models(self) -> List[ModelStatus]:
         """The broker's models as a list of ModelStatus, read from its
         control segment (no round trip). Names merely subscribed to are
         listed with published=False."""
@@ -406,7 +434,7 @@ class Client(_Handle):
         finally:
             self._leave()
 
-    def delete(self, model):
+    def delete(self, model: str) -> None:
         """Deletes a model that has no publisher (BusyError names it
         otherwise; WsyncError(ENOENT) if there is none). Its subscribers get
         RemovedError from then on; views they hold stay valid until released.
@@ -418,8 +446,9 @@ class Client(_Handle):
         finally:
             self._leave()
 
-    def publisher(self, model, tensors, slots=0, guard=False, flags=0, replace=False,
-                  checksum=False, unguarded=False):
+    def publisher(self, model: str, tensors: Any, slots: int = 0, guard: bool = False,
+                  flags: int = 0, replace: bool = False, checksum: bool = False,
+                  unguarded: bool = False) -> "Publisher":
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
@@ -445,16 +474,42 @@ class Client(_Handle):
         opts.flags |= (_PUB_CHECKSUM if checksum else 0) | (_PUB_UNGUARDED if unguarded else 0)
         return Publisher(self, model, _make_descs(tensors), opts)
 
-    def publisher_like(self, model, state_dict, slots=0, guard=False, flags=0, replace=False,
-                       checksum=False, unguarded=False):
+    def publisher_like(self, model: str, state_dict: Any, slots: int = 0, guard: bool = False,
+                       flags: int = 0, replace: bool = False, checksum: bool = False,
+                       unguarded: bool = False) -> "Publisher":
         """publisher() with the layout of a dict of numpy arrays or torch
-        tensors (names, dtypes and shapes, in the dict's order)."""
+        tensors (names, dtypes and shapes, in the dict's order), or of an
+        nn.Module's state_dict()."""
+        state_dict = _module.state_of(state_dict)
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
         return self.publisher(model, tensors, slots, guard, flags, replace, checksum,
                               unguarded)
 
-    def subscriber(self, model):
+    def publisher_shard(self, model: str, tensors: Any, rank: int, world: int, parts: Any,
+                        timeout_ms: int = 0, slots: int = 0, guard: bool = False,
+                        flags: int = 0) -> "Publisher":
+        """One rank of a group of world publishers of model (FSDP or
+        tensor-parallel trainer ranks, wsync_pub_open_shard; see
+        docs/SHARDING.md). tensors: the whole model's layout, as for
+        publisher(). parts: what this rank writes, each a tensor name (the
+        whole tensor) or (name, dim, start, end) with dim 0 or 1. Every
+        rank begins, writes its parts (Slab.write_part / copy_parts) and
+        commits with the same step; the version appears, whole, when the
+        last rank commits. timeout_ms: how long after a version's first
+        commit every rank must have committed it (0: no limit)."""
+        descs = _make_descs(tensors)
+        world = _uint(world, "world", 32)
+        rank = _uint(rank, "rank", 32)
+        if not world or rank >= world:
+            raise ValueError("wsync: rank must be in 0 .. world - 1 (world %d, rank %d)"
+                             % (world, rank))
+        opts = _model_opts(slots, guard, flags)
+        opts.group_size, opts.rank = world, rank
+        opts.group_timeout_ms = _uint(timeout_ms, "timeout_ms", 32)
+        return Publisher(self, model, descs, opts, _parts(descs, parts))
+
+    def subscriber(self, model: str) -> "Subscriber":
         """Subscribes to model, which need not exist yet."""
         return Subscriber(self, model)
 
@@ -495,6 +550,51 @@ def _model_opts(slots, guard, flags, replace=False):
     return opts
 
 
+PartSpec = namedtuple("PartSpec", "name tensor dim start end shape")
+PartSpec.__doc__ = """One part a publisher_shard rank writes: the tensor's
+name and index, dim (0, 1, or None for the whole tensor), the index range
+[start, end) along dim, and the part's shape."""
+
+
+def _parts(descs, parts):
+    """(ctypes array of wsync_shard, [PartSpec]) for publisher_shard."""
+    layout = _read_layout(descs, len(descs))
+    index = {s.name: i for i, s in enumerate(layout)}
+    parts = list(parts)
+    if not parts:
+        raise ValueError("wsync: a rank needs at least one part")
+    arr = (Shard * len(parts))()
+    specs = []
+    for i, p in enumerate(parts):
+        if isinstance(p, str):
+            name, dim, start, end = p, None, 0, 0
+        else:
+            try:
+                name, dim, start, end = p
+            except (TypeError, ValueError):
+                raise TypeError("wsync: a part is a tensor name or (name, dim, start, end), "
+                                "not %r" % (p,)) from None
+        if name not in index:
+            raise KeyError("wsync: part %r: no such tensor in the layout" % (name,))
+        t = index[name]
+        shape = layout[t].shape
+        if dim is None:
+            arr[i].dim = SHARD_WHOLE
+        else:
+            if dim not in (0, 1) or isinstance(dim, bool) or dim >= len(shape):
+                raise ValueError("wsync: part of %r: dim must be 0 or 1 (of %d dims), not %r"
+                                 % (name, len(shape), dim))
+            start, end = _uint(start, "start"), _uint(end, "end")
+            if not start < end <= shape[dim]:
+                raise ValueError("wsync: part of %r: [%d, %d) is not inside dim %d of %s"
+                                 % (name, start, end, dim, shape))
+            arr[i].dim, arr[i].start, arr[i].end = dim, start, end
+            shape = shape[:dim] + (end - start,) + shape[dim + 1:]
+        arr[i].tensor = t
+        specs.append(PartSpec(name, t, dim, start, end, shape))
+    return arr, specs
+
+
 def _model_name(model):
     if not isinstance(model, str):
         raise TypeError("wsync: a model name must be a str, not %s" % type(model).__name__)
@@ -518,7 +618,7 @@ class ModelRef(namedtuple("ModelRef", "endpoint model")):
         return client.subscriber(self.model)
 
 
-def default_endpoint():
+def default_endpoint() -> str:
     """The socket path connect(None) would use ($WSYNC_ENDPOINT, else the
     default broker's socket)."""
     buf = ctypes.create_string_buffer(4096)
@@ -526,7 +626,7 @@ def default_endpoint():
     return buf.value.decode()
 
 
-def connect(endpoint=None, name=None):
+def connect(endpoint: Optional[str] = None, name: Optional[str] = None) -> "Client":
     """Connects to a broker: endpoint is a socket path (contains a '/'), an
     instance name ("default", "lab"), or None for $WSYNC_ENDPOINT, else the
     default broker. name is shown by monitoring tools and in BusyError
@@ -546,7 +646,7 @@ class Publisher(_Handle):
 
     _what = "publisher"
 
-    def __init__(self, client, model, descs, opts):
+    def __init__(self, client, model, descs, opts, parts=None):
         self._init_handle(client)
         self._ptr = None
         self.client = client
@@ -558,11 +658,20 @@ class Publisher(_Handle):
         self._layout_final = False
         self._drive = threading.RLock()
         self._srcs = None          # the source pointer array of copy_from, reused
+        self.parts = None if parts is None else parts[1]   # PartSpec of a group rank
+        self.rank = opts.rank if parts is not None else None
+        self.world = opts.group_size if parts is not None else None
         ptr = ctypes.c_void_p()
         client._enter()
         try:
-            rc = lib.wsync_pub_open(client._ptr, _enc(_model_name(model), "model"), descs,
-                                    len(descs), ctypes.byref(opts), ctypes.byref(ptr))
+            bname = _enc(_model_name(model), "model")
+            if parts is None:
+                rc = lib.wsync_pub_open(client._ptr, bname, descs, len(descs),
+                                        ctypes.byref(opts), ctypes.byref(ptr))
+            else:
+                rc = lib.wsync_pub_open_shard(client._ptr, bname, descs, len(descs),
+                                              ctypes.byref(opts), parts[0], len(parts[1]),
+                                              ctypes.byref(ptr))
             if rc < 0:
                 self._closed = self._freed = True
                 raise error_from_rc(rc)
@@ -591,7 +700,7 @@ class Publisher(_Handle):
         """The tensors as TensorSpec (offsets known after the first begin)."""
         return list(self._layout)
 
-    def begin(self, timeout=None):
+    def begin(self, timeout: Optional[float] = None) -> "Slab":
         """Grants a writable Slab for the next version. Waits up to timeout
         seconds (None: forever) while readers hold every slot, then raises
         BusyError naming the holders. The slab's previous contents are
@@ -618,7 +727,35 @@ class Publisher(_Handle):
         finally:
             self._leave()
 
-    def wait_readers(self, version, timeout=None, n=0):
+    def publish(self, weights: Any, step: int, timeout: Optional[float] = None,
+                threads: int = 0) -> int:
+        """Publishes weights (an nn.Module, whose state_dict() is taken, or
+        a mapping as for Slab.copy_from) as the next version stamped with
+        step: begin(timeout), one copy_from call, commit. Returns the
+        version. Nothing is published if anything fails."""
+        return self._publish(weights, step, timeout, threads, Slab.commit)
+
+    def publish_async(self, weights: Any, step: int, timeout: Optional[float] = None,
+                      threads: int = 0) -> int:
+        """publish() that returns as soon as collectors can see the version
+        (Slab.commit_async); wait_ack() collects the broker's confirmation
+        (or the next publish does)."""
+        return self._publish(weights, step, timeout, threads, Slab.commit_async)
+
+    def wait_ack(self, timeout: Optional[float] = None) -> int:
+        """The broker's confirmation of the last publish_async (see
+        wait_commit); returns its version."""
+        return self.wait_commit(timeout)
+
+    def _publish(self, weights, step, timeout, threads, commit):
+        step = _uint(step, "step")
+        threads = _uint(threads, "threads", 32)
+        src = _module.state_of(weights)
+        with self.begin(timeout) as slab:
+            slab.copy_from(src, threads)
+            return commit(slab, step)
+
+    def wait_readers(self, version: int, timeout: Optional[float] = None, n: int = 0) -> int:
         """Waits until n subscribers (0: every current one) have acquired
         version or a newer one; returns how many have. TimeoutError on time,
         naming the subscribers behind; a subscriber that exits stops
@@ -637,7 +774,7 @@ class Publisher(_Handle):
         finally:
             self._leave()
 
-    def wait_commit(self, timeout=None):
+    def wait_commit(self, timeout: Optional[float] = None) -> int:
         """Waits for the broker's confirmation of the last commit_async();
         returns its version. TimeoutError on time; WsyncError(ENOENT) if no
         commit is outstanding."""
@@ -743,7 +880,7 @@ class Slab:
     def _buf(self):
         return _raw(self, self._c.base, self._c.bytes)
 
-    def numpy(self, name):
+    def numpy(self, name: str) -> np.ndarray:
         """A writable numpy array over tensor name in the slab (zero copy;
         bf16 as uint16 bits). Valid until commit/abort: then this array (not
         views derived from it) is made read-only, and writing through
@@ -753,21 +890,21 @@ class Slab:
         self._arrays.append(weakref.ref(arr))
         return arr
 
-    def torch(self, name):
+    def torch(self, name: str) -> Any:
         """A writable torch tensor over tensor name in the slab (zero copy).
         Valid until commit/abort; writing to it after that kills the process
         with SIGSEGV (torch tensors cannot be made read-only)."""
         spec = self._spec(name)
         return _torch_view(_rw(self._buf()), spec)
 
-    def state_dict(self, kind="numpy"):
+    def state_dict(self, kind: str = "numpy") -> Dict[str, Any]:
         """{name: writable array} for every tensor, in layout order."""
         get = self.numpy if kind == "numpy" else self.torch if kind == "torch" else None
         if get is None:
             raise ValueError("wsync: kind must be 'numpy' or 'torch'")
         return {s.name: get(s.name) for s in self.publisher._layout}
 
-    def copy_from(self, src, threads=0):
+    def copy_from(self, src: Any, threads: int = 0) -> int:
         """Fills the slab in one call into the library
         (wsync_slab_copy_tensors: one pass over every tensor, split across
         threads; 0 = one per online CPU, small copies stay on this thread).
@@ -805,6 +942,44 @@ class Slab:
         del keep
         return 1
 
+    def write_part(self, i: int, src: Any) -> None:
+        """Copies src, this rank's contiguous shard (a numpy array or torch
+        tensor of the part's shape and the tensor's dtype), into part i of
+        its declaration (publisher.parts[i]) in the slab
+        (wsync_slab_part + wsync_slice_write)."""
+        pub = self.publisher
+        if pub.parts is None:
+            raise ValueError("wsync: write_part is for a publisher_shard rank")
+        i = operator.index(i)
+        if not 0 <= i < len(pub.parts):
+            raise IndexError("wsync: part %d of %d" % (i, len(pub.parts)))
+        part = pub.parts[i]
+        spec = pub._layout[part.tensor]
+        ptr, keep = _source(spec._replace(shape=part.shape), src)
+        sl = Slice()
+
+        def call():
+            rc = lib.wsync_slab_part(ctypes.byref(self._c), i, ctypes.byref(sl))
+            if rc == 0 and sl.rows * sl.row_bytes:
+                lib.wsync_slice_write(self._c.base, ptr, ctypes.byref(sl))
+            return rc
+        self._copy_call(call)
+        del keep
+
+    def copy_parts(self, srcs: Any) -> None:
+        """write_part(i, srcs[i]) for every part of this rank, all checked
+        first."""
+        pub = self.publisher
+        if pub.parts is None:
+            raise ValueError("wsync: copy_parts is for a publisher_shard rank")
+        srcs = list(srcs)
+        if len(srcs) != len(pub.parts):
+            raise ValueError("wsync: %d sources for %d parts" % (len(srcs), len(pub.parts)))
+        for part, src in zip(pub.parts, srcs):
+            _source(pub._layout[part.tensor]._replace(shape=part.shape), src)
+        for i, src in enumerate(srcs):
+            self.write_part(i, src)
+
     def _copy_buffer(self, src, threads):
         layout = self.publisher._layout
         end = max((s.offset + s.nbytes for s in layout), default=0)
@@ -839,20 +1014,20 @@ class Slab:
         finally:
             pub._leave()
 
-    def commit(self, step):
+    def commit(self, step: int) -> int:
         """Publishes this slab as the newest version, stamped with step (an
         int >= 0); returns the version once the broker has checked it."""
         self.version = self.publisher._finish(self, lib.wsync_pub_commit, step)
         return self.version
 
-    def commit_async(self, step):
+    def commit_async(self, step: int) -> int:
         """Like commit() but returns as soon as collectors can see the
         version; collect the broker's confirmation with
         Publisher.wait_commit() (or it is collected by the next begin)."""
         self.version = self.publisher._finish(self, lib.wsync_pub_commit_async, step)
         return self.version
 
-    def abort(self):
+    def abort(self) -> None:
         """Drops the slab; the latest version is unchanged."""
         self.publisher._finish(self, lib.wsync_pub_abort)
 
@@ -987,7 +1162,7 @@ class Subscriber(_Handle):
         self._views.add(v)
         return v
 
-    def acquire(self):
+    def acquire(self) -> "View":
         """The newest version as a View, zero copy, without waiting.
         NoDataError if nothing was published yet, NotConnectedError after
         the broker shut down, WsyncError(EAGAIN) if this client holds 63
@@ -1000,7 +1175,7 @@ class Subscriber(_Handle):
         finally:
             self._leave()
 
-    def wait(self, after=0, timeout=None):
+    def wait(self, after: Any = 0, timeout: Optional[float] = None) -> "View":
         """The newest version if it is newer than after (a version number or
         a View), waiting up to timeout seconds (None: forever) for one.
         TimeoutError on time; NotConnectedError if the broker shuts down or
@@ -1021,7 +1196,7 @@ class Subscriber(_Handle):
         finally:
             self._leave()
 
-    def latest(self):
+    def latest(self) -> LatestVersion:
         """The newest version as LatestVersion(version, step, published_ns)
         without taking a view (nothing is pinned, no system call).
         NoDataError if nothing was published yet, RemovedError if the model
@@ -1035,7 +1210,7 @@ class Subscriber(_Handle):
         finally:
             self._leave()
 
-    def fileno(self):
+    def fileno(self) -> int:
         """An eventfd that becomes readable when a version newer than the
         last one acquired through this subscription is committed; acquire()
         and wait() drain it. Owned by the subscription: do not close it."""
@@ -1072,17 +1247,20 @@ class View:
     commit), nbytes, tensors (names in layout order), layout (TensorSpec).
 
     Lifetime: numpy()/torch() return zero-copy arrays over the broker's
-    read-only mapping. They are valid until the view is released (release(),
-    or the end of its `with` block); after that the slot may be rewritten by
-    the next version (reads are then torn). Closing the subscriber or client
-    does not release a view with live arrays, and the memory stays mapped
-    while the view object lives. The garbage collector never releases a view
-    while one of its arrays is alive."""
+    read-only mapping (torch: ReadOnlyTensor, whose writes raise). After
+    release() (or the end of its `with` block) torch tensors of the view
+    raise ClosedError; numpy arrays still alive keep reading this version,
+    which stays held (its slab pinned) until the last of them is gone.
+    Closing the subscriber or client does not release a view with live
+    arrays, and the memory stays mapped while the view object lives. The
+    garbage collector never releases a view while one of its arrays is
+    alive."""
 
     def __init__(self, sub, cv):
         self.subscriber = sub
         self._c = cv
         self._released = False
+        self._c_held = True        # the library's view is not released yet
         self._pinned = True        # holds sub's C handle (mappings) until gone
         self._rawref = None
         sub._pin()
@@ -1119,19 +1297,19 @@ class View:
     def _buf(self):
         return _raw(self, self._c.base, self._c.bytes)
 
-    def numpy(self, name):
+    def numpy(self, name: str) -> np.ndarray:
         """A read-only numpy array over tensor name, zero copy (bf16 as
         uint16 bits). Writing raises ValueError."""
         spec = self._spec(name)
         return _np_view(_ro(self._buf()), spec)
 
-    def torch(self, name):
+    def torch(self, name: str) -> Any:
         """A torch tensor over tensor name, zero copy (bf16 as
-        torch.bfloat16). torch has no read-only tensors: the memory is
-        mapped read-only, so writing to it kills the process with SIGSEGV.
-        Clone it to modify."""
+        torch.bfloat16): a wsync.ReadOnlyTensor, whose in-place operations
+        raise ReadOnlyError (the memory is mapped read-only) and whose use
+        after release() raises ClosedError. Clone it to modify it."""
         spec = self._spec(name)
-        return _torch_view(_rw(self._buf()), spec)
+        return _torch_ro_view(self, _rw(self._buf()), spec)
 
     def _check(self):
         if self._released:
@@ -1139,13 +1317,13 @@ class View:
         if self.subscriber._closed:
             raise ClosedError("wsync: the subscriber of view v%d is closed" % self.version)
 
-    def buffer(self):
+    def buffer(self) -> memoryview:
         """The whole slab of this version as a read-only memoryview (nbytes
         long, tensors at layout[i].offset); same lifetime as numpy()."""
         self._check()
         return _ro(self._buf())
 
-    def state_dict(self, kind="numpy"):
+    def state_dict(self, kind: str = "numpy") -> Dict[str, Any]:
         """{name: array} of every tensor in layout order; kind "numpy" or
         "torch". Zero copy, same lifetime as numpy()/torch()."""
         if kind not in ("numpy", "torch"):
@@ -1155,22 +1333,83 @@ class View:
             buf = _ro(self._buf())
             return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
         buf = _rw(self._buf())
-        return {s.name: _torch_view(buf, s) for s in self.subscriber._layout}
+        return {s.name: _torch_ro_view(self, buf, s) for s in self.subscriber._layout}
 
-    def verify(self):
+    def verify(self) -> None:
         """Recomputes this version's slab checksum and compares it with the
         one its publisher stored (a model published with checksum=True).
         Returns None if they match; raises WsyncError with errno EBADMSG on
         a mismatch, NoDataError if the version has no checksum."""
-        if self._released:
-            raise ClosedError("wsync: view v%d was released" % self.version)
+        self._check()
         check(lib.wsync_view_verify(ctypes.byref(self._c)))
 
-    def release(self):
-        """Lets the broker reuse this version's slab. Arrays taken from the
-        view must not be used afterwards (they may read a later version;
-        their memory stays mapped while they live). Idempotent."""
+    def load_into(self, module: Any, strict: bool = True, tp_rank: Optional[int] = None,
+                  tp_size: Optional[int] = None) -> "_module.LoadResult":
+        """Copies this version into module's parameters and buffers in
+        place (no new tensors: optimizers, hooks and tied weights keep
+        working), like module.load_state_dict(view) but with one copy_ per
+        tensor straight from the shared memory.
+
+        module is an nn.Module (its state_dict(keep_vars=True): parameters
+        and persistent buffers such as BatchNorm's running stats and
+        num_batches_tracked) or a mapping of torch tensors. Names, shapes
+        and dtypes are checked first; any mismatch raises MismatchError
+        listing every one, and nothing is copied. strict=False, as in
+        load_state_dict, tolerates names missing on either side (shape and
+        dtype mismatches still raise). Returns LoadResult(missing_keys,
+        unexpected_keys).
+
+        Tensor parallel: with tp_rank=k and tp_size=K, a module tensor whose
+        shape is the view's with dim 0 (row-parallel) or dim 1
+        (column-parallel) divided by K gets part k of K of that tensor
+        along that dim (wsync_tensor_part + wsync_slice_read); tensors of
+        the view's shape are loaded whole."""
+        self._check()
+        if not isinstance(strict, bool):
+            raise TypeError("wsync: strict must be True or False, not %s"
+                            % type(strict).__name__)
+        tp = None
+        if tp_rank is not None or tp_size is not None:
+            if tp_rank is None or tp_size is None:
+                raise TypeError("wsync: tp_rank and tp_size go together")
+            tp_size = _uint(tp_size, "tp_size", 32)
+            tp_rank = _uint(tp_rank, "tp_rank", 32)
+            if not tp_rank < tp_size:
+                raise ValueError("wsync: tp_rank must be in 0 .. tp_size - 1, not %d"
+                                 % tp_rank)
+            tp = (tp_rank, tp_size)
+        buf = _rw(self._buf())
+        return _module.load_into(self, module, strict, lambda s: _torch_view(buf, s), tp,
+                                 self._read_part)
+
+    def _read_part(self, spec, dim, k, K, dst):
+        import torch
+        i = self.subscriber._layout.index(spec)
+        sl = Slice()
+        check(lib.wsync_tensor_part(ctypes.byref(self._c.tensors[i]), dim, k, K,
+                                    ctypes.byref(sl)))
+        tmp = dst
+        if not (dst.device.type == "cpu" and dst.is_contiguous()):
+            tmp = torch.empty(dst.shape, dtype=dst.dtype)
+        if sl.rows * sl.row_bytes != tmp.numel() * tmp.element_size():
+            raise ValueError("wsync: part %d of %d of %r is %d bytes, %r holds %d"
+                             % (k, K, spec.name, sl.rows * sl.row_bytes, spec.name,
+                                tmp.numel() * tmp.element_size()))
+        lib.wsync_slice_read(tmp.data_ptr(), self._c.base, ctypes.byref(sl))
+        if tmp is not dst:
+            dst.copy_(tmp)
+
+    def release(self) -> None:
+        """Ends the use of this view: no new arrays, and its torch tensors
+        raise ClosedError. The broker may reuse the version's slab as soon
+        as no array taken from the view is alive: with none, at once; else
+        when the last one goes (until then the version stays held, so an
+        array never shows a later version's bytes). Idempotent."""
         self._release(_has_arrays(self))
+
+    def _arrays_gone(self):
+        if self._released:
+            self._release(False)
 
     _byref = ctypes.byref
 
@@ -1180,10 +1419,12 @@ class View:
     def _release(self, keep_pin):
         sub = self.subscriber
         with sub._cond:
-            if self._released:
-                release = False
-            else:
-                self._released = release = True
+            self._released = True
+            # The C view stays held while an array of it lives, so that
+            # array never shows a later version's bytes.
+            release = self._c_held and not keep_pin
+            if release:
+                self._c_held = False
             unpin = self._pinned and not keep_pin
             if unpin:
                 self._pinned = False

@@ -4,7 +4,10 @@ Which library is loaded, in order:
   1. $WSYNC_LIBRARY (a path to libwsync.so),
   2. build/lib/libwsync.so of the source tree this package sits in
      (<root>/libclient/python/wsync -> <root>/build/lib/libwsync.so),
-  3. ctypes.util.find_library("wsync"), else "libwsync.so.0" (the loader's
+  3. the library `make install` put beside an installed package: the path
+     written into _paths.py at install, else <prefix>/lib/libwsync.so.0 for a
+     package in <prefix>/lib/pythonX.Y/dist-packages,
+  4. ctypes.util.find_library("wsync"), else "libwsync.so.0" (the loader's
      search path: /usr/local/lib after `make install` and ldconfig, or
      LD_LIBRARY_PATH).
 
@@ -79,6 +82,27 @@ class CView(ctypes.Structure):
     ]
 
 
+SHARD_WHOLE = 0xffffffff
+
+
+class Shard(ctypes.Structure):
+    _fields_ = [
+        ("tensor", ctypes.c_uint32),
+        ("dim", ctypes.c_uint32),
+        ("start", ctypes.c_uint64),
+        ("end", ctypes.c_uint64),
+    ]
+
+
+class Slice(ctypes.Structure):
+    _fields_ = [
+        ("offset", ctypes.c_uint64),
+        ("rows", ctypes.c_uint64),
+        ("row_bytes", ctypes.c_uint64),
+        ("stride", ctypes.c_uint64),
+    ]
+
+
 class CSlab(ctypes.Structure):
     _fields_ = [
         ("base", ctypes.c_void_p),
@@ -94,7 +118,8 @@ class CSlab(ctypes.Structure):
 
 # The sizes of the C structs on LP64 Linux; a mismatch means this file and
 # wsync.h disagree, and every call would read garbage.
-_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56, ModelInfo: 216}
+_SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56, ModelInfo: 216, Shard: 24,
+          Slice: 32}
 for _t, _n in _SIZES.items():
     if ctypes.sizeof(_t) != _n:
         raise ImportError("wsync: ctypes struct %s is %d bytes, wsync.h says %d"
@@ -118,6 +143,12 @@ _PROTOS = {
     "wsync_default_endpoint": (_i32, [ctypes.c_char_p, _sz]),
     "wsync_pub_open": (_i32, [_vp, _cp, _P(TensorDesc), _sz, _P(ModelOpts), _P(_vp)]),
     "wsync_pub_begin": (_i32, [_vp, _i64, _P(CSlab)]),
+    "wsync_pub_open_shard": (_i32, [_vp, _cp, _P(TensorDesc), _sz, _P(ModelOpts), _P(Shard),
+                                    _sz, _P(_vp)]),
+    "wsync_slab_part": (_i32, [_P(CSlab), _sz, _P(Slice)]),
+    "wsync_tensor_part": (_i32, [_P(TensorDesc), _u32, _u32, _u32, _P(Slice)]),
+    "wsync_slice_read": (None, [_vp, _vp, _P(Slice)]),
+    "wsync_slice_write": (None, [_vp, _vp, _P(Slice)]),
     "wsync_pub_commit": (_i32, [_vp, _u64, _P(_u64)]),
     "wsync_pub_commit_async": (_i32, [_vp, _u64, _P(_u64)]),
     "wsync_pub_wait_commit": (_i32, [_vp, _i64, _P(_u64)]),
@@ -152,11 +183,29 @@ def _candidates():
     out = []
     if os.path.exists(_SOURCE_TREE_LIB):
         out.append(_SOURCE_TREE_LIB)
+    installed = _installed_lib()
+    if installed:
+        out.append(installed)
     found = ctypes.util.find_library("wsync")
     if found:
         out.append(found)
     out.append("libwsync.so.0")
     return out, False
+
+
+def _installed_lib():
+    """The libwsync that `make install` installed next to this package:
+    the path it wrote into _paths.py, else <prefix>/lib/libwsync.so.0 for
+    a package in <prefix>/lib/pythonX.Y/{site,dist}-packages/wsync."""
+    try:
+        from . import _paths
+        if os.path.exists(_paths.LIBRARY):
+            return _paths.LIBRARY
+    except ImportError:
+        pass
+    lib_dir = os.path.normpath(os.path.join(_here, "..", "..", ".."))
+    cand = os.path.join(lib_dir, "libwsync.so.0")
+    return cand if os.path.exists(cand) else None
 
 
 def _load():

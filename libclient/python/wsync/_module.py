@@ -1,0 +1,138 @@
+"""Loading a View into a torch nn.Module in place (View.load_into), and
+what a trainer hands to Publisher.publish."""
+from collections import namedtuple
+from collections.abc import Mapping
+
+from . import _dtypes
+
+LoadResult = namedtuple("LoadResult", "missing_keys unexpected_keys")
+LoadResult.__doc__ = """What View.load_into did not load, like the result of
+torch's load_state_dict: names of the module absent from the view, and names
+of the view absent from the module (both empty with strict=True)."""
+
+
+class MismatchError(RuntimeError):
+    """A view does not fit a module (View.load_into): raised before any byte
+    is copied, listing every mismatch.
+
+    missing     names of the module's state_dict the view lacks (strict only)
+    unexpected  names of the view the module lacks (strict only)
+    mismatched  (name, what, module's, view's) for each tensor whose shape
+                or dtype differs ("shape" / "dtype"), strict or not
+    """
+
+    def __init__(self, where, missing, unexpected, mismatched):
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.mismatched = list(mismatched)
+        lines = []
+        if self.missing:
+            lines.append("missing in the view: %s" % ", ".join(self.missing))
+        if self.unexpected:
+            lines.append("not in the module: %s" % ", ".join(self.unexpected))
+        for name, what, mod, view in self.mismatched:
+            lines.append("%s: %s %s in the module, %s in the view" % (name, what, mod, view))
+        super().__init__("wsync: %s does not fit (%d mismatch%s, nothing copied):\n  %s"
+                         % (where, len(lines), "" if len(lines) == 1 else "es",
+                            "\n  ".join(lines)))
+
+    def __reduce__(self):
+        return (_rebuild, (self.args[0], self.missing, self.unexpected, self.mismatched))
+
+
+def _rebuild(msg, missing, unexpected, mismatched):
+    e = MismatchError.__new__(MismatchError)
+    RuntimeError.__init__(e, msg)
+    e.missing, e.unexpected, e.mismatched = missing, unexpected, mismatched
+    return e
+
+
+def state_of(weights):
+    """A {name: tensor} mapping from an nn.Module (its state_dict()) or a
+    mapping."""
+    if isinstance(weights, Mapping):
+        return weights
+    sd = getattr(weights, "state_dict", None)
+    if callable(sd):
+        return sd()
+    raise TypeError("wsync: weights must be an nn.Module or a mapping of tensors, not %s"
+                    % type(weights).__name__)
+
+
+def targets_of(dest):
+    """{name: tensor written in place} of an nn.Module (parameters and
+    persistent buffers, as load_state_dict sees them; tied weights under
+    each of their names) or of a mapping of torch tensors."""
+    if isinstance(dest, Mapping):
+        return dict(dest)
+    sd = getattr(dest, "state_dict", None)
+    if not callable(sd):
+        raise TypeError("wsync: load_into needs an nn.Module or a mapping of torch tensors, "
+                        "not %s" % type(dest).__name__)
+    return sd(keep_vars=True)
+
+
+def _tp_dim(shape, full, tp_size):
+    """The dim (0 or 1) along which shape is part of tp_size equal parts of
+    full, or None."""
+    if tp_size is None or len(shape) != len(full):
+        return None
+    diff = [d for d in range(len(shape)) if shape[d] != full[d]]
+    if len(diff) == 1 and diff[0] in (0, 1) and shape[diff[0]] * tp_size == full[diff[0]]:
+        return diff[0]
+    return None
+
+
+def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
+    """View.load_into: check everything, then copy_ each distinct target
+    once from a zero-copy tensor of the view. With tp=(rank, size), a
+    target whose shape is 1/size of the view's along dim 0 or 1 gets part
+    rank of size of it (read_part(spec, dim, dst))."""
+    import torch
+    tp_rank, tp_size = tp if tp is not None else (None, None)
+    targets = targets_of(dest)
+    by_name = view.subscriber._by_name
+    missing = [k for k in targets if k not in by_name]
+    unexpected = [k for k in by_name if k not in targets]
+    mismatched = []
+    for name, t in targets.items():
+        spec = by_name.get(name)
+        if spec is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            mismatched.append((name, "type", type(t).__name__, "a tensor"))
+            continue
+        if tuple(t.shape) != spec.shape and _tp_dim(tuple(t.shape), spec.shape,
+                                                     tp_size) is None:
+            mismatched.append((name, "shape", tuple(t.shape), spec.shape))
+        code = _dtypes.code_of(t.dtype) if _known_dtype(t.dtype) else None
+        if code != _dtypes.CODE[spec.dtype]:
+            mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
+                               _dtypes.torch_dtype(_dtypes.CODE[spec.dtype])
+                               .__repr__().replace("torch.", "")))
+    if mismatched or (strict and (missing or unexpected)):
+        where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
+                                                   type(dest).__name__)
+        raise MismatchError(where, missing if strict else [], unexpected if strict else [],
+                            mismatched)
+    done = set()
+    with torch.no_grad():
+        for name, t in targets.items():
+            if name not in by_name or id(t) in done:
+                continue
+            done.add(id(t))
+            spec = by_name[name]
+            if tuple(t.shape) == spec.shape:
+                t.copy_(plain_tensor(spec))
+            else:
+                read_part(spec, _tp_dim(tuple(t.shape), spec.shape, tp_size), tp_rank,
+                          tp_size, t)
+    return LoadResult(missing, unexpected)
+
+
+def _known_dtype(dt):
+    try:
+        _dtypes.code_of(dt)
+    except TypeError:
+        return False
+    return True

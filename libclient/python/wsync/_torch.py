@@ -1,0 +1,159 @@
+"""torch tensors over a View's read-only memory that refuse to be written.
+
+The pages of a view are mapped read-only: a write through a plain tensor
+over them kills the process with SIGSEGV, and torch has no read-only
+tensors. ReadOnlyTensor is a torch.Tensor subclass whose __torch_function__
+raises ReadOnlyError before any in-place operation on it (a method ending in
+"_", __setitem__, an out= argument) reaches the memory, and ClosedError for
+any operation once its view is released. Results that alias the view's
+memory (slices, view(), detach(), .data, t()) are ReadOnlyTensors again; new
+tensors (t * 2, a module's output) are plain. numpy() gives a read-only
+array.
+
+Cost: one Python-level dispatch per torch operation that takes such a
+tensor (a few microseconds, see docs/PYTHON.md). Only imported when torch
+is used.
+"""
+import inspect
+
+import torch
+
+from ._errors import ClosedError
+
+_DISABLED = torch._C.DisableTorchFunction
+
+# In-place methods that do not write the tensor's memory.
+_ALLOWED_INPLACE = frozenset(("requires_grad_", "retain_grad"))
+_INPLACE_DUNDERS = frozenset("__i%s__" % op for op in (
+    "add", "sub", "mul", "truediv", "floordiv", "div", "mod", "pow", "and", "or", "xor",
+    "lshift", "rshift", "matmul")) | {"__setitem__"}
+
+
+class ReadOnlyError(RuntimeError):
+    """A write through a tensor over a View's read-only shared memory."""
+
+
+def _inplace_name(func):
+    name = getattr(func, "__name__", "")
+    if name in _INPLACE_DUNDERS:
+        return name
+    if name.endswith("_") and not name.endswith("__") and name not in _ALLOWED_INPLACE:
+        return name
+    return None
+
+
+_INPLACE_ARG = {}      # func -> position of its "inplace" parameter, or None
+
+
+def _inplace_arg(func):
+    try:
+        return _INPLACE_ARG[func]
+    except (KeyError, TypeError):
+        pass
+    pos = None
+    try:
+        params = list(inspect.signature(func).parameters)
+        if "inplace" in params:
+            pos = params.index("inplace")
+    except (TypeError, ValueError):
+        pass
+    try:
+        _INPLACE_ARG[func] = pos
+    except TypeError:
+        pass
+    return pos
+
+
+def _writes_first(func, args, kwargs):
+    """The name under which func would write its first argument, or None."""
+    name = _inplace_name(func)
+    if name is not None:
+        return name
+    if kwargs.get("inplace") is True:
+        return getattr(func, "__name__", "?") + "(inplace=True)"
+    pos = _inplace_arg(func)
+    if pos is not None and len(args) > pos and args[pos] is True:
+        return getattr(func, "__name__", "?") + "(inplace=True)"
+    return None
+
+
+def _first_ro(args):
+    for a in args:
+        if isinstance(a, ReadOnlyTensor):
+            return a
+        if isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, ReadOnlyTensor):
+                    return b
+    return None
+
+
+class ReadOnlyTensor(torch.Tensor):
+    """A torch.Tensor over a wsync View's memory: reads work as on any
+    tensor; writes raise ReadOnlyError; any use after the view's release
+    raises ClosedError. clone() it to get a writable copy."""
+
+    _wsync_view = None
+    _wsync_range = (0, 0)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        ro = _first_ro(args)
+        if ro is None:
+            ro = _first_ro(kwargs.values())
+        if ro is not None:
+            view = ro._wsync_view
+            if view is not None and view._released:
+                raise ClosedError("wsync: a tensor of view v%d used after the view was "
+                                  "released (clone() what must outlive the view)"
+                                  % view.version)
+        name = _writes_first(func, args, kwargs) if ro is not None else None
+        if name is not None and args and isinstance(args[0], ReadOnlyTensor):
+            raise ReadOnlyError("wsync: %s() on a tensor of a View: its memory is the "
+                                "broker's read-only mapping; clone() it to modify it" % name)
+        out = kwargs.get("out")
+        if out is not None and _first_ro((out,)) is not None:
+            raise ReadOnlyError("wsync: out= a tensor of a View: its memory is the "
+                                "broker's read-only mapping")
+        with _DISABLED():
+            r = func(*args, **kwargs)
+        if ro is None:
+            return r
+        if isinstance(r, torch.Tensor):
+            return _wrap_alias(r, ro)
+        if isinstance(r, tuple) and r and isinstance(r[0], torch.Tensor):
+            return tuple(_wrap_alias(x, ro) if isinstance(x, torch.Tensor) else x for x in r)
+        if getattr(func, "__name__", "") == "numpy" and hasattr(r, "flags"):
+            r.flags.writeable = False
+        return r
+
+    def __reduce_ex__(self, proto):
+        # Pickling (a Queue, torch.save, deepcopy) copies the values into a
+        # plain tensor: the shared mapping cannot travel.
+        with _DISABLED():
+            plain = torch.Tensor.clone(self).as_subclass(torch.Tensor)
+        return plain.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        with _DISABLED():
+            return torch.Tensor.clone(self).as_subclass(torch.Tensor)
+
+
+def _wrap_alias(r, ro):
+    lo, hi = ro._wsync_range
+    if type(r) is torch.Tensor and r.numel() and lo <= r.data_ptr() < hi:
+        w = r.as_subclass(ReadOnlyTensor)
+        w._wsync_view = ro._wsync_view
+        w._wsync_range = ro._wsync_range
+        return w
+    return r
+
+
+def read_only(t, view, lo, hi):
+    """t (a plain tensor over view's memory lo .. hi) as a ReadOnlyTensor."""
+    w = t.as_subclass(ReadOnlyTensor)
+    w._wsync_view = view
+    w._wsync_range = (lo, hi)
+    return w

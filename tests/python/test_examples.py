@@ -1,0 +1,25 @@
+"""The Python examples (examples/python) in their short mode, against the
+test's broker: a trainer, 4 collector processes, one killed with SIGKILL
+midway and started again."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("torch", reason="python3-torch is not installed")
+
+
+@pytest.mark.parametrize("example", ["collectors.py", "collectors_rl.py"])
+def test_example_short_run(broker, example):
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", example),
+                        "--short", "--endpoint", broker.sock],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=300)
+    assert p.returncode == 0, p.stdout
+    out = p.stdout
+    assert "killed collector 0" in out and out.rstrip().endswith("OK"), out
+    for i in range(4):
+        assert "collector %d: " % i in out, out

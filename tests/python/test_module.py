@@ -1,0 +1,295 @@
+"""torch modules: View.load_into, Publisher.publish, read-only view
+tensors, arrays after release, pickling, NUL bytes in names."""
+import os
+import pickle
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import wsync
+import wsync_procs as procs
+from conftest import WAIT_S
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+nn = torch.nn
+
+
+@pytest.fixture
+def client(broker):
+    with wsync.connect(broker.sock, "module-test") as c:
+        yield c
+
+
+def small_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def scrambled(net, value):
+    with torch.no_grad():
+        for t in net.state_dict(keep_vars=True).values():
+            t.fill_(value) if t.dtype != torch.int64 else t.fill_(int(value))
+    return net
+
+
+ALL_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
+              torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]
+
+
+def test_every_dtype_round_trips_through_load_into(client):
+    g = torch.Generator().manual_seed(1)
+    src = {}
+    for i, dt in enumerate(ALL_DTYPES):
+        x = torch.randn(5, 3, generator=g) * 50
+        src["t%d" % i] = (x > 0) if dt == torch.bool else x.to(dt)
+    src["scalar"] = torch.tensor(2.5)
+    src["empty"] = torch.zeros(0, 4, dtype=torch.int32)
+    pub = client.publisher_like("dt", src)
+    v = pub.publish(src, 3)
+    dst = {k: torch.full_like(t, 0) for k, t in src.items()}
+    ptrs = {k: t.data_ptr() for k, t in dst.items()}
+    with client.subscriber("dt").wait(timeout=WAIT_S) as view:
+        assert view.version == v and view.step == 3
+        assert view.load_into(dst) == wsync.LoadResult([], [])
+        for k, t in view.state_dict("torch").items():
+            assert t.dtype == src[k].dtype and torch.equal(t, src[k]), k
+    assert all(torch.equal(dst[k], src[k]) and dst[k].data_ptr() == ptrs[k] for k in src)
+
+
+def test_load_into_a_module_in_place(client):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = small_net()
+            self.head = nn.Linear(3, 3, bias=False)
+            self.tail = nn.Linear(3, 3, bias=False)
+            self.tail.weight = self.head.weight               # tied
+            self.emb = nn.Parameter(torch.randn(4, 5).to(torch.bfloat16))
+            # a non-contiguous destination: a transposed view as a buffer
+            self.register_buffer("tr", torch.randn(5, 7).t())
+            self.register_buffer("scratch", torch.zeros(2), persistent=False)
+
+    src = Net()
+    src.train()
+    src.body(torch.randn(16, 6))                  # moves BatchNorm's running stats
+    assert int(src.body[1].num_batches_tracked) == 1
+    pub = client.publisher_like("net", src)
+    pub.publish(src, 1)
+    dst = Net()
+    scrambled(dst, 0.0)
+    params = {k: (p, p.data_ptr()) for k, p in dst.state_dict(keep_vars=True).items()}
+    assert not dst.tr.is_contiguous()
+    with client.subscriber("net").wait(timeout=WAIT_S) as view:
+        assert "scratch" not in view.tensors and "tail.weight" in view.tensors
+        view.load_into(dst)
+    for k, t in src.state_dict().items():
+        assert torch.equal(dst.state_dict()[k], t), k
+    for k, (p, ptr) in params.items():           # the same tensors, the same memory
+        assert dst.state_dict(keep_vars=True)[k] is p and p.data_ptr() == ptr
+    assert dst.tail.weight is dst.head.weight
+    assert int(dst.body[1].num_batches_tracked) == 1
+    dst.eval()
+    src.eval()
+    x = torch.randn(2, 6)
+    assert torch.equal(dst.body(x), src.body(x))
+
+
+def test_load_into_lists_every_mismatch_and_copies_nothing(client):
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = small_net()
+
+    class Other(Holder):
+        def __init__(self):
+            super().__init__()
+            self.extra = nn.Parameter(torch.zeros(2))
+
+    src = Holder()
+    pub = client.publisher_like("mm", src)
+    pub.publish(src, 1)
+    dst = Other()
+    dst.body[0] = nn.Linear(6, 9)                      # shape
+    dst.body[3].bias.data = dst.body[3].bias.data.double()   # dtype
+    dst.body[1] = nn.Identity()                         # BatchNorm gone
+    before = {k: t.clone() for k, t in dst.state_dict().items()}
+    sub = client.subscriber("mm")
+    with sub.wait(timeout=WAIT_S) as view:
+        with pytest.raises(wsync.MismatchError) as ei:
+            view.load_into(dst)
+        e = ei.value
+        assert isinstance(e, RuntimeError)
+        assert e.missing == ["extra"]
+        assert "body.1.running_mean" in e.unexpected
+        assert "body.1.num_batches_tracked" in e.unexpected
+        what = {(n, w) for n, w, _, _ in e.mismatched}
+        assert ("body.0.weight", "shape") in what and ("body.0.bias", "shape") in what
+        assert ("body.3.bias", "dtype") in what
+        msg = str(e)
+        for name in e.missing + e.unexpected + [m[0] for m in e.mismatched]:
+            assert name in msg
+        assert "(9, 6) in the module, (8, 6) in the view" in msg
+        assert "float64 in the module, float32 in the view" in msg
+        assert pickle.loads(pickle.dumps(e)).mismatched == e.mismatched
+        # strict=False tolerates names on one side only, never shape or dtype
+        with pytest.raises(wsync.MismatchError) as ei:
+            view.load_into(dst, strict=False)
+        assert not ei.value.missing and not ei.value.unexpected and ei.value.mismatched
+        assert all(torch.equal(before[k], t) for k, t in dst.state_dict().items())
+        part = Holder()
+        part.body = nn.Sequential(nn.Linear(6, 8))
+        res = view.load_into(part, strict=False)
+        assert res.missing_keys == [] and "body.3.weight" in res.unexpected_keys
+        assert torch.equal(part.body[0].weight, src.body[0].weight)
+        with pytest.raises(TypeError):
+            view.load_into(part, strict=0)
+        with pytest.raises(TypeError):
+            view.load_into(42)
+
+
+def test_writing_through_a_view_tensor_raises_and_changes_nothing(client):
+    src = {"w": torch.arange(12.0).reshape(3, 4), "h": torch.ones(4).to(torch.bfloat16)}
+    pub = client.publisher_like("ro", src)
+    pub.publish(src, 1)
+    with client.subscriber("ro").wait(timeout=WAIT_S) as view:
+        w = view.torch("w")
+        assert isinstance(w, wsync.ReadOnlyTensor) and isinstance(w, torch.Tensor)
+        writes = [lambda: w.add_(1), lambda: w.zero_(), lambda: w.__setitem__(0, 5.0),
+                  lambda: w[1].fill_(3), lambda: w.view(-1).copy_(torch.zeros(12)),
+                  lambda: w.t().mul_(2), lambda: w.detach().zero_(),
+                  lambda: w.data.zero_(), lambda: torch.add(w, 1, out=w),
+                  lambda: torch.relu_(w), lambda: nn.functional.relu(w, inplace=True),
+                  lambda: view.torch("h").neg_(), lambda: w.__iadd__(1),
+                  lambda: w.share_memory_(), lambda: w.resize_(2)]
+        for write in writes:
+            with pytest.raises(wsync.ReadOnlyError):
+                write()
+        with pytest.raises(ValueError):
+            w.numpy()[0, 0] = 1.0                  # a read-only numpy array
+        assert torch.equal(w, src["w"]) and np.array_equal(view.numpy("w"), src["w"].numpy())
+        # reads and new tensors are ordinary
+        out = w * 2 + 1
+        assert type(out) is torch.Tensor
+        out.add_(1)
+        assert float(nn.functional.linear(torch.ones(1, 4), w).sum()) == float(src["w"].sum())
+        c = w.clone()
+        c.add_(1)
+        assert type(c) is torch.Tensor
+
+
+def test_arrays_after_release(client):
+    pub = client.publisher("rel", [("w", "f32", (1024,))], slots=2)
+
+    def publish(step):
+        return pub.publish({"w": np.full(1024, step, np.float32)}, step)
+
+    publish(1)
+    sub = client.subscriber("rel")
+    with sub.acquire() as view:
+        arr = view.numpy("w")
+        t = view.torch("w")
+        t2 = view.state_dict("torch")["w"][:10]
+    assert view.released
+    with pytest.raises(wsync.ClosedError):
+        t.sum()
+    with pytest.raises(wsync.ClosedError):
+        t2 + 1
+    with pytest.raises(wsync.ClosedError):
+        view.torch("w")
+    # arrays alive keep the version held: it is never rewritten under them
+    publish(2)
+    with pytest.raises(wsync.BusyError):
+        pub.begin(timeout=0.05)
+    assert np.all(arr == 1)
+    del arr, t, t2                   # the last array goes: the slab is given back
+    assert publish(3) > 0
+    with sub.acquire() as v:
+        assert v.step == 3
+
+
+def test_pickling_views_tensors_and_handles(client):
+    src = {"w": torch.arange(6.0)}
+    pub = client.publisher_like("pk", src)
+    pub.publish(src, 1)
+    sub = client.subscriber("pk")
+    with sub.acquire() as view:
+        for obj in (view, sub, pub, client):
+            with pytest.raises(TypeError, match="pickle"):
+                pickle.dumps(obj)
+        t = pickle.loads(pickle.dumps(view.torch("w")))      # a copy of the values
+        a = pickle.loads(pickle.dumps(view.numpy("w")))
+        assert type(t) is torch.Tensor and torch.equal(t, src["w"])
+        t.add_(1)
+        assert a.flags.writeable and np.array_equal(a, src["w"].numpy())
+        import copy
+        d = copy.deepcopy(view.torch("w"))
+        assert type(d) is torch.Tensor and torch.equal(d, src["w"])
+    assert pickle.loads(pickle.dumps(sub.ref())) == sub.ref()
+
+
+def test_nul_bytes_in_names_are_rejected(client, broker):
+    with pytest.raises(ValueError, match="NUL"):
+        client.publisher("a\0b", [("w", "f32", (2,))])
+    with pytest.raises(ValueError, match="NUL"):
+        client.publisher("ok", [("w\0x", "f32", (2,))])
+    with pytest.raises(ValueError, match="NUL"):
+        client.subscriber("p\0")
+    with pytest.raises(ValueError, match="NUL"):
+        client.delete("p\0")
+    with pytest.raises(ValueError, match="NUL"):
+        wsync.connect(broker.sock + "\0junk")
+    with pytest.raises(ValueError, match="NUL"):
+        wsync.connect(broker.sock, "name\0")
+
+
+def test_publish_async_and_wait_ack(client):
+    net = small_net()
+    pub = client.publisher_like("pa", net)
+    with pytest.raises(TypeError):
+        pub.publish(net, 1.0)
+    with pytest.raises(TypeError):
+        pub.publish(object(), 1)
+    v1 = pub.publish_async(net, 1)
+    assert pub.wait_ack(timeout=WAIT_S) == v1
+    v2 = pub.publish_async(net.state_dict(), 2)   # confirmed by the next publish
+    v3 = pub.publish(net, 3)
+    assert v1 < v2 < v3
+    with client.subscriber("pa").acquire() as view:
+        assert view.step == 3
+
+
+def test_many_small_versions_loaded_into_a_module(client):
+    net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    mirror = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    pub = client.publisher_like("many", net, slots=2)
+    sub = client.subscriber("many")
+    seen = 0
+    for step in range(1, 301):
+        with torch.no_grad():
+            for i, p in enumerate(net.parameters()):
+                p.fill_(step * 10 + i)
+        pub.publish(net, step)
+        with sub.wait(after=seen, timeout=WAIT_S) as view:
+            assert view.step == step
+            view.load_into(mirror)
+            seen = view.version
+        for i, p in enumerate(mirror.parameters()):
+            assert torch.all(p == step * 10 + i), (step, i)
+
+
+def test_a_killed_collector_gives_its_slab_back(broker, children):
+    net = small_net()
+    with wsync.connect(broker.sock, "trainer") as c:
+        pub = c.publisher_like("kill", net, slots=2)
+        pub.publish(net, 1)
+        held = children.event()
+        child = children.start(procs.hold_module, broker.sock, "kill", held)
+        assert held.wait(WAIT_S)
+        pub.publish(net, 2)                       # the other slot
+        with pytest.raises(wsync.BusyError):
+            pub.begin(timeout=0.05)               # slot of v1 held by the child
+        os.kill(child.proc.pid, signal.SIGKILL)
+        child.proc.join(WAIT_S)
+        assert pub.publish(net, 3, timeout=WAIT_S) > 0
