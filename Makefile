@@ -21,7 +21,7 @@ else
 Q := @
 endif
 
-VERSION := 0.1.0
+VERSION := 0.2.0
 SOMAJOR := 0
 
 # Debian packages the build, the tests and the demo need.

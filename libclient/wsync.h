@@ -66,7 +66,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 #define WSYNC_VERSION_MAJOR 0
-#define WSYNC_VERSION_MINOR 1
+#define WSYNC_VERSION_MINOR 2
 #define WSYNC_VERSION_PATCH 0
 
 #define WSYNC_NAME_MAX   128     /* tensor and model names, including the NUL */
@@ -188,7 +188,7 @@ const char *wsync_strerror(int err);
 /* Detail of the last failure in the calling thread ("" if none). The string
  * stays valid until the next wsync call in this thread. */
 const char *wsync_errmsg(void);
-/* "0.1.0" */
+/* "0.2.0" */
 const char *wsync_version_string(void);
 
 /* ---- connection ------------------------------------------------------ */

@@ -46,7 +46,7 @@ def test_error_classes():
                       (errno.EINVAL, wsync.WsyncError)]:
         assert type(wsync._errors.error_from_rc(-code)) is cls
     assert wsync.strerror(errno.ENODATA) == "nothing published yet"
-    assert wsync.library_version() == "0.1.0"
+    assert wsync.library_version() == "0.2.0"
 
 
 def test_connect_errors_and_default_endpoint(broker, tmp_path):

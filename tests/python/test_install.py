@@ -50,7 +50,7 @@ def test_make_install_finds_its_library(tmp, broker):
     env = clean_env(PYTHONPATH=site, WSYNC_ENDPOINT=broker.sock)
     lib = os.path.join(prefix, "lib", "libwsync.so.0")
     assert run([sys.executable, "-c", CHECK, ROOT], env, tmp).strip() == lib
-    assert "wsync 0.1.0 (libwsync 0.1.0)" in run([sys.executable, "-m", "wsync", "--version"],
+    assert "wsync 0.2.0 (libwsync 0.2.0)" in run([sys.executable, "-m", "wsync", "--version"],
                                                   env, tmp)
     with wsync.connect(broker.sock, "install-test") as c:
         pub = c.publisher("inst", [("w", "f32", (4,))])

@@ -44,11 +44,11 @@ def __getattr__(name):
         return getattr(_torch, name)
     raise AttributeError("module 'wsync' has no attribute %r" % name)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def library_version():
-    """The loaded libwsync's version string ("0.1.0")."""
+    """The loaded libwsync's version string ("0.2.0")."""
     return _libwsync.wsync_version_string().decode()
 
 
