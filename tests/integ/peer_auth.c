@@ -82,18 +82,10 @@ static void publish(void)
 
 int main(void)
 {
-	if (geteuid() != 0) {
-		printf("SKIP: needs root to run a client under another uid\n");
-		return HARNESS_SKIP;
-	}
-	struct passwd *pw = getpwnam("nobody");
-	struct group *gr = getgrnam("nogroup");
-	if (!pw || !gr) {
-		printf("SKIP: no user 'nobody' or group 'nogroup'\n");
-		return HARNESS_SKIP;
-	}
-	other_uid = pw->pw_uid;
-	other_gid = gr->gr_gid;
+	int skip = harness_other_user("run a client", &other_uid, &other_gid);
+
+	if (skip)
+		return skip;
 
 	/* without --group: another uid is refused even when it can reach the socket */
 	TEST_ASSERT(harness_broker_start(&B, NULL) == 0);

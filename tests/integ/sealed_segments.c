@@ -148,18 +148,10 @@ static void run(int group)
 
 int main(void)
 {
-	if (geteuid() != 0) {
-		printf("SKIP: needs root to run a publisher under another uid\n");
-		return HARNESS_SKIP;
-	}
-	struct passwd *pw = getpwnam("nobody");
-	struct group *gr = getgrnam("nogroup");
-	if (!pw || !gr) {
-		printf("SKIP: no user 'nobody' or group 'nogroup'\n");
-		return HARNESS_SKIP;
-	}
-	other_uid = pw->pw_uid;
-	other_gid = gr->gr_gid;
+	int skip = harness_other_user("run a publisher", &other_uid, &other_gid);
+
+	if (skip)
+		return skip;
 	run(1);
 	run(0);
 	return 0;

@@ -14,6 +14,8 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1119,4 +1121,24 @@ int harness_mapping_of(const void *addr, char perms[5], char *path, size_t pathl
 	}
 	fclose(f);
 	return found;
+}
+
+int harness_other_user(const char *what, uid_t *uid, gid_t *gid)
+{
+	struct passwd *pw;
+	struct group *gr;
+
+	if (geteuid() != 0) {
+		printf("SKIP: needs root to %s under another uid\n", what);
+		return HARNESS_SKIP;
+	}
+	pw = getpwnam("nobody");
+	gr = getgrnam("nogroup");
+	if (!pw || !gr) {
+		printf("SKIP: no user 'nobody' or group 'nogroup'\n");
+		return HARNESS_SKIP;
+	}
+	*uid = pw->pw_uid;
+	*gid = gr->gr_gid;
+	return 0;
 }

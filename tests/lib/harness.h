@@ -222,6 +222,10 @@ void   harness_publish_and_read(const struct broker *b, const char *model, uint6
 
 /* ---- odds and ends ------------------------------------------------------------------ */
 
+/* For tests that play another user: needs root and the user 'nobody' and
+ * group 'nogroup'. 0 with their ids, or HARNESS_SKIP after printing why
+ * (what names what the test would do as that user). */
+int     harness_other_user(const char *what, uid_t *uid, gid_t *gid);
 int64_t harness_mono_ns(void);
 int64_t harness_real_ns(void);
 void    harness_sleep_ms(int ms);
