@@ -72,24 +72,6 @@ static void seg_unlink(const struct broker *b, uint32_t id, int slot_or_layout)
 	unlinkat(b->seg_dirfd, seg, 0);
 }
 
-static ssize_t pwrite_all(int fd, const void *buf, size_t len, off_t off)
-{
-	const char *p = buf;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pwrite(fd, p + done, len - done, off + (off_t)done);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		done += (size_t)n;
-	}
-	return 0;
-}
-
 static struct model *model_alloc(uint32_t id, const char *name)
 {
 	struct model *m = fault_calloc(1, sizeof(*m));
@@ -221,9 +203,9 @@ static int layout_write(int fd, const wsync_tensor_desc *t, uint32_t n,
 	h.n_tensors = n;
 	h.bytes = bytes;
 	h.hash = hash;
-	err = pwrite_all(fd, &h, sizeof(h), 0);
+	err = wsync_pwrite_all(fd, &h, sizeof(h), 0);
 	if (!err)
-		err = pwrite_all(fd, t, (size_t)n * sizeof(*t), sizeof(h));
+		err = wsync_pwrite_all(fd, t, (size_t)n * sizeof(*t), sizeof(h));
 	return (int)err;
 }
 

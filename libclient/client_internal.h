@@ -193,12 +193,13 @@ int wsync_conn_send(struct wsync_client *c, const union wsync_msg_any *req,
                     const int *fds, int n_fds);
 /*
  * Receives until the reply of seq arrives or deadline_ns (CLOCK_MONOTONIC;
- * -1 = the client's reply limit) passes. Acknowledgements of async commits
- * found on the way are stored in their publishers. An ERROR reply becomes its
- * error code and message, with its fds closed. A reply of another type than
- * want, or any other unexpected message, is -EPROTO. When the wait ends on
- * the client's reply limit rather than on deadline_ns, the connection is
- * marked dead. Caller holds the lock.
+ * -1 = the client's reply limit; see wsync_conn_deadline) passes. Replies
+ * that others collect later (async commit acks, late GRANTs) are stored in
+ * their publishers; replies to requests nobody waits for any more are
+ * dropped or undone (conn.c). An ERROR reply becomes its error code and
+ * message, with its fds closed. A reply of another type than want, or one
+ * to a request not yet sent, is -EPROTO and the connection is given up. A
+ * timeout leaves the connection usable. Caller holds the lock.
  */
 int wsync_conn_recv(struct wsync_client *c, uint32_t seq, uint32_t want,
                     int64_t deadline_ns, struct conn_reply *rep);
@@ -258,7 +259,8 @@ int64_t wsync_uid_parse(const char *s);
  * BEGIN's that came after its caller's deadline) in the publisher that waits
  * for seq; returns false if none does. Caller holds the lock. */
 bool wsync_pub_take_reply(struct wsync_client *c, uint32_t seq, struct conn_reply *rep);
-/* -ENOTCONN if the broker shut down (page CLOSED) or the client is dead:
+/* -ENOTCONN if the broker shut down (ctl header STOPPED) or the client is dead,
+ * -EPROTO if the broker cut this publisher off:
  * nothing may be published into a generation that no longer has a broker. */
 int wsync_pub_gone(struct wsync_pub *p);
 /* Makes a guarded publisher's slab read-only again (commit, abort). */

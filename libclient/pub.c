@@ -84,22 +84,6 @@ static int opts_check(const struct wsync_client *c, const char *model,
 }
 
 /* The layout memfd the broker reads the descriptors from. */
-static int pwrite_all(int fd, const void *buf, size_t len, off_t at)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t r = pwrite(fd, (const char *)buf + done, len - done, at + (off_t)done);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
 /* The memfd the broker reads the descriptors from, then this rank's
  * parts if it is one of a group. */
 static int layout_memfd(const struct wsync_pub *p)
@@ -110,9 +94,9 @@ static int layout_memfd(const struct wsync_pub *p)
 
 	if (fd < 0)
 		return wsync_fail(fd, "model '%s': layout memfd: %s", p->model, strerror(-fd));
-	err = pwrite_all(fd, p->tensors, len, 0);
+	err = wsync_pwrite_all(fd, p->tensors, len, 0);
 	if (!err && plen)
-		err = pwrite_all(fd, p->parts, plen, (off_t)len);
+		err = wsync_pwrite_all(fd, p->parts, plen, (off_t)len);
 	if (err) {
 		close(fd);
 		return wsync_fail(err, "model '%s': writing the layout memfd: %s", p->model,

@@ -309,3 +309,19 @@ out_close:
 	close(fd);
 	return err;
 }
+
+int wsync_pwrite_all(int fd, const void *buf, size_t len, off_t at)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, at + (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}

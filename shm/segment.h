@@ -60,6 +60,8 @@ int wsync_seg_reopen_ro(int fd);
 int wsync_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out);
 /* Size of the object behind fd, or -errno. */
 int64_t wsync_seg_size(int fd);
+/* Writes all len bytes at offset at (EINTR retried): 0 or -errno. */
+int wsync_pwrite_all(int fd, const void *buf, size_t len, off_t at);
 
 /* A memfd of bytes, mode 0600, sealed against shrinking and growing (for
  * session pages, model pages and --group slabs): fd or -errno. */
