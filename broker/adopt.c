@@ -258,8 +258,18 @@ static int adopt_ready(struct broker *b, int old_dirfd, struct model *m,
 		         strerror(-err));
 		return err;
 	}
+	if (e->n_devices) {
+		/* VMM memory has no name a new process could open: it lived as
+		 * long as the old broker's handles and the clients' mappings */
+		free(tensors);
+		log_info("model '%s': lived on %u GPU%s, whose memory ended with the last "
+		         "broker; declared only (its trainer publishes it again, versions go on "
+		         "above v%" PRIu64 ")", m->name, e->n_devices, e->n_devices == 1 ? "" : "s",
+		         (uint64_t)atomic_load(&e->hwm_version));
+		return -ENODEV;
+	}
 	err = model_make_ready(b, m, tensors, e->n_tensors, bytes, hash, e->n_slots,
-	                       why, sizeof(why));
+	                       NULL, why, sizeof(why));
 	if (err) {
 		free(tensors);
 		log_warn("%s; declared only", why);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu_slab.h"
 #include "log.h"
 
 static struct {
@@ -160,6 +161,7 @@ out_unload:
 
 void gpu_stop(void)
 {
+	gpu_slabs_shutdown();
 	wsync_cuda_unload(&gpu.cu);
 	memset(&gpu, 0, sizeof(gpu));
 }
@@ -172,4 +174,9 @@ const struct wsync_gpu_inventory *gpu_inventory(void)
 bool gpu_selected(int index)
 {
 	return index >= 0 && index < gpu.inv.count && gpu.selected[index];
+}
+
+const struct wsync_cuda *gpu_driver(void)
+{
+	return gpu.cu.lib ? &gpu.cu : NULL;
 }

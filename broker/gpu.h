@@ -32,5 +32,7 @@ void gpu_stop(void);
 /* The GPUs found, and whether one serves device models. */
 const struct wsync_gpu_inventory *gpu_inventory(void);
 bool gpu_selected(int index);
+/* The loaded driver while a GPU is selected, else NULL. */
+const struct wsync_cuda *gpu_driver(void);
 
 #endif

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "gpu_slab.h"
 #include "ctl.h"
 #include "group.h"
 #include "log.h"
@@ -267,6 +268,8 @@ static int handle_pub_open(struct req *r)
 	union wsync_msg_any ok;
 	struct model *m;
 	uint64_t hash = 0;
+	struct model_devices dev = { .n = p->n_devices, .flags = p->dev_flags,
+	                             .uuid = p->devices };
 	int fd, err;
 
 	fd = req_take_fd(r);
@@ -299,12 +302,25 @@ static int handle_pub_open(struct req *r)
 	if (err)
 		goto out_free;
 
+	if (dev.n && group) {
+		err = req_fail(r, -ENOTSUP, "model '%s': a group of publishers of a device model "
+		               "is not supported yet (publish it from one rank)", p->model);
+		goto out_free;
+	}
 	m = model_find(b, p->model);
 	if (m && m->state == WSYNC_MODEL_READY) {
 		char diff[WSYNC_ERRMSG_MAX - 160];
+		bool differs = wsync_layout_diff(canon, p->n_tensors, m->tensors, m->n_tensors,
+		                                 diff, sizeof(diff)) != 0;
 
-		if (wsync_layout_diff(canon, p->n_tensors, m->tensors, m->n_tensors,
-		                      diff, sizeof(diff))) {
+		if (!differs && !model_devices_match(m, &dev)) {
+			differs = true;
+			snprintf(diff, sizeof(diff), "it lives on %u GPU%s (flags 0x%x), this open "
+			         "names %u (flags 0x%x)", m->gpu ? m->gpu->n_devices : 0,
+			         m->gpu && m->gpu->n_devices == 1 ? "" : "s",
+			         m->gpu ? m->gpu->dev_flags : 0, dev.n, dev.flags);
+		}
+		if (differs) {
 			if (!(p->flags & WSYNC_OPEN_REPLACE)) {
 				err = req_fail(r, -EEXIST, "model '%s': layout differs from the "
 				               "existing one: %s (open it with the replace flag to "
@@ -339,7 +355,7 @@ static int handle_pub_open(struct req *r)
 	}
 	if (m->state == WSYNC_MODEL_DECLARED) {
 		err = model_make_ready(b, m, canon, p->n_tensors, p->bytes, hash, n_slots,
-		                       r->why, sizeof(r->why));
+		                       &dev, r->why, sizeof(r->why));
 		if (err)
 			goto out_undeclare;
 		canon = NULL;                 /* the model's now */
@@ -472,6 +488,39 @@ static int handle_attach(struct req *r)
 	ok.attach_ok.incarnation = m->incarnation;
 	n_fds = ready_fds(m, fds);
 	reply(r, &ok, WSYNC_MSG_ATTACH_OK, fds, n_fds);
+	return 0;
+}
+
+/* A publisher's or subscriber's slots of its model on one of the model's
+ * GPUs: the exported VMM fds, which the client imports and maps. */
+static int handle_gpu_attach(struct req *r)
+{
+	const struct wsync_msg_gpu_attach *a = &r->m->gpu_attach;
+	struct model *m = req_model(r, a->m.model_id);
+	int fds[WSYNC_MAX_SLOTS];
+	union wsync_msg_any ok;
+
+	if (!m)
+		return req_fail(r, -EIDRM, "GPU_ATTACH of model %u, which this session has not "
+		                "open (deleted?)", a->m.model_id);
+	if (m->state != WSYNC_MODEL_READY)
+		return req_fail(r, -ENODATA, "model '%s' has no layout yet (no publisher "
+		                "opened it)", m->name);
+	if (!m->gpu)
+		return req_fail(r, -ENODEV, "model '%s' is a host model: it has no GPU slabs",
+		                m->name);
+	if (a->device >= m->gpu->n_devices)
+		return req_fail(r, -ENODEV, "model '%s' lives on %u GPUs, not on its GPU %u",
+		                m->name, m->gpu->n_devices, a->device);
+	for (uint32_t k = 0; k < m->books.n_slots; k++)
+		fds[k] = m->gpu->fd[a->device][k];
+	memset(&ok, 0, sizeof(ok));
+	ok.gpu_attach_ok.model_id = m->id;
+	ok.gpu_attach_ok.device = a->device;
+	ok.gpu_attach_ok.n_slots = m->books.n_slots;
+	ok.gpu_attach_ok.dev_bytes = m->gpu->dev_bytes;
+	ok.gpu_attach_ok.incarnation = m->incarnation;
+	reply(r, &ok, WSYNC_MSG_GPU_ATTACH_OK, fds, (int)m->books.n_slots);
 	return 0;
 }
 
@@ -800,6 +849,7 @@ static const struct {
 	[WSYNC_MSG_CLOSE]    = { handle_close, 0 },
 	[WSYNC_MSG_DELETE]   = { handle_delete, 0 },
 	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0 },
+	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0 },
 };
 
 /* Checks that need no handler; 0 or -errno with the reason in r. */

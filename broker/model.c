@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fault.h"
 #include "ctl.h"
+#include "gpu_slab.h"
 #include "group.h"
 #include "log.h"
 #include "session.h"
@@ -62,6 +64,28 @@ static int slab_create(struct broker *b, uint32_t id, uint32_t k, uint64_t bytes
 	return fault_seg_create_at(b->seg_dirfd, seg, bytes);
 }
 
+/* The host slab of a device model without a host mirror: nobody writes or
+ * reads it (the library refuses host views of such models), so it is an
+ * empty sealed memfd of the slab's size, costing no memory. It exists so
+ * that slots, grants and pins work as for every model. */
+static int slab_create_unbacked(uint64_t bytes)
+{
+	int fd, err;
+
+	if (fault_hit(FAULT_SEG, "unbacked slab"))
+		return -ENOSPC;
+	fd = memfd_create("wsync-slab-unbacked", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes) < 0 || fchmod(fd, 0600) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 static void seg_unlink(const struct broker *b, uint32_t id, int slot_or_layout)
 {
 	char seg[32];
@@ -99,6 +123,9 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 	e->bytes = 0;
 	e->n_tensors = e->n_slots = 0;
 	e->layout_hash = 0;
+	e->n_devices = e->dev_flags = 0;
+	e->dev_bytes = 0;
+	memset(e->dev_uuid, 0, sizeof(e->dev_uuid));
 	atomic_store(&e->hwm_version, 0);
 	atomic_store(&e->latest, 0);
 	atomic_store(&e->commits, 0);
@@ -192,7 +219,7 @@ out_free:
 }
 
 static int layout_write(int fd, const wsync_tensor_desc *t, uint32_t n,
-                        uint64_t bytes, uint64_t hash)
+                        uint64_t bytes, uint64_t hash, const struct model_devices *dev)
 {
 	struct wsync_layout_header h;
 	ssize_t err;
@@ -203,6 +230,8 @@ static int layout_write(int fd, const wsync_tensor_desc *t, uint32_t n,
 	h.n_tensors = n;
 	h.bytes = bytes;
 	h.hash = hash;
+	h.n_devices = dev ? dev->n : 0;
+	h.dev_flags = dev ? dev->flags : 0;
 	err = wsync_pwrite_all(fd, &h, sizeof(h), 0);
 	if (!err)
 		err = wsync_pwrite_all(fd, t, (size_t)n * sizeof(*t), sizeof(h));
@@ -224,8 +253,10 @@ static void slabs_remove(const struct broker *b, struct model *m, uint32_t n, bo
 
 int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tensors,
                      uint32_t n_tensors, uint64_t bytes, uint64_t hash,
-                     uint32_t n_slots, char *why, size_t whylen)
+                     uint32_t n_slots, const struct model_devices *dev,
+                     char *why, size_t whylen)
 {
+	bool unbacked = dev && dev->n && !(dev->flags & WSYNC_DEV_HOST_MIRROR);
 	char seg[32];
 	uint64_t need, avail, lbytes;
 	uint32_t k = 0;
@@ -239,7 +270,7 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 		         n_slots, (unsigned long long)bytes);
 		return -EINVAL;
 	}
-	need = bytes * n_slots;
+	need = unbacked ? 0 : bytes * n_slots;
 	avail = b->cfg.shm_limit > b->shm_used ? b->cfg.shm_limit - b->shm_used : 0;
 	if (need > avail) {
 		snprintf(why, whylen, "model '%s' needs %llu bytes, %llu of the limit %llu "
@@ -255,7 +286,7 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 		err = fd;
 		goto out_why;
 	}
-	err = layout_write(fd, tensors, n_tensors, bytes, hash);
+	err = layout_write(fd, tensors, n_tensors, bytes, hash, dev);
 	if (!err) {
 		m->layout_ro_fd = wsync_seg_reopen_ro(fd);
 		if (m->layout_ro_fd < 0)
@@ -266,7 +297,7 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 		goto out_unlink_layout;
 
 	for (k = 0; k < n_slots; k++) {
-		fd = slab_create(b, m->id, k, bytes);
+		fd = unbacked ? slab_create_unbacked(bytes) : slab_create(b, m->id, k, bytes);
 		if (fd < 0) {
 			err = fd;
 			goto out_slabs;
@@ -280,12 +311,24 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 		}
 	}
 
+	if (dev && dev->n) {
+		err = gpu_slabs_create(dev->uuid, dev->n, dev->flags, bytes, n_slots, m->name,
+		                       &m->gpu, why, whylen);
+		if (err)
+			goto out_slabs_why;
+		m->ctl->n_devices = dev->n;
+		m->ctl->dev_flags = dev->flags;
+		m->ctl->dev_bytes = m->gpu->dev_bytes;
+		memcpy(m->ctl->dev_uuid, dev->uuid, (size_t)dev->n * 16);
+	}
+
 	m->tensors = tensors;
 	m->n_tensors = n_tensors;
 	m->bytes = bytes;
 	m->hash = hash;
 	m->layout_bytes = lbytes;
 	m->accounted = need;
+	m->gpu_unbacked = unbacked;
 	memset(&m->books, 0, sizeof(m->books));
 	m->books.n_slots = n_slots;
 	b->shm_used += need;
@@ -303,8 +346,14 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	         n_tensors, n_slots, (unsigned long long)bytes);
 	return 0;
 
+out_slabs_why:
+	slabs_remove(b, m, k, !unbacked);
+	close(m->layout_ro_fd);
+	m->layout_ro_fd = -1;
+	seg_unlink(b, m->id, SEG_LAYOUT);
+	return err;
 out_slabs:
-	slabs_remove(b, m, k, true);
+	slabs_remove(b, m, k, !unbacked);
 	close(m->layout_ro_fd);
 	m->layout_ro_fd = -1;
 out_unlink_layout:
@@ -324,7 +373,9 @@ out_why:
 static void model_release(struct broker *b, struct model *m, bool unlink_them)
 {
 	if (m->state == WSYNC_MODEL_READY) {
-		slabs_remove(b, m, m->books.n_slots, unlink_them);
+		gpu_slabs_free(m->gpu);
+		m->gpu = NULL;
+		slabs_remove(b, m, m->books.n_slots, unlink_them && !m->gpu_unbacked);
 		if (m->layout_ro_fd >= 0)
 			close(m->layout_ro_fd);
 		if (unlink_them)
@@ -463,4 +514,14 @@ void model_remove_member(struct model *m, struct session *s)
 			return;
 		}
 	}
+}
+
+bool model_devices_match(const struct model *m, const struct model_devices *dev)
+{
+	uint32_t n = dev ? dev->n : 0;
+
+	if (!m->gpu)
+		return n == 0;
+	return n == m->gpu->n_devices && dev->flags == m->gpu->dev_flags &&
+	       !memcmp(dev->uuid, m->gpu->uuid, (size_t)n * 16);
 }

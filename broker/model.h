@@ -23,6 +23,14 @@
 #include "shm/layout.h"
 
 struct pub_group;
+struct gpu_slabs;
+
+/* The GPUs a PUB_OPEN asks a model to live on (n 0 = a host model). */
+struct model_devices {
+	uint32_t n;
+	uint32_t flags;                  /* enum wsync_dev_flags */
+	const uint8_t (*uuid)[16];
+};
 
 struct model {
 	uint32_t id;
@@ -45,6 +53,11 @@ struct model {
 	struct slot_books books;
 	int      slab_fd[WSYNC_MAX_SLOTS];
 	int      slab_ro_fd[WSYNC_MAX_SLOTS];
+	/* a device model: its slots on each GPU (the host slabs then hold
+	 * the host mirror, or nothing: created empty and never mapped with
+	 * backing when the model has no mirror) */
+	struct gpu_slabs *gpu;
+	bool     gpu_unbacked;           /* host slabs are unbacked memfds */
 
 	/* publishing: one publisher (pub), or a group of ranks (group.h) */
 	struct session *pub;
@@ -85,11 +98,16 @@ int  model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 /*
  * Gives a declared model its layout and slabs. Takes ownership of tensors
  * (malloc'd, canonical) on success only. Slab memory is counted against the
- * shm limit. On failure nothing created remains.
+ * shm limit. dev (NULL = none) makes it a device model (gpu_slab.h). On
+ * failure nothing created remains.
  */
 int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tensors,
                       uint32_t n_tensors, uint64_t bytes, uint64_t hash,
-                      uint32_t n_slots, char *why, size_t whylen);
+                      uint32_t n_slots, const struct model_devices *dev,
+                      char *why, size_t whylen);
+/* Whether a PUB_OPEN's devices are the model's (both none, or the same
+ * GPUs in the same order with the same flags). */
+bool model_devices_match(const struct model *m, const struct model_devices *dev);
 /* Removes a model that has no members and no layout (a failed first open,
  * or a name only subscribed to whose last subscriber left); its hwm is kept
  * as the name's version floor. */

@@ -104,6 +104,17 @@ struct wsync_pub {
 	size_t n_parts;
 	bool checksum;                   /* WSYNC_PUB_CHECKSUM: hash at commit */
 
+	/* a device model (entry->n_devices): begin/commit through the _gpu
+	 * calls; device_only: no host mirror, the host slabs are never
+	 * touched. gpu[d]: the model's slots on its GPU d, mapped writable
+	 * at the first wsync_pub_begin_gpu (gpu_pub.c). */
+	bool device_model, device_only;
+	bool gpu_begun;                  /* the begun slab came from begin_gpu */
+	uint32_t gpu_src;                /* the GPU it was begun on */
+	struct gpu_pub *gpu;
+	uint32_t req_devices, req_dev_flags;     /* what the open asked for */
+	uint8_t  req_uuid[WSYNC_MAX_DEVICES][16];
+
 	uint64_t last_committed;         /* grants must carry a newer version */
 	bool     begun;
 	struct pub_grant cur;            /* the begun slab's grant */
@@ -129,7 +140,11 @@ struct sub_maps {
 	wsync_tensor_desc *tensors;      /* private, validated copy */
 	struct wsync_name_index index;
 	const void *slabs[WSYNC_MAX_SLOTS];
+	bool device_only;                /* a device model without host mirror:
+	                                    host views are refused */
 };
+
+struct gpu_map;
 
 struct wsync_sub {
 	struct wsync_client *c;
@@ -143,6 +158,9 @@ struct wsync_sub {
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
 	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
+	/* a device model's slots on its GPU d, mapped read-only by the first
+	 * acquire on that GPU (under c->lock), then read without a lock */
+	_Atomic(struct gpu_map *) gpu[WSYNC_MAX_DEVICES];
 };
 
 /* ---- conn.c: the session socket ---------------------------------------- */
@@ -281,8 +299,21 @@ int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tenso
 /* ATTACH round trip by deadline_ns (-1: the reply limit); takes the lock. */
 int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns);
 /* wsync_sub_acquire with the deadline of a wait for what needs the broker;
- * -ESTALE (not -EAGAIN) while the model's latest is being restored. */
-int wsync_sub_acquire_by(struct wsync_sub *s, int64_t deadline_ns, wsync_view *out);
+ * -ESTALE (not -EAGAIN) while the model's latest is being restored. A
+ * device model without host mirror is refused (-ENODEV) unless device. */
+int wsync_sub_acquire_by(struct wsync_sub *s, int64_t deadline_ns, bool device,
+                         wsync_view *out);
+/* wsync_sub_wait, for host or (device) device views. */
+int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
+                       bool device, wsync_view *out);
+/* Begin and commit of any slab (pub_grant.c, pub.c): the public host forms
+ * refuse device models, whose slabs go through gpu_pub.c. */
+int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *out);
+int wsync_pub_commit_slab(struct wsync_pub *p, uint64_t step, uint64_t *version_out);
+/* gpu_pub.c / gpu_sub.c: a publisher's or subscription's device mappings,
+ * released before the handle goes (nothing when it has none). */
+void wsync_gpu_pub_free(struct wsync_pub *p);
+void wsync_gpu_sub_free(struct wsync_sub *s);
 /* The newest version a collector may take, and the word it came from: the
  * model page's latest while it equals the ctl entry's latest or grant, else
  * the ctl entry's latest (sub.c explains). */

@@ -16,6 +16,7 @@
 #include "shm/cuda_discover.h"
 #include "shm/cuda_loader.h"
 #include "shm/errmsg.h"
+#include "gpu_internal.h"
 #include "wsync.h"
 
 static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -38,7 +39,63 @@ static int driver_get(const char *what)
 	return err ? wsync_fail(err, "%s: %s", what, why) : 0;
 }
 
+int wsync_gpu_driver(const char *what, const struct wsync_cuda **out)
+{
+	int err = driver_get(what);
+
+	if (!err)
+		*out = &gpu_cu;
+	return err;
+}
+
 #ifdef WSYNC_HAVE_CUDA_H
+const char *wsync_cu_name(const struct wsync_cuda *cu, CUresult r)
+{
+	const char *name = NULL;
+
+	cu->api.cu_cuGetErrorName(r, &name);
+	return name ? name : "unknown CUDA error";
+}
+
+int wsync_cu_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOSPC;
+	case CUDA_ERROR_INVALID_DEVICE:
+	case CUDA_ERROR_NO_DEVICE:
+		return -ENODEV;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return -ENOTSUP;
+	default:
+		return -EIO;
+	}
+}
+
+int wsync_gpu_ordinal(const char *uuid)
+{
+	uint8_t want[16];
+	int err;
+
+	if (!uuid || wsync_gpu_uuid_parse(uuid, want))
+		return wsync_fail(-EINVAL, "wsync_gpu_ordinal: '%.64s' is not a GPU UUID",
+		                  uuid ? uuid : "(null)");
+	err = driver_get("wsync_gpu_ordinal");
+	if (err)
+		return err;
+	for (int i = 0; i < gpu_cu.device_count; i++) {
+		CUdevice dev;
+		CUuuid u;
+
+		if (gpu_cu.api.cu_cuDeviceGet(&dev, i) == CUDA_SUCCESS &&
+		    gpu_cu.api.cu_cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS &&
+		    !memcmp(u.bytes, want, 16))
+			return i;
+	}
+	return wsync_fail(-ENODEV, "GPU %s is not visible in this process (%d GPUs; "
+	                  "CUDA_VISIBLE_DEVICES counts)", uuid, gpu_cu.device_count);
+}
+
 int wsync_gpu_uuid(int ordinal, char *buf, size_t len)
 {
 	char text[WSYNC_GPU_UUID_TEXT];
@@ -72,6 +129,12 @@ int wsync_gpu_uuid(int ordinal, char *buf, size_t len)
 	return 0;
 }
 #else
+int wsync_gpu_ordinal(const char *uuid)
+{
+	(void)uuid;
+	return driver_get("wsync_gpu_ordinal");
+}
+
 int wsync_gpu_uuid(int ordinal, char *buf, size_t len)
 {
 	(void)ordinal;

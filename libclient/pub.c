@@ -35,7 +35,9 @@
  * 2 on, latest equals the grant and the commit is booked. The metadata is
  * complete before latest names the slot, so either state is consistent.
  */
+#include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -46,10 +48,15 @@
 #include "checksum.h"
 #include "client_internal.h"
 #include "shm/clock.h"
+#include "shm/cuda_discover.h"
 #include "shm/errmsg.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 #include "shm/shard.h"
+
+/* The options struct is ABI: new fields take reserved space, never more. */
+static_assert(sizeof(wsync_model_opts) == 56, "wsync_model_opts size");
+static_assert(offsetof(wsync_model_opts, devices) == 24, "wsync_model_opts devices");
 
 #define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM | WSYNC_PUB_GUARDED | \
                          WSYNC_PUB_REPLACE)
@@ -77,6 +84,19 @@ static int opts_check(const struct wsync_client *c, const char *model,
 		return wsync_fail(-EINVAL, "model '%s': rank %u of a group of %u (1..%d ranks; "
 		                  "a group deadline needs a group)", model, o->rank,
 		                  o->group_size, WSYNC_MAX_RANKS);
+	if (o->n_devices > WSYNC_MAX_DEVICES || (o->n_devices && !o->devices))
+		return wsync_fail(-EINVAL, "model '%s': %u devices (at most %d, and a list)",
+		                  model, o->n_devices, WSYNC_MAX_DEVICES);
+	if (o->device_flags & ~(uint32_t)WSYNC_DEV_HOST_MIRROR)
+		return wsync_fail(-EINVAL, "model '%s': unknown opts.device_flags 0x%x", model,
+		                  o->device_flags);
+	if (o->device_flags && !o->n_devices)
+		return wsync_fail(-EINVAL, "model '%s': opts.device_flags without devices", model);
+	if (o->n_devices && !(o->device_flags & WSYNC_DEV_HOST_MIRROR) &&
+	    (o->flags & (WSYNC_PUB_CHECKSUM | WSYNC_PUB_GUARDED)))
+		return wsync_fail(-EINVAL, "model '%s': checksums and the write guard work on "
+		                  "host slabs: a device model needs WSYNC_DEV_HOST_MIRROR for them",
+		                  model);
 	if (o->slots && (o->slots < WSYNC_MIN_SLOTS || o->slots > c->max_slots))
 		return wsync_fail(-EINVAL, "model '%s': %u slots, the broker allows %d..%u",
 		                  model, o->slots, WSYNC_MIN_SLOTS, c->max_slots);
@@ -107,6 +127,7 @@ static int layout_memfd(const struct wsync_pub *p)
 
 static void pub_free(struct wsync_pub *p)
 {
+	wsync_gpu_pub_free(p);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (p->slabs[i])
 			munmap(p->slabs[i], p->bytes);
@@ -151,7 +172,7 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		                  "slots", p->model, n_fds, p->n_slots);
 	for (uint32_t k = 0; k < p->n_slots; k++) {
 		void *addr;
-		int err = wsync_map_fd(fds[k], p->bytes, 1, 1, "slab", &addr);
+		int err = wsync_map_fd(fds[k], p->bytes, 1, !p->device_only, "slab", &addr);
 
 		if (err)
 			return err;
@@ -162,7 +183,7 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		 * backs the page then), and this is the time to pay it. Not by a
 		 * rank of a group: the other ranks may be granted that slot and
 		 * write their parts while this one is still opening. */
-		if (p->group_size <= 1 &&
+		if (p->group_size <= 1 && !p->device_only &&
 		    atomic_load_explicit(&p->entry->slot_state[k], memory_order_acquire) ==
 		    WSYNC_SLOT_FREE)
 			memset(addr, 0, p->bytes);
@@ -193,6 +214,9 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	m.pub_open.bytes = p->bytes;
 	m.pub_open.layout_hash = wsync_layout_hash(p->tensors, p->n_tensors);
 	m.pub_open.flags = replace ? WSYNC_OPEN_REPLACE : 0;
+	m.pub_open.n_devices = p->req_devices;
+	m.pub_open.dev_flags = p->req_dev_flags;
+	memcpy(m.pub_open.devices, p->req_uuid, sizeof(m.pub_open.devices));
 	if (p->group_size > 1) {
 		m.pub_open.group_size = (uint16_t)p->group_size;
 		m.pub_open.rank = (uint16_t)p->rank;
@@ -216,6 +240,10 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	p->entry = client_ctl_model(c, p->model_id);
 	p->incarnation = ok->incarnation;
 	p->n_slots = ok->n_slots;
+	/* the broker checked the devices against the model's: its entry says */
+	p->device_model = p->entry->n_devices != 0;
+	p->device_only = p->device_model &&
+	                 !(p->entry->dev_flags & WSYNC_DEV_HOST_MIRROR);
 	err = wsync_map_fd(rep.fds[0], sizeof(*p->page), 1, 0, "model page", &page);
 	if (err)
 		goto out_close_remote;
@@ -265,6 +293,25 @@ static int pub_take_parts(struct wsync_pub *p, const wsync_model_opts *o,
 	p->n_parts = n_parts;
 	p->group_size = o->group_size;
 	p->rank = o->rank;
+	return 0;
+}
+
+/* Parses the device UUIDs into the PUB_OPEN's form; duplicates refused. */
+static int pub_take_devices(struct wsync_pub *p, const wsync_model_opts *o)
+{
+	for (uint32_t i = 0; i < o->n_devices; i++) {
+		if (!o->devices[i] || wsync_gpu_uuid_parse(o->devices[i], p->req_uuid[i]))
+			return wsync_fail(-EINVAL, "model '%s': device %u '%.64s' is not a GPU UUID "
+			                  "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; "
+			                  "wsync_gpu_uuid() gives it for an ordinal)", p->model, i,
+			                  o->devices[i] ? o->devices[i] : "(null)");
+		for (uint32_t j = 0; j < i; j++)
+			if (!memcmp(p->req_uuid[j], p->req_uuid[i], 16))
+				return wsync_fail(-EINVAL, "model '%s': device %s is listed twice",
+				                  p->model, o->devices[i]);
+	}
+	p->req_devices = o->n_devices;
+	p->req_dev_flags = o->device_flags;
 	return 0;
 }
 
@@ -326,6 +373,11 @@ int wsync_pub_open_shard(wsync_client *c, const char *model,
 	if (err) {
 		err = wsync_fail(err, "model '%s': tensor name index: %s", model, strerror(-err));
 		goto out_free;
+	}
+	if (opts && opts->n_devices) {
+		err = pub_take_devices(p, opts);
+		if (err)
+			goto out_free;
 	}
 	if (opts && opts->group_size > 1) {
 		err = pub_take_parts(p, opts, parts, n_parts);
@@ -479,7 +531,24 @@ static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
 	return err;
 }
 
+/* Device slabs are committed by wsync_pub_commit_gpu, which copies them to
+ * the model's other GPUs and synchronises first. */
+static int pub_check_host(struct wsync_pub *p, const char *what)
+{
+	if (p && p->device_model)
+		return wsync_fail(-EINVAL, "model '%s' lives on GPUs: %s is not for it (commit "
+		                  "with wsync_pub_commit_gpu)", p->model, what);
+	return 0;
+}
+
 int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
+{
+	int err = pub_check_host(p, "wsync_pub_commit");
+
+	return err ? err : wsync_pub_commit_slab(p, step, version_out);
+}
+
+int wsync_pub_commit_slab(struct wsync_pub *p, uint64_t step, uint64_t *version_out)
 {
 	struct conn_reply rep;
 	uint64_t version = 0;
@@ -513,7 +582,9 @@ int wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out)
 	uint32_t seq = 0;
 	int err;
 
-	err = pub_commit_locked(p, step, "wsync_pub_commit_async", &version, &seq);
+	err = pub_check_host(p, "wsync_pub_commit_async");
+	if (!err)
+		err = pub_commit_locked(p, step, "wsync_pub_commit_async", &version, &seq);
 	if (err)
 		return err;
 	p->ack_seq = seq;

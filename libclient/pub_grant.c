@@ -258,7 +258,7 @@ static int grant_map(struct wsync_pub *p, struct pub_grant *g)
 			munmap(p->slabs[g->slot], p->bytes);
 			p->slabs[g->slot] = NULL;
 		}
-		err = wsync_map_fd(g->fd, p->bytes, 1, 1, "slab", &addr);
+		err = wsync_map_fd(g->fd, p->bytes, 1, !p->device_only, "slab", &addr);
 		close(g->fd);
 		g->fd = -1;
 		if (err)
@@ -293,12 +293,20 @@ static void grant_return(struct wsync_pub *p, const struct pub_grant *g)
 
 int wsync_pub_begin(wsync_pub *p, int64_t timeout_ns, wsync_slab *out)
 {
+	if (!p || !out)
+		return wsync_fail(-EINVAL, "wsync_pub_begin: publisher and out must not be NULL");
+	if (p->device_model)
+		return wsync_fail(-EINVAL, "model '%s' lives on GPUs: begin its versions with "
+		                  "wsync_pub_begin_gpu", p->model);
+	return wsync_pub_begin_slab(p, timeout_ns, out);
+}
+
+int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *out)
+{
 	struct pub_grant g = { .fd = -1 };
 	int64_t deadline;
 	int err;
 
-	if (!p || !out)
-		return wsync_fail(-EINVAL, "wsync_pub_begin: publisher and out must not be NULL");
 	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
 		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
 		                  p->model, (long long)timeout_ns);

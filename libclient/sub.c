@@ -215,11 +215,11 @@ int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
 
 	if (!s || !out)
 		return wsync_fail(-EINVAL, "wsync_sub_acquire: subscription and out must not be NULL");
-	err = wsync_sub_acquire_by(s, -1, out);
+	err = wsync_sub_acquire_by(s, -1, false, out);
 	return err == -ESTALE ? -EAGAIN : err;   /* the message stays */
 }
 
-int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, wsync_view *out)
+int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view *out)
 {
 	const struct wsync_slot_meta *meta;
 	struct wsync_client *c;
@@ -238,6 +238,9 @@ int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, wsync_view *out)
 		                  s->model, WSYNC_MAX_VIEWS);
 	hz = client_hazard(c, idx);
 	err = sub_pin_latest(s, hz, deadline, &l, &m);
+	if (!err && m->device_only && !device)
+		err = wsync_fail(-ENODEV, "model '%s' lives on GPUs only (no host mirror): take "
+		                 "device views with wsync_sub_acquire_gpu", s->model);
 	if (err) {
 		hz_put(c, idx);
 		return err;
@@ -357,6 +360,7 @@ int wsync_view_check(const wsync_view *v)
 
 static void sub_free(struct wsync_sub *s)
 {
+	wsync_gpu_sub_free(s);
 	int efd = atomic_load(&s->efd);
 
 	wsync_sub_maps_free(atomic_load(&s->maps));

@@ -113,7 +113,9 @@ static int slabs_map(const struct wsync_sub *s, struct sub_maps *m, const int *f
 {
 	for (uint32_t i = 0; i < m->n_slots; i++) {
 		void *addr;
-		int err = wsync_map_fd(fds[i], m->bytes, 0, 1, "slab", &addr);
+		/* the host slabs of a device-only model are empty: mapped so that
+		 * slots work alike, never populated (that would back them) */
+		int err = wsync_map_fd(fds[i], m->bytes, 0, !m->device_only, "slab", &addr);
 
 		if (err) {
 			char why[WSYNC_ERRMSG_LEN];
@@ -150,6 +152,9 @@ int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tenso
 	m->n_slots = n_slots;
 	m->n_tensors = n_tensors;
 	m->bytes = bytes;
+	/* the ctl entry is written by the broker alone, before READY */
+	m->device_only = s->entry->n_devices &&
+	                 !(s->entry->dev_flags & WSYNC_DEV_HOST_MIRROR);
 	err = layout_load(s, m, fds[0], layout_bytes);
 	if (!err)
 		err = layout_verify(s, m);

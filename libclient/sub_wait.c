@@ -91,6 +91,12 @@ static void wait_spin(const _Atomic uint32_t *seqw, uint32_t seq, int64_t spin_n
 int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
                    wsync_view *out)
 {
+	return wsync_sub_wait_any(s, after_version, timeout_ns, false, out);
+}
+
+int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
+                       bool device, wsync_view *out)
+{
 	bool spun = false, attach_tried = false;
 	/* the futex only reads the word; the page is mapped read-only */
 	_Atomic uint32_t *seqw;
@@ -120,7 +126,7 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 
 		if (wsync_latest_version(l) > after_version &&
 		    wsync_latest_slot(l) != WSYNC_SLOT_NONE) {
-			err = wsync_sub_acquire_by(s, deadline, out);
+			err = wsync_sub_acquire_by(s, deadline, device, out);
 			if (!err && out->version > after_version)
 				return 0;
 			if (!err)            /* moved back under us: wait on */

@@ -133,9 +133,26 @@ typedef struct wsync_model_opts {
 	 * have committed it (0 = no limit). */
 	uint32_t group_size, rank;
 	uint32_t group_timeout_ms;
+	/* Device models (docs/GPU.md): the GPUs the model lives on, by UUID
+	 * ("GPU-...", wsync_gpu_uuid() names "cuda:N of this process"), at
+	 * most WSYNC_MAX_DEVICES; 0 = a host model. Every version is on every
+	 * one of them. device_flags: enum wsync_dev_flags. */
+	uint32_t n_devices;
+	const char *const *devices;
+	uint32_t device_flags;
 	uint32_t reserved32;
-	uint64_t reserved[4];
+	uint64_t reserved[2];
 } wsync_model_opts;
+
+#define WSYNC_MAX_DEVICES 8              /* GPUs of one device model */
+
+enum wsync_dev_flags {
+	/* Keep a host copy of every version too (the model's host slabs): host
+	 * views (wsync_sub_acquire) work, for CPU collectors and checkpoints,
+	 * at the cost of one device-to-host copy per publish. Without it a
+	 * device model has no host bytes and host views fail with -ENODEV. */
+	WSYNC_DEV_HOST_MIRROR = 1u << 0,
+};
 
 /* ---- parts of tensors (tensor-parallel slices, sharded publishers) -------- */
 
@@ -403,6 +420,89 @@ uint64_t    wsync_tensor_bytes(const wsync_tensor_desc *d);
  * driver older than CUDA 11.4, -ENOSYS if libwsync was built without the
  * CUDA Toolkit headers, -EINVAL for a short buffer. */
 int  wsync_gpu_uuid(int ordinal, char *buf, size_t len);
+/* The ordinal under which this process sees the GPU named by uuid (a full
+ * UUID, "GPU-" optional, any case): >= 0, or -ENODEV if it does not see it,
+ * and the errors of wsync_gpu_uuid. */
+int  wsync_gpu_ordinal(const char *uuid);
+
+/*
+ * Device slabs. A model opened with opts->devices keeps every version on
+ * each of those GPUs, in memory the broker allocates (CUDA VMM) and shares
+ * with the processes that use it; tensors sit at the same offsets as in a
+ * host slab. The caller's thread must have a CUDA context current (the one
+ * torch or the CUDA runtime made) on the GPU it names; streams are CUstream
+ * values passed as void * (NULL = the legacy default stream).
+ *
+ * Publisher: wsync_pub_begin_gpu grants the next version's slot and gives
+ * its device pointer on one of the model's GPUs; fill it with kernels or
+ * copies on your stream (wsync_dslab_copy_from_device copies tensors).
+ * wsync_pub_commit_gpu copies the version to the model's other GPUs (peer
+ * to peer where the GPUs allow it, else through pinned host memory) and
+ * to the host mirror, synchronises the stream, and only then commits: no
+ * collector sees a version whose bytes are still being copied anywhere.
+ * The publisher must see every GPU of the model (CUDA_VISIBLE_DEVICES).
+ * wsync_pub_abort drops a begun device slab like a host one.
+ *
+ * Collector: wsync_sub_acquire_gpu / wsync_sub_wait_gpu pin the newest
+ * version exactly as their host forms do and give its read-only device
+ * pointer on the named GPU, zero copy (-ENODEV if the model is not on that
+ * GPU: copy a host view instead). Kernels read it in place. Release with
+ * the stream(s) that read it: wsync_sub_release_gpu synchronises the
+ * stream before giving the slot back, because the broker may rewrite the
+ * slot as soon as it is released.
+ *
+ * The first call on a GPU maps the model's slots there (a broker round
+ * trip and one map per slot); later ones make no system call on the host
+ * path. Without a CUDA driver these return -ENOENT; built without the CUDA
+ * headers, -ENOSYS.
+ */
+typedef struct wsync_dslab {             /* filled by wsync_pub_begin_gpu */
+	uint64_t base;                   /* CUdeviceptr on the named GPU, writable */
+	size_t   bytes, n_tensors;
+	const wsync_tensor_desc *tensors;
+	/* private */
+	wsync_slab priv_slab;
+	uint32_t   priv_device, priv_pad;
+} wsync_dslab;
+
+typedef struct wsync_dview {             /* filled by acquire/wait_gpu, read-only */
+	uint64_t version, step;
+	int64_t  published_ns;
+	uint64_t base;                   /* CUdeviceptr on the named GPU, read-only */
+	size_t   bytes, n_tensors;
+	const wsync_tensor_desc *tensors;
+	/* private */
+	wsync_view priv_view;
+	uint32_t   priv_device, priv_pad;
+} wsync_dview;
+
+int  wsync_pub_begin_gpu(wsync_pub *p, const char *uuid, int64_t timeout_ns,
+                         wsync_dslab *out);
+/* The device pointer of a tensor of a begun device slab. */
+int  wsync_dslab_tensor(const wsync_dslab *s, const char *name, uint64_t *dptr,
+                        const wsync_tensor_desc **desc);
+/* Copies n tensors from device buffers (src[i] is the tensor in layout
+ * order, NULL = leave it) into the slab, asynchronously on stream. */
+int  wsync_dslab_copy_from_device(wsync_dslab *s, const uint64_t *src, size_t n,
+                                  void *stream);
+int  wsync_pub_commit_gpu(wsync_pub *p, void *stream, uint64_t step,
+                          uint64_t *version_out);
+
+int  wsync_sub_acquire_gpu(wsync_sub *s, const char *uuid, wsync_dview *out);
+int  wsync_sub_wait_gpu(wsync_sub *s, const char *uuid, uint64_t after_version,
+                        int64_t timeout_ns, wsync_dview *out);
+int  wsync_dview_tensor(const wsync_dview *v, const char *name, uint64_t *dptr,
+                        const wsync_tensor_desc **desc);
+/* Synchronises stream (when not NULL) and releases the view. */
+void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream);
+/* Copies len bytes at offset off of a view into the caller's device buffer
+ * dst on stream. From a host view it returns once the copy has read them
+ * (the view may be released right after); from a device view it returns at
+ * once, and wsync_sub_release_gpu with the same stream waits for it. */
+int  wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst,
+                               size_t len, void *stream);
+int  wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst,
+                                size_t len, void *stream);
 
 #pragma GCC visibility pop
 

@@ -15,6 +15,41 @@ void wsync_gpu_uuid_format(const uint8_t u[16], char *buf, size_t len)
 	         u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)tolower((unsigned char)c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int wsync_gpu_uuid_parse(const char *s, uint8_t out[16])
+{
+	static const int dash_after[] = { 4, 6, 8, 10 };   /* bytes before each '-' */
+	size_t d = 0;
+
+	if (!s)
+		return -EINVAL;
+	if (!strncasecmp(s, "GPU-", 4))
+		s += 4;
+	for (int i = 0; i < 16; i++) {
+		int hi, lo;
+
+		if (d < 4 && i == dash_after[d]) {
+			if (*s++ != '-')
+				return -EINVAL;
+			d++;
+		}
+		hi = hex_digit(s[0]);
+		lo = hi < 0 ? -1 : hex_digit(s[1]);
+		if (lo < 0)
+			return -EINVAL;
+		out[i] = (uint8_t)(hi << 4 | lo);
+		s += 2;
+	}
+	return *s ? -EINVAL : 0;
+}
+
 int wsync_gpu_find(const struct wsync_gpu_inventory *inv, const char *s)
 {
 	const char *text = s;

@@ -44,6 +44,9 @@ int  wsync_cuda_discover(const struct wsync_cuda *cu, struct wsync_gpu_inventory
                          char *why, size_t whylen);
 /* The text form of a UUID, "GPU-" and 8-4-4-4-12 lower-case hex digits. */
 void wsync_gpu_uuid_format(const uint8_t uuid[16], char *buf, size_t len);
+/* Parses a UUID's text form (the 8-4-4-4-12 hex digits, "GPU-" optional,
+ * any case) into 16 bytes: 0, or -EINVAL. */
+int  wsync_gpu_uuid_parse(const char *s, uint8_t out[16]);
 /* The device of inv named by s: a full UUID text (case ignored, "GPU-"
  * optional) or a decimal ordinal; its index in inv->dev, or -1. */
 int  wsync_gpu_find(const struct wsync_gpu_inventory *inv, const char *s);

@@ -52,6 +52,7 @@
 #define WSYNC_MAX_MODELS       64
 #define WSYNC_MAX_SESSIONS     1024
 #define WSYNC_MAX_SLOTS        32     /* hard cap; --max-slots lowers it */
+#define WSYNC_MODEL_GPUS       WSYNC_MAX_DEVICES   /* GPUs of one device model */
 #define WSYNC_DEFAULT_SLOTS    4
 #define WSYNC_MIN_SLOTS        2
 #define WSYNC_MAX_TENSORS      65536
@@ -155,12 +156,23 @@ struct wsync_ctl_model {
 	_Atomic uint32_t group_committed;
 	_Atomic int64_t  group_first_ns;
 	_Atomic int64_t  group_last_ns;
-	uint8_t  reserved[216];
+	/* Device slabs (docs/GPU.md): the GPUs the model lives on, by UUID, in
+	 * the order its first publisher named them; n_devices 0 = a host
+	 * model. dev_bytes is one slot's allocation on each of them (the slab
+	 * rounded up to the GPUs' allocation granularity), dev_flags the
+	 * model's enum wsync_dev_flags. Written before state turns READY. */
+	uint32_t n_devices;
+	uint32_t dev_flags;
+	uint64_t dev_bytes;
+	uint8_t  dev_uuid[WSYNC_MODEL_GPUS][16];
+	uint8_t  reserved[72];
 };
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
 static_assert(offsetof(struct wsync_ctl_model, incarnation) == 264, "ctl model incarnation");
 static_assert(offsetof(struct wsync_ctl_model, group_first_ns) == 280, "ctl model group");
+static_assert(offsetof(struct wsync_ctl_model, n_devices) == 296, "ctl model devices");
+static_assert(offsetof(struct wsync_ctl_model, dev_uuid) == 312, "ctl model device uuids");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
@@ -251,7 +263,11 @@ struct wsync_layout_header {
 	uint32_t n_tensors;
 	uint64_t bytes;                  /* slab size */
 	uint64_t hash;                   /* xxh64 of the descriptor array */
-	uint8_t  reserved[32];
+	uint32_t n_devices;              /* GPUs of a device model, 0 = host model:
+	                                    a restarted broker cannot adopt device
+	                                    memory and reads this to say so */
+	uint32_t dev_flags;              /* enum wsync_dev_flags */
+	uint8_t  reserved[24];
 	/* wsync_tensor_desc tensors[n_tensors]; */
 };
 static_assert(sizeof(struct wsync_layout_header) == 64, "layout header size");

@@ -41,6 +41,8 @@ static const struct {
 	[WSYNC_MSG_WAIT_READERS]    = { "WAIT_READERS", sizeof(struct wsync_msg_wait_readers) },
 	[WSYNC_MSG_WAIT_READERS_OK] = { "WAIT_READERS_OK",
 	                                sizeof(struct wsync_msg_wait_readers_ok) },
+	[WSYNC_MSG_GPU_ATTACH]      = { "GPU_ATTACH", sizeof(struct wsync_msg_gpu_attach) },
+	[WSYNC_MSG_GPU_ATTACH_OK]   = { "GPU_ATTACH_OK", sizeof(struct wsync_msg_gpu_attach_ok) },
 };
 
 size_t wsync_msg_size(uint32_t type)
@@ -133,6 +135,13 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		      m->pub_open.group_timeout_ms == 0,
 		      "rank %u of %u with %u parts", m->pub_open.rank, m->pub_open.group_size,
 		      m->pub_open.n_parts);
+		CHECK(m->pub_open.n_devices <= WSYNC_MODEL_GPUS, "%u devices, at most %d",
+		      m->pub_open.n_devices, WSYNC_MODEL_GPUS);
+		CHECK((m->pub_open.dev_flags & ~(uint32_t)WSYNC_DEV_HOST_MIRROR) == 0 &&
+		      (m->pub_open.n_devices || !m->pub_open.dev_flags), "unknown device flags");
+		for (uint32_t i = m->pub_open.n_devices; i < WSYNC_MODEL_GPUS; i++)
+			for (int k = 0; k < 16; k++)
+				CHECK(m->pub_open.devices[i][k] == 0, "device %u past n_devices set", i);
 		return 0;
 	case WSYNC_MSG_PUB_OPEN_OK:
 		CHECK(m->pub_open_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
@@ -210,6 +219,19 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 	case WSYNC_MSG_WAIT_READERS:
 		CHECK(m->wait_readers.version > 0, "version is zero");
 		return model_ref_ok(&m->wait_readers.m, why, whylen);
+	case WSYNC_MSG_GPU_ATTACH:
+		CHECK(m->gpu_attach.reserved == 0, "reserved field not zero");
+		CHECK(m->gpu_attach.device < WSYNC_MODEL_GPUS, "device %u out of range",
+		      m->gpu_attach.device);
+		return model_ref_ok(&m->gpu_attach.m, why, whylen);
+	case WSYNC_MSG_GPU_ATTACH_OK:
+		CHECK(m->gpu_attach_ok.reserved == 0, "reserved field not zero");
+		CHECK(m->gpu_attach_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		CHECK(m->gpu_attach_ok.device < WSYNC_MODEL_GPUS, "device out of range");
+		CHECK(m->gpu_attach_ok.n_slots >= WSYNC_MIN_SLOTS &&
+		      m->gpu_attach_ok.n_slots <= WSYNC_MAX_SLOTS, "n_slots out of range");
+		CHECK(m->gpu_attach_ok.dev_bytes > 0, "dev_bytes is zero");
+		return 0;
 	case WSYNC_MSG_WAIT_READERS_OK:
 		CHECK(m->wait_readers_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		return 0;

@@ -27,6 +27,8 @@
  *   CLOSE           CLOSE_OK         -                    -
  *   DELETE          DELETE_OK        -                    -
  *   WAIT_READERS    WAIT_READERS_OK  -                    -
+ *   GPU_ATTACH      GPU_ATTACH_OK    -                    slot 0..n-1 on one GPU
+ *                                                         (VMM POSIX fds)
  *
  * Order rules (else -EPROTO): HELLO first and once; BEGIN/COMMIT/ABORT only
  * by the model's publisher; COMMIT/ABORT only for the slot and version of the
@@ -87,6 +89,8 @@ enum wsync_msg_type {
 	WSYNC_MSG_DELETE_OK,
 	WSYNC_MSG_WAIT_READERS,
 	WSYNC_MSG_WAIT_READERS_OK,
+	WSYNC_MSG_GPU_ATTACH,
+	WSYNC_MSG_GPU_ATTACH_OK,
 	WSYNC_MSG_TYPE_END,
 };
 
@@ -139,6 +143,11 @@ struct wsync_msg_pub_open {
 	                                    in the memfd (group_size > 1) */
 	uint32_t group_timeout_ms;       /* a version must be committed by every rank
 	                                    this long after the first COMMIT; 0 = no limit */
+	/* A device model: its GPUs by UUID (n_devices 0 = a host model) and
+	 * enum wsync_dev_flags. Part of the model's identity, like the layout. */
+	uint32_t n_devices;
+	uint32_t dev_flags;
+	uint8_t  devices[WSYNC_MODEL_GPUS][16];
 };
 #define WSYNC_MAX_RANKS 32
 enum wsync_open_flags {
@@ -298,6 +307,26 @@ struct wsync_msg_wait_readers_ok {
 	uint64_t version;
 };
 
+/* publisher or subscriber -> broker: send me the slots of my model on its
+ * GPU number `device` (an index in the model's list, ctl entry dev_uuid) */
+struct wsync_msg_gpu_attach {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+	uint32_t device;
+	uint32_t reserved;
+};
+/* broker -> client; fds: n_slots exported VMM allocations (POSIX fds), slot
+ * order, each dev_bytes long */
+struct wsync_msg_gpu_attach_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t device;
+	uint32_t n_slots;
+	uint32_t reserved;
+	uint64_t dev_bytes;
+	uint64_t incarnation;
+};
+
 struct wsync_msg_error {
 	struct wsync_msg_hdr hdr;
 	int32_t  err;                    /* negative errno */
@@ -332,10 +361,12 @@ union wsync_msg_any {
 	struct wsync_msg_delete_ok delete_ok;
 	struct wsync_msg_wait_readers wait_readers;
 	struct wsync_msg_wait_readers_ok wait_readers_ok;
+	struct wsync_msg_gpu_attach gpu_attach;
+	struct wsync_msg_gpu_attach_ok gpu_attach_ok;
 };
 
 static_assert(sizeof(struct wsync_msg_hello) == 88, "hello size");
-static_assert(sizeof(struct wsync_msg_pub_open) == 184, "pub_open size");
+static_assert(sizeof(struct wsync_msg_pub_open) == 320, "pub_open size");
 static_assert(sizeof(struct wsync_msg_commit) == 48, "commit size");
 static_assert(sizeof(struct wsync_msg_error) == 512, "error size");
 static_assert(sizeof(union wsync_msg_any) == 512, "largest message");

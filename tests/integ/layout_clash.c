@@ -152,7 +152,7 @@ int main(void)
 	o.flags = 1u << 7;     /* not a WSYNC_PUB_* flag */
 	expect_einval(c2, "unknown opts.flags", "clash.bad", d, 2, &o, 0);
 	memset(&o, 0, sizeof o);
-	o.reserved[3] = 1;
+	o.reserved[1] = 1;
 	expect_einval(c2, "nonzero opts.reserved", "clash.bad", d, 2, &o, 0);
 
 	wsync_sub *bad = NULL;

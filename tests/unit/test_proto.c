@@ -45,6 +45,8 @@ static const size_t sizes[END] = {
 	[WSYNC_MSG_DELETE_OK] = sizeof(struct wsync_msg_delete_ok),
 	[WSYNC_MSG_WAIT_READERS] = sizeof(struct wsync_msg_wait_readers),
 	[WSYNC_MSG_WAIT_READERS_OK] = sizeof(struct wsync_msg_wait_readers_ok),
+	[WSYNC_MSG_GPU_ATTACH] = sizeof(struct wsync_msg_gpu_attach),
+	[WSYNC_MSG_GPU_ATTACH_OK] = sizeof(struct wsync_msg_gpu_attach_ok),
 };
 
 /* A well-formed message of type t: plausible values, reserved fields 0. */
@@ -163,6 +165,17 @@ static size_t make_valid(uint32_t t, union wsync_msg_any *m)
 		m->wait_readers_ok.model_id = 3;
 		m->wait_readers_ok.n_readers = 2;
 		m->wait_readers_ok.version = 5;
+		break;
+	case WSYNC_MSG_GPU_ATTACH:
+		m->gpu_attach.m.model_id = 3;
+		m->gpu_attach.device = 1;
+		break;
+	case WSYNC_MSG_GPU_ATTACH_OK:
+		m->gpu_attach_ok.model_id = 3;
+		m->gpu_attach_ok.device = 1;
+		m->gpu_attach_ok.n_slots = 4;
+		m->gpu_attach_ok.dev_bytes = 2 << 20;
+		m->gpu_attach_ok.incarnation = 7;
 		break;
 	}
 	return sizes[t];
@@ -449,6 +462,9 @@ static void refuses_nonzero_reserved_fields(void **state)
 		F(WSYNC_MSG_CLOSE, close, m.reserved),
 		F(WSYNC_MSG_CLOSE, close, reserved),
 		F(WSYNC_MSG_CLOSE_OK, close_ok, reserved),
+		F(WSYNC_MSG_GPU_ATTACH, gpu_attach, m.reserved),
+		F(WSYNC_MSG_GPU_ATTACH, gpu_attach, reserved),
+		F(WSYNC_MSG_GPU_ATTACH_OK, gpu_attach_ok, reserved),
 		F(WSYNC_MSG_ERROR, error, reserved),
 		F(WSYNC_MSG_ERROR, error, reserved2[0]),
 		F(WSYNC_MSG_ERROR, error, reserved2[1]),
@@ -489,6 +505,19 @@ static void refuses_out_of_range_integers(void **state)
 	len = make_valid(WSYNC_MSG_ATTACH, &m);
 	m.attach.m.model_id = UINT32_MAX;
 	expect_refused(&m, len, "ATTACH of model UINT32_MAX");
+	len = make_valid(WSYNC_MSG_GPU_ATTACH, &m);
+	m.gpu_attach.device = WSYNC_MODEL_GPUS;
+	expect_refused(&m, len, "GPU_ATTACH of device WSYNC_MODEL_GPUS");
+	len = make_valid(WSYNC_MSG_PUB_OPEN, &m);
+	m.pub_open.n_devices = WSYNC_MODEL_GPUS + 1;
+	expect_refused(&m, len, "PUB_OPEN with more devices than WSYNC_MODEL_GPUS");
+	len = make_valid(WSYNC_MSG_PUB_OPEN, &m);
+	m.pub_open.dev_flags = WSYNC_DEV_HOST_MIRROR;
+	expect_refused(&m, len, "PUB_OPEN with device flags and no device");
+	len = make_valid(WSYNC_MSG_PUB_OPEN, &m);
+	m.pub_open.n_devices = 1;
+	m.pub_open.devices[1][0] = 1;
+	expect_refused(&m, len, "PUB_OPEN with a UUID past n_devices");
 	len = make_valid(WSYNC_MSG_CLOSE, &m);
 	m.close.what = 0;
 	expect_refused(&m, len, "CLOSE of what 0");

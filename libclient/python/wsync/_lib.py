@@ -46,8 +46,11 @@ class ModelOpts(ctypes.Structure):
         ("group_size", ctypes.c_uint32),
         ("rank", ctypes.c_uint32),
         ("group_timeout_ms", ctypes.c_uint32),
+        ("n_devices", ctypes.c_uint32),
+        ("devices", ctypes.POINTER(ctypes.c_char_p)),
+        ("device_flags", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 

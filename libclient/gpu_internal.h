@@ -1,0 +1,57 @@
+/*
+ * libclient/gpu_internal.h — what the GPU files of libwsync share.
+ *
+ * A device model's slots on one of its GPUs are mapped in a process once
+ * (struct gpu_map: import each exported VMM fd, reserve, map, set access)
+ * and kept until the publisher or subscription closes: a version in a slot
+ * already mapped costs no driver call. Publishers map writable on every GPU
+ * of the model (they fan out to all of them); collectors read-only on the
+ * GPUs they ask for.
+ */
+#ifndef WSYNC_GPU_INTERNAL_H
+#define WSYNC_GPU_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client_internal.h"
+#include "shm/cuda_loader.h"
+
+/* The process's driver (loaded once, kept): 0, or -errno with the detail
+ * set, naming `what`. */
+int wsync_gpu_driver(const char *what, const struct wsync_cuda **out);
+
+#ifdef WSYNC_HAVE_CUDA_H
+struct gpu_map {
+	uint32_t device;                 /* index in the model's list */
+	int      ordinal;                /* as this process sees the GPU */
+	CUdevice dev;
+	uint32_t n_slots;
+	uint64_t dev_bytes;              /* one slot's mapping */
+	bool     writable;
+	CUdeviceptr base[WSYNC_MAX_SLOTS];
+};
+
+/* "CUDA_ERROR_..." for r. */
+const char *wsync_cu_name(const struct wsync_cuda *cu, CUresult r);
+/* The error code a driver failure becomes (-ENOSPC, -ENODEV, -EIO). */
+int wsync_cu_errno(CUresult r);
+#endif
+
+/* The index in the model's device list (its ctl entry) of the GPU named by
+ * uuid: 0 and *device, -ENODEV if the model is not on it or is a host
+ * model, -ENODATA if the model has no layout yet, -EINVAL for a bad uuid. */
+int  wsync_gpu_model_device(const struct wsync_ctl_model *e, const char *model,
+                            const char *uuid, uint32_t *device);
+/*
+ * GPU_ATTACH round trip for the model's GPU `device`, then maps its slots
+ * (read-only unless writable). -ENODEV if this process does not see that
+ * GPU. Caller holds c->lock.
+ */
+int  wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t model_id,
+                          const struct wsync_ctl_model *e, uint32_t device, bool writable,
+                          struct gpu_map **out);
+/* Unmaps and frees (NULL is a no-op). */
+void wsync_gpu_map_free(struct gpu_map *g);
+
+#endif

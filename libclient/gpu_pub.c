@@ -1,0 +1,333 @@
+/*
+ * libclient/gpu_pub.c — publishing device slabs: begin on one GPU, fan out
+ * to the model's other GPUs and the host mirror, synchronise, commit.
+ *
+ * The invariant kept here is the host one (no collector ever sees a version
+ * whose bytes are incomplete), for every copy of the version: the commit
+ * stores `latest` only after cuStreamSynchronize of the stream that carried
+ * the caller's writes and every fan-out copy returned. A fan-out copy goes
+ * peer to peer when the source GPU can reach the destination (the
+ * destination's mapping grants it access, gpu_map.c), else through a pinned
+ * host buffer, chunk by chunk, with the destination's primary context
+ * current for the upload. Nothing is copied after the commit, so a crash
+ * anywhere before it leaves an unpublished slot that the broker frees.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+#include "shm/errmsg.h"
+
+#define STAGE_BYTES ((size_t)8 << 20)     /* pinned host buffer of a staged copy */
+
+#ifdef WSYNC_HAVE_CUDA_H
+
+struct gpu_pub {
+	struct gpu_map *map[WSYNC_MAX_DEVICES];
+	uint32_t n;
+	CUcontext ctx[WSYNC_MAX_DEVICES];     /* retained for staged uploads */
+	void    *stage;
+	bool     stage_pinned;
+};
+
+void wsync_gpu_pub_free(struct wsync_pub *p)
+{
+	struct gpu_pub *g = p->gpu;
+	const struct wsync_cuda *cu;
+
+	if (!g)
+		return;
+	if (!wsync_gpu_driver("device slabs", &cu)) {
+		for (uint32_t d = 0; d < g->n; d++)
+			if (g->ctx[d] && g->map[d])
+				cu->api.cu_cuDevicePrimaryCtxRelease(g->map[d]->dev);
+		if (g->stage_pinned)
+			cu->api.cu_cuMemHostUnregister(g->stage);
+	}
+	for (uint32_t d = 0; d < g->n; d++)
+		wsync_gpu_map_free(g->map[d]);
+	free(g->stage);
+	free(g);
+	p->gpu = NULL;
+}
+
+/* Maps the model's slots on all its GPUs, writable, once. */
+static int pub_gpu_setup(struct wsync_pub *p)
+{
+	struct gpu_pub *g;
+	int err = 0;
+
+	if (p->gpu)
+		return 0;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory", p->model);
+	g->n = p->entry->n_devices;
+	if (g->n > WSYNC_MAX_DEVICES)
+		g->n = WSYNC_MAX_DEVICES;
+	client_lock(p->c);
+	for (uint32_t d = 0; d < g->n && !err; d++)
+		err = wsync_gpu_map_attach(p->c, p->model, p->model_id, p->entry, d, true,
+		                           &g->map[d]);
+	client_unlock(p->c);
+	p->gpu = g;
+	if (err)
+		wsync_gpu_pub_free(p);
+	return err;
+}
+
+int wsync_pub_begin_gpu(wsync_pub *p, const char *uuid, int64_t timeout_ns, wsync_dslab *out)
+{
+	struct gpu_map *map;
+	uint32_t device;
+	int err;
+
+	if (!p || !uuid || !out)
+		return wsync_fail(-EINVAL, "wsync_pub_begin_gpu: publisher, uuid and out must not "
+		                  "be NULL");
+	if (!p->device_model)
+		return wsync_fail(-EINVAL, "model '%s' is a host model: begin with "
+		                  "wsync_pub_begin (or open it with opts.devices)", p->model);
+	err = wsync_gpu_model_device(p->entry, p->model, uuid, &device);
+	if (!err)
+		err = pub_gpu_setup(p);
+	if (err)
+		return err;
+	err = wsync_pub_begin_slab(p, timeout_ns, &out->priv_slab);
+	if (err)
+		return err;
+	map = p->gpu->map[device];
+	p->gpu_begun = true;
+	p->gpu_src = device;
+	out->base = map->base[out->priv_slab.priv_slot];
+	out->bytes = p->bytes;
+	out->n_tensors = p->n_tensors;
+	out->tensors = p->tensors;
+	out->priv_device = device;
+	out->priv_pad = 0;
+	return 0;
+}
+
+static int dslab_check(const wsync_dslab *s, const char *what)
+{
+	const struct wsync_pub *p = s ? s->priv_slab.priv_pub : NULL;
+
+	if (!p || !p->begun || !p->gpu_begun || p->cur.version != s->priv_slab.priv_version)
+		return wsync_fail(-EINVAL, "%s: not a begun device slab", what);
+	return 0;
+}
+
+int wsync_dslab_tensor(const wsync_dslab *s, const char *name, uint64_t *dptr,
+                       const wsync_tensor_desc **desc)
+{
+	const wsync_tensor_desc *d;
+	void *host;
+	int err;
+
+	if (!s || !name || !dptr)
+		return wsync_fail(-EINVAL, "wsync_dslab_tensor: slab, name and dptr must not "
+		                  "be NULL");
+	err = wsync_slab_tensor(&s->priv_slab, name, &host, &d);
+	if (err)
+		return err;
+	*dptr = s->base + d->offset;
+	if (desc)
+		*desc = d;
+	return 0;
+}
+
+int wsync_dslab_copy_from_device(wsync_dslab *s, const uint64_t *src, size_t n, void *stream)
+{
+	const struct wsync_cuda *cu;
+	int err;
+
+	err = dslab_check(s, "wsync_dslab_copy_from_device");
+	if (!err && (!src || n > s->n_tensors))
+		err = wsync_fail(-EINVAL, "wsync_dslab_copy_from_device: %zu sources for %zu "
+		                 "tensors", n, s->n_tensors);
+	if (!err)
+		err = wsync_gpu_driver("wsync_dslab_copy_from_device", &cu);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n; i++) {
+		const wsync_tensor_desc *d = &s->tensors[i];
+		uint64_t len = wsync_tensor_bytes(d);
+		CUresult r;
+
+		if (!src[i] || !len)
+			continue;
+		r = cu->api.cu_cuMemcpyDtoDAsync(s->base + d->offset, src[i], len,
+		                                 (CUstream)stream);
+		if (r != CUDA_SUCCESS)
+			return wsync_fail(wsync_cu_errno(r), "tensor '%s': device copy: %s",
+			                  d->name, wsync_cu_name(cu, r));
+	}
+	return 0;
+}
+
+/* Upload through pinned host memory, for a GPU the source cannot reach. */
+static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev,
+                            CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
+{
+	CUcontext prev = NULL;
+	CUresult r;
+
+	if (!g->stage) {
+		if (posix_memalign(&g->stage, 4096, STAGE_BYTES))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		g->stage_pinned = cu->api.cu_cuMemHostRegister(g->stage, STAGE_BYTES, 0) ==
+		                  CUDA_SUCCESS;
+	}
+	if (!g->ctx[dst_dev]) {
+		r = cu->api.cu_cuDevicePrimaryCtxRetain(&g->ctx[dst_dev], g->map[dst_dev]->dev);
+		if (r != CUDA_SUCCESS) {
+			g->ctx[dst_dev] = NULL;
+			return r;
+		}
+	}
+	for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+		size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+
+		r = cu->api.cu_cuMemcpyDtoHAsync(g->stage, src + off, n, stream);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuStreamSynchronize(stream);
+		if (r != CUDA_SUCCESS)
+			return r;
+		cu->api.cu_cuCtxGetCurrent(&prev);
+		r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuMemcpyHtoD(dst + off, g->stage, n);
+		cu->api.cu_cuCtxSetCurrent(prev);
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Copies the begun version to every other GPU and the host mirror, then
+ * waits for all of it (and for the caller's work on stream). */
+static int fan_out(struct wsync_pub *p, CUstream stream)
+{
+	struct gpu_pub *g = p->gpu;
+	const struct wsync_cuda *cu;
+	uint32_t slot = p->cur.slot, s = p->gpu_src;
+	CUdeviceptr src = g->map[s]->base[slot];
+	const char *what = "";
+	CUresult r = CUDA_SUCCESS;
+	int bad = -1, err;
+
+	err = wsync_gpu_driver("wsync_pub_commit_gpu", &cu);
+	if (err)
+		return err;
+	for (uint32_t d = 0; d < g->n && r == CUDA_SUCCESS; d++) {
+		int can = 0;
+
+		if (d == s)
+			continue;
+		bad = g->map[d]->ordinal;
+		cu->api.cu_cuDeviceCanAccessPeer(&can, g->map[s]->dev, g->map[d]->dev);
+		if (can) {
+			what = "peer copy to GPU ";
+			r = cu->api.cu_cuMemcpyDtoDAsync(g->map[d]->base[slot], src, p->bytes, stream);
+		} else {
+			what = "staged copy to GPU ";
+			r = copy_staged(cu, g, d, g->map[d]->base[slot], src, p->bytes, stream);
+		}
+	}
+	if (r == CUDA_SUCCESS && !p->device_only) {
+		bad = -1;
+		what = "copy to the host mirror";
+		r = cu->api.cu_cuMemcpyDtoHAsync(p->slabs[slot], src, p->bytes, stream);
+	}
+	if (r == CUDA_SUCCESS) {
+		bad = -1;
+		what = "synchronising the stream";
+		r = cu->api.cu_cuStreamSynchronize(stream);
+	}
+	if (r == CUDA_SUCCESS)
+		return 0;
+	if (bad >= 0)
+		return wsync_fail(wsync_cu_errno(r), "model '%s': v%llu not published: %s%d: %s",
+		                  p->model, (unsigned long long)p->cur.version, what, bad,
+		                  wsync_cu_name(cu, r));
+	return wsync_fail(wsync_cu_errno(r), "model '%s': v%llu not published: %s: %s",
+	                  p->model, (unsigned long long)p->cur.version, what,
+	                  wsync_cu_name(cu, r));
+}
+
+int wsync_pub_commit_gpu(wsync_pub *p, void *stream, uint64_t step, uint64_t *version_out)
+{
+	int err;
+
+	if (!p)
+		return wsync_fail(-EINVAL, "wsync_pub_commit_gpu: publisher is NULL");
+	if (!p->begun || !p->gpu_begun || !p->gpu)
+		return wsync_fail(-EINVAL, "model '%s': wsync_pub_commit_gpu without a slab begun "
+		                  "by wsync_pub_begin_gpu", p->model);
+	err = fan_out(p, (CUstream)stream);
+	if (err) {
+		char keep[WSYNC_ERRMSG_LEN];
+
+		snprintf(keep, sizeof(keep), "%s", wsync_errmsg_get());
+		(void)wsync_pub_abort(p);
+		p->gpu_begun = false;
+		return wsync_fail(err, "%s", keep);
+	}
+	p->gpu_begun = false;
+	return wsync_pub_commit_slab(p, step, version_out);
+}
+
+#else /* built without cuda.h */
+
+void wsync_gpu_pub_free(struct wsync_pub *p)
+{
+	(void)p;
+}
+
+static int no_cuda(const char *what)
+{
+	const struct wsync_cuda *cu;
+
+	return wsync_gpu_driver(what, &cu);
+}
+
+int wsync_pub_begin_gpu(wsync_pub *p, const char *uuid, int64_t timeout_ns, wsync_dslab *out)
+{
+	(void)p;
+	(void)uuid;
+	(void)timeout_ns;
+	(void)out;
+	return no_cuda("wsync_pub_begin_gpu");
+}
+
+int wsync_dslab_tensor(const wsync_dslab *s, const char *name, uint64_t *dptr,
+                       const wsync_tensor_desc **desc)
+{
+	(void)s;
+	(void)name;
+	(void)dptr;
+	(void)desc;
+	return no_cuda("wsync_dslab_tensor");
+}
+
+int wsync_dslab_copy_from_device(wsync_dslab *s, const uint64_t *src, size_t n, void *stream)
+{
+	(void)s;
+	(void)src;
+	(void)n;
+	(void)stream;
+	return no_cuda("wsync_dslab_copy_from_device");
+}
+
+int wsync_pub_commit_gpu(wsync_pub *p, void *stream, uint64_t step, uint64_t *version_out)
+{
+	(void)p;
+	(void)stream;
+	(void)step;
+	(void)version_out;
+	return no_cuda("wsync_pub_commit_gpu");
+}
+
+#endif

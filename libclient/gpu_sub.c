@@ -1,0 +1,296 @@
+/*
+ * libclient/gpu_sub.c — device views: the newest version's read-only device
+ * pointer on a GPU of the model, pinned exactly like a host view.
+ *
+ * The pin (hazard) is what keeps the broker from granting the slot while
+ * the view is held; on a GPU the reads are asynchronous, so the view must
+ * outlive the kernels that read it. Release therefore synchronises the
+ * reading stream first and clears the pin after: cuMemUnmap and a cleared
+ * pin would otherwise let the next version overwrite bytes a kernel is
+ * still reading. Mappings are per subscription and GPU, made on the first
+ * use under the client lock and then read without one (release/acquire on
+ * s->gpu[d], never changed until the subscription closes).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+#include "shm/errmsg.h"
+
+#ifdef WSYNC_HAVE_CUDA_H
+
+void wsync_gpu_sub_free(struct wsync_sub *s)
+{
+	for (uint32_t d = 0; d < WSYNC_MAX_DEVICES; d++) {
+		wsync_gpu_map_free(atomic_load(&s->gpu[d]));
+		atomic_store(&s->gpu[d], NULL);
+	}
+}
+
+static int sub_gpu_map(struct wsync_sub *s, uint32_t device, struct gpu_map **out)
+{
+	struct gpu_map *g = atomic_load_explicit(&s->gpu[device], memory_order_acquire);
+	int err = 0;
+
+	if (g) {
+		*out = g;
+		return 0;
+	}
+	client_lock(s->c);
+	g = atomic_load_explicit(&s->gpu[device], memory_order_relaxed);
+	if (!g) {
+		err = wsync_gpu_map_attach(s->c, s->model, s->model_id, s->entry, device, false,
+		                           &g);
+		if (!err)
+			atomic_store_explicit(&s->gpu[device], g, memory_order_release);
+	}
+	client_unlock(s->c);
+	if (!err)
+		*out = g;
+	return err;
+}
+
+/* Turns a pinned host-form view into a device view on GPU device. */
+static int dview_fill(struct wsync_sub *s, uint32_t device, wsync_dview *out)
+{
+	const wsync_view *v = &out->priv_view;
+	struct gpu_map *g;
+	int err;
+
+	err = sub_gpu_map(s, device, &g);
+	if (!err && v->priv_slot >= g->n_slots)
+		err = wsync_fail(-EPROTO, "model '%s': slot %u of %u mapped on the GPU", s->model,
+		                 v->priv_slot, g->n_slots);
+	if (err) {
+		wsync_sub_release(s, &out->priv_view);
+		return err;
+	}
+	out->version = v->version;
+	out->step = v->step;
+	out->published_ns = v->published_ns;
+	out->base = g->base[v->priv_slot];
+	out->bytes = v->bytes;
+	out->n_tensors = v->n_tensors;
+	out->tensors = v->tensors;
+	out->priv_device = device;
+	out->priv_pad = 0;
+	return 0;
+}
+
+int wsync_sub_acquire_gpu(wsync_sub *s, const char *uuid, wsync_dview *out)
+{
+	uint32_t device;
+	int err;
+
+	if (!s || !uuid || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_acquire_gpu: subscription, uuid and out "
+		                  "must not be NULL");
+	err = wsync_sub_check_model(s);
+	if (!err)
+		err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
+	if (err == -ENODATA)
+		return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
+	if (err)
+		return err;
+	err = wsync_sub_acquire_by(s, -1, true, &out->priv_view);
+	if (err)
+		return err == -ESTALE ? -EAGAIN : err;
+	return dview_fill(s, device, out);
+}
+
+int wsync_sub_wait_gpu(wsync_sub *s, const char *uuid, uint64_t after_version,
+                       int64_t timeout_ns, wsync_dview *out)
+{
+	uint32_t device;
+	int err;
+
+	if (!s || !uuid || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_wait_gpu: subscription, uuid and out must "
+		                  "not be NULL");
+	/* a model without a layout yet is waited for like any other; which
+	 * GPU it has is known once it has one */
+	err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
+	if (err && err != -ENODATA)
+		return err;
+	err = wsync_sub_wait_any(s, after_version, timeout_ns, true, &out->priv_view);
+	if (err)
+		return err;
+	err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
+	if (err) {
+		wsync_sub_release(s, &out->priv_view);
+		return err;
+	}
+	return dview_fill(s, device, out);
+}
+
+int wsync_dview_tensor(const wsync_dview *v, const char *name, uint64_t *dptr,
+                       const wsync_tensor_desc **desc)
+{
+	const wsync_tensor_desc *d;
+	const void *host;
+	int err;
+
+	if (!v || !name || !dptr)
+		return wsync_fail(-EINVAL, "wsync_dview_tensor: view, name and dptr must not be "
+		                  "NULL");
+	err = wsync_view_tensor(&v->priv_view, name, &host, &d);
+	if (err)
+		return err;
+	*dptr = v->base + d->offset;
+	if (desc)
+		*desc = d;
+	return 0;
+}
+
+void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream)
+{
+	const struct wsync_cuda *cu;
+
+	if (!s || !v) {
+		wsync_fail(-EINVAL, "wsync_sub_release_gpu: subscription or view is NULL");
+		return;
+	}
+	if (!v->priv_view.priv_sub)
+		return;                          /* already released */
+	if (stream && !wsync_gpu_driver("wsync_sub_release_gpu", &cu)) {
+		CUresult r = cu->api.cu_cuStreamSynchronize((CUstream)stream);
+
+		/* a stream in error has stopped reading: the pin can go either way */
+		if (r != CUDA_SUCCESS)
+			wsync_fail(wsync_cu_errno(r), "model '%s': synchronising the stream that "
+			           "read v%llu: %s", s->model, (unsigned long long)v->version,
+			           wsync_cu_name(cu, r));
+	}
+	wsync_sub_release(s, &v->priv_view);
+	memset(v, 0, sizeof(*v));
+}
+
+static int copy_check(const char *what, uint64_t bytes, uint64_t off, size_t len)
+{
+	if (off > bytes || len > bytes - off)
+		return wsync_fail(-EINVAL, "%s: %zu bytes at %llu, the view has %llu", what, len,
+		                  (unsigned long long)off, (unsigned long long)bytes);
+	return 0;
+}
+
+int wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst, size_t len,
+                              void *stream)
+{
+	const struct wsync_cuda *cu;
+	CUresult r;
+	int err;
+
+	if (!v || !v->priv_sub || !v->base)
+		return wsync_fail(-EINVAL, "wsync_view_copy_to_device: not a held view");
+	err = copy_check("wsync_view_copy_to_device", v->bytes, off, len);
+	if (!err)
+		err = wsync_gpu_driver("wsync_view_copy_to_device", &cu);
+	if (err)
+		return err;
+	r = cu->api.cu_cuMemcpyHtoDAsync(dst, (const char *)v->base + off, len,
+	                                 (CUstream)stream);
+	/* the view may be released as soon as we return: wait for the read */
+	if (r == CUDA_SUCCESS)
+		r = cu->api.cu_cuStreamSynchronize((CUstream)stream);
+	if (r != CUDA_SUCCESS)
+		return wsync_fail(wsync_cu_errno(r), "wsync_view_copy_to_device: %s",
+		                  wsync_cu_name(cu, r));
+	return 0;
+}
+
+int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst, size_t len,
+                               void *stream)
+{
+	const struct wsync_cuda *cu;
+	CUresult r;
+	int err;
+
+	if (!v || !v->priv_view.priv_sub || !v->base)
+		return wsync_fail(-EINVAL, "wsync_dview_copy_to_device: not a held device view");
+	err = copy_check("wsync_dview_copy_to_device", v->bytes, off, len);
+	if (!err)
+		err = wsync_gpu_driver("wsync_dview_copy_to_device", &cu);
+	if (err)
+		return err;
+	/* asynchronous: wsync_sub_release_gpu with this stream waits for it */
+	r = cu->api.cu_cuMemcpyDtoDAsync(dst, v->base + off, len, (CUstream)stream);
+	if (r != CUDA_SUCCESS)
+		return wsync_fail(wsync_cu_errno(r), "wsync_dview_copy_to_device: %s",
+		                  wsync_cu_name(cu, r));
+	return 0;
+}
+
+#else /* built without cuda.h */
+
+void wsync_gpu_sub_free(struct wsync_sub *s)
+{
+	(void)s;
+}
+
+static int no_cuda(const char *what)
+{
+	const struct wsync_cuda *cu;
+
+	return wsync_gpu_driver(what, &cu);
+}
+
+int wsync_sub_acquire_gpu(wsync_sub *s, const char *uuid, wsync_dview *out)
+{
+	(void)s;
+	(void)uuid;
+	(void)out;
+	return no_cuda("wsync_sub_acquire_gpu");
+}
+
+int wsync_sub_wait_gpu(wsync_sub *s, const char *uuid, uint64_t after_version,
+                       int64_t timeout_ns, wsync_dview *out)
+{
+	(void)s;
+	(void)uuid;
+	(void)after_version;
+	(void)timeout_ns;
+	(void)out;
+	return no_cuda("wsync_sub_wait_gpu");
+}
+
+int wsync_dview_tensor(const wsync_dview *v, const char *name, uint64_t *dptr,
+                       const wsync_tensor_desc **desc)
+{
+	(void)v;
+	(void)name;
+	(void)dptr;
+	(void)desc;
+	return no_cuda("wsync_dview_tensor");
+}
+
+void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream)
+{
+	(void)stream;
+	if (s && v && v->priv_view.priv_sub)
+		wsync_sub_release(s, &v->priv_view);
+}
+
+int wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst, size_t len,
+                              void *stream)
+{
+	(void)v;
+	(void)off;
+	(void)dst;
+	(void)len;
+	(void)stream;
+	return no_cuda("wsync_view_copy_to_device");
+}
+
+int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst, size_t len,
+                               void *stream)
+{
+	(void)v;
+	(void)off;
+	(void)dst;
+	(void)len;
+	(void)stream;
+	return no_cuda("wsync_dview_copy_to_device");
+}
+
+#endif

@@ -1,0 +1,619 @@
+/*
+ * gpu_slabs — device slabs end to end against the fake CUDA driver (3 GPUs,
+ * peer access 0<->1 only, so GPU 2 is reached through pinned host memory):
+ *
+ *  - a trainer on GPU 0 publishes a model that lives on GPUs 0, 1, 2;
+ *    collectors in other processes, on GPU 1 and GPU 2, read every version
+ *    bit-exact through read-only device pointers, with asynchronous copies
+ *    delayed (FAKECUDA_COPY_DELAY_US): commit waits for the fan-out, so no
+ *    collector ever sees a half-copied version; a collector's write through
+ *    its device view faults in the collector and changes nothing;
+ *  - misuse is refused with clear errors: host begin/commit on a device
+ *    model, a GPU the model is not on, host views of a device-only model,
+ *    a bad UUID, a device model on a broker without GPUs (--gpus none);
+ *  - a host mirror serves host views of the same versions;
+ *  - a collector killed (SIGKILL) while holding a device view gives its
+ *    slot back; a trainer killed in the middle of its device copies leaves
+ *    the previous version latest and the next trainer publishes;
+ *  - a GPU that is full gives -ENOSPC naming it, a driver failure while
+ *    mapping gives -EIO naming the call, and nothing leaks: every client
+ *    process and the broker end with no allocation, mapping, reservation,
+ *    export or context alive (the fake's report);
+ *  - a broker restart declares device models without adopting their memory,
+ *    and versions go on above the old ones.
+ */
+#include "tests/lib/harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef WSYNC_HAVE_CUDA_H
+#include "shm/cuda_discover.h"
+#include "shm/cuda_loader.h"
+#include "tests/fakecuda/fakecuda.h"
+#include <dlfcn.h>
+
+#define MODEL    "gpu.policy"
+#define MIRRORED "gpu.mirrored"
+#define ROUNDS   12
+
+static struct broker B;
+static char fake[4096], report[4096], uuid[3][WSYNC_GPU_UUID_LEN];
+static struct wsync_cuda cu;
+static CUcontext ctx;
+static int ctx_ordinal = -1;
+
+static const char *read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, len - 1);
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
+/* This process's driver and a current context on GPU ordinal, as the CUDA
+ * runtime of a torch program would have. */
+static void cuda_up(int ordinal)
+{
+	char why[256];
+	CUdevice dev;
+
+	TEST_ASSERT_MSG(wsync_cuda_load(&cu, why, sizeof why) == 0, "%s", why);
+	TEST_ASSERT(cu.api.cu_cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS);
+	TEST_ASSERT(cu.api.cu_cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS);
+	TEST_ASSERT(cu.api.cu_cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
+	ctx_ordinal = ordinal;
+}
+
+/* The fake's live counts of this process: all zero once everything went
+ * (its context released, its clients closed). */
+static void expect_no_leaks(const char *who)
+{
+	fakecuda_live_fn live = (fakecuda_live_fn)dlsym(cu.lib, "fakecuda_live");
+	struct fakecuda_live l;
+
+	TEST_ASSERT(live != NULL);
+	live(&l);
+	harness_log("%s: allocations=%llu exports=%llu mappings=%llu reservations=%llu "
+	            "registrations=%llu contexts=%llu", who, (unsigned long long)l.allocations,
+	            (unsigned long long)l.exports, (unsigned long long)l.mappings,
+	            (unsigned long long)l.reservations,
+	            (unsigned long long)l.host_registrations, (unsigned long long)l.contexts);
+	TEST_ASSERT_MSG(l.allocations == 0 && l.exports == 0 && l.mappings == 0 &&
+	                l.reservations == 0 && l.host_registrations == 0 && l.contexts == 0,
+	                "%s: the fake driver still holds memory or contexts", who);
+}
+
+/* Releases this process's context and checks that nothing is left. */
+static void cuda_down_checked(const char *who)
+{
+	CUdevice dev;
+
+	cu.api.cu_cuCtxSetCurrent(NULL);
+	TEST_ASSERT(cu.api.cu_cuDeviceGet(&dev, ctx_ordinal) == CUDA_SUCCESS);
+	cu.api.cu_cuDevicePrimaryCtxRelease(dev);
+	expect_no_leaks(who);
+	wsync_cuda_unload(&cu);
+}
+
+/* Makes the fake read its FAKECUDA_* settings again at the next cuInit
+ * (they are read once per process, and children inherit them). */
+static void fake_reconfigure(void)
+{
+	void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+	fakecuda_reset_fn reset = lib ? (fakecuda_reset_fn)dlsym(lib, "fakecuda_reset") : NULL;
+
+	TEST_ASSERT(reset != NULL);
+	TEST_OK(reset());
+	dlclose(lib);
+}
+
+static const char *devices3[3] = { uuid[0], uuid[1], uuid[2] };
+
+static void opts_devices(wsync_model_opts *o, uint32_t n, uint32_t flags)
+{
+	memset(o, 0, sizeof(*o));
+	o->slots = 3;
+	o->n_devices = n;
+	o->devices = devices3;
+	o->device_flags = flags;
+}
+
+static int open_dev(wsync_client *c, const char *model, uint32_t flags, wsync_pub **p)
+{
+	wsync_tensor_desc d[2];
+	wsync_model_opts o;
+
+	harness_model_2t(d);
+	opts_devices(&o, 3, flags);
+	return wsync_pub_open(c, model, d, 2, &o, p);
+}
+
+/* One version from GPU 0: the pattern of step, uploaded on the stream. */
+static int publish_dev(wsync_pub *p, uint64_t step, CUstream st, uint64_t *version)
+{
+	static char host[64 << 10];
+	wsync_dslab s;
+	int err;
+
+	err = wsync_pub_begin_gpu(p, uuid[0], 5 * HARNESS_S, &s);
+	if (err)
+		return err;
+	TEST_ASSERT(s.bytes <= sizeof host);
+	harness_fill(host, s.bytes, step);
+	TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base, host, s.bytes, st) == CUDA_SUCCESS);
+	return wsync_pub_commit_gpu(p, st, step, version);
+}
+
+/* A device view's bytes, read back through the driver, against its step. */
+static void verify_dview(const wsync_dview *v)
+{
+	static char host[64 << 10];
+
+	TEST_ASSERT(v->bytes <= sizeof host);
+	TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(host, v->base, v->bytes) == CUDA_SUCCESS);
+	TEST_ASSERT_MSG(harness_verify(host, v->bytes, v->step) == 0,
+	                "v%llu on the GPU is not the bytes of step %llu",
+	                (unsigned long long)v->version, (unsigned long long)v->step);
+}
+
+/* ---- collectors ----------------------------------------------------------- */
+
+struct collector {
+	int gpu;                         /* ordinal = index of the fake GPU */
+	struct chan ready;
+};
+
+static int collector(void *arg)
+{
+	struct collector *co = arg;
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_dview v;
+	uint64_t after = 0;
+	int seen = 0;
+
+	cuda_up(co->gpu);
+	TEST_OK(harness_connect(&B, "gpu-collector", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	chan_send(&co->ready, 1);
+	while (seen < ROUNDS) {
+		TEST_OK(wsync_sub_wait_gpu(s, uuid[co->gpu], after, 10 * HARNESS_S, &v));
+		TEST_GT_U64(v.version, after);
+		verify_dview(&v);
+		{
+			uint64_t dptr;
+			const wsync_tensor_desc *d;
+
+			TEST_OK(wsync_dview_tensor(&v, "policy.bias", &dptr, &d));
+			TEST_EQ_U64(dptr, v.base + d->offset);
+		}
+		after = v.version;
+		wsync_sub_release_gpu(s, &v, NULL);
+		seen++;
+	}
+	wsync_sub_close(s);
+	wsync_close(c);
+	cuda_down_checked("collector");
+	return 0;
+}
+
+/* Writes through a read-only device view: must fault in this process. */
+static int scribbler(void *arg)
+{
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_dview v;
+
+	(void)arg;
+	cuda_up(1);
+	TEST_OK(harness_connect(&B, "gpu-scribbler", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[1], &v));
+	*(volatile char *)(uintptr_t)v.base = 1;    /* the fake maps device memory here */
+	return 0;                                    /* not reached */
+}
+
+/* Holds a device view until killed. */
+static struct chan held;
+static int holder(void *arg)
+{
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_dview v;
+
+	(void)arg;
+	cuda_up(2);
+	TEST_OK(harness_connect(&B, "gpu-holder", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[2], &v));
+	chan_send(&held, v.version);
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* A trainer that dies in the middle of its fan-out copies. */
+static struct chan copying;
+static int dying_trainer(void *arg)
+{
+	static char host[64 << 10];
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_dslab s;
+
+	(void)arg;
+	setenv("FAKECUDA_COPY_DELAY_US", "200000", 1);
+	fake_reconfigure();
+	cuda_up(0);
+	TEST_OK(harness_connect(&B, "gpu-dying", &c));
+	TEST_OK(open_dev(c, MODEL, 0, &p));
+	TEST_OK(wsync_pub_begin_gpu(p, uuid[0], 5 * HARNESS_S, &s));
+	harness_fill(host, s.bytes, 999);
+	TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base, host, s.bytes, NULL) == CUDA_SUCCESS);
+	chan_send(&copying, 1);
+	wsync_pub_commit_gpu(p, NULL, 999, NULL);   /* killed in here */
+	return 0;
+}
+
+/* ---- scenarios -------------------------------------------------------------- */
+
+static void misuse(wsync_client *c, wsync_pub *p)
+{
+	wsync_tensor_desc d[2];
+	wsync_model_opts o;
+	wsync_pub *hp;
+	wsync_sub *s;
+	wsync_slab slab;
+	wsync_dview dv;
+	wsync_view v;
+	const char *bad[1] = { "GPU-not-a-uuid" };
+
+	TEST_RC(wsync_pub_begin(p, 0, &slab), -EINVAL);
+	TEST_CONTAINS(wsync_errmsg(), "wsync_pub_begin_gpu");
+	TEST_RC(wsync_pub_commit(p, 1, NULL), -EINVAL);
+	TEST_RC(wsync_pub_commit_gpu(p, NULL, 1, NULL), -EINVAL);
+
+	/* options */
+	harness_model_2t(d);
+	memset(&o, 0, sizeof o);
+	o.n_devices = 1;
+	o.devices = bad;
+	TEST_RC(wsync_pub_open(c, "gpu.bad", d, 2, &o, &hp), -EINVAL);
+	TEST_CONTAINS(wsync_errmsg(), "not a GPU UUID");
+	opts_devices(&o, 2, 0);
+	o.devices = (const char *const[]){ uuid[1], uuid[1] };
+	TEST_RC(wsync_pub_open(c, "gpu.bad", d, 2, &o, &hp), -EINVAL);
+	TEST_CONTAINS(wsync_errmsg(), "twice");
+	opts_devices(&o, 3, 0);
+	o.flags = WSYNC_PUB_CHECKSUM;
+	TEST_RC(wsync_pub_open(c, "gpu.bad", d, 2, &o, &hp), -EINVAL);
+	TEST_CONTAINS(wsync_errmsg(), "WSYNC_DEV_HOST_MIRROR");
+	/* the same name with other devices is another model */
+	opts_devices(&o, 2, 0);
+	TEST_RC(wsync_pub_open(c, MODEL, d, 2, &o, &hp), -EEXIST);
+	TEST_CONTAINS(wsync_errmsg(), "lives on 3 GPUs");
+
+	/* collectors */
+	TEST_OK(publish_dev(p, 1, NULL, NULL));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_RC(wsync_sub_acquire(s, &v), -ENODEV);
+	TEST_CONTAINS(wsync_errmsg(), "wsync_sub_acquire_gpu");
+	TEST_RC(wsync_sub_acquire_gpu(s, "GPU-00000000-0000-0000-0000-000000000000", &dv),
+	        -ENODEV);
+	TEST_CONTAINS(wsync_errmsg(), "is not on GPU");
+	TEST_RC(wsync_sub_acquire_gpu(s, "nonsense", &dv), -EINVAL);
+	wsync_sub_close(s);
+	TEST_OK(harness_pub_open_2t(c, "gpu.host", 0, &hp));
+	TEST_OK(harness_publish(hp, 1, HARNESS_S, NULL));
+	TEST_OK(wsync_sub_open(c, "gpu.host", &s));
+	TEST_RC(wsync_sub_acquire_gpu(s, uuid[0], &dv), -ENODEV);
+	TEST_CONTAINS(wsync_errmsg(), "host model");
+	TEST_RC(wsync_pub_begin_gpu(hp, uuid[0], 0, (wsync_dslab[1]){ 0 }), -EINVAL);
+	wsync_sub_close(s);
+	wsync_pub_close(hp);
+}
+
+/* Publishes ROUNDS versions while two collectors (GPU 1 peer to peer, GPU 2
+ * staged) check each one; the copies are slowed down so that a commit that
+ * did not wait for them would show. */
+static void fan_out_no_torn(void)
+{
+	struct collector co[2] = { { .gpu = 1 }, { .gpu = 2 } };
+	pid_t pid[2];
+	wsync_client *c;
+	wsync_pub *p;
+	CUstream st;
+	uint64_t version = 0, last = 0;
+	int status;
+
+	setenv("FAKECUDA_COPY_DELAY_US", "300", 1);
+	fake_reconfigure();
+	for (int i = 0; i < 2; i++) {
+		chan_open(&co[i].ready);
+		pid[i] = harness_fork(collector, &co[i]);
+	}
+	cuda_up(0);
+	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
+	TEST_OK(harness_connect(&B, "gpu-trainer", &c));
+	TEST_OK(open_dev(c, MODEL, 0, &p));
+	for (int i = 0; i < 2; i++)
+		chan_recv(&co[i].ready, pid[i]);
+	misuse(c, p);
+	for (uint64_t step = 1; step <= ROUNDS; step++) {
+		TEST_OK(publish_dev(p, step, st, &version));
+		TEST_GT_U64(version, last);
+		last = version;
+		harness_sleep_ms(5);
+	}
+	for (int i = 0; i < 2; i++)
+		harness_expect_exit0(pid[i], "collector");
+
+	/* a write through a collector's device view faults there */
+	pid[0] = harness_fork(scribbler, NULL);
+	status = harness_wait_status(pid[0], 10000);
+	TEST_ASSERT_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+	                "a write through a read-only device view: %s",
+	                harness_status_str(status));
+
+	/* a collector killed while holding a view gives its slot back: with 3
+	 * slots, more versions than slots still publish */
+	chan_open(&held);
+	pid[0] = harness_fork(holder, NULL);
+	TEST_EQ_U64(chan_recv(&held, pid[0]), last);
+	kill(pid[0], SIGKILL);
+	harness_wait_status(pid[0], 10000);
+	for (uint64_t step = ROUNDS + 1; step <= ROUNDS + 4; step++)
+		TEST_OK(publish_dev(p, step, st, &last));
+
+	TEST_ASSERT(cu.api.cu_cuStreamDestroy(st) == CUDA_SUCCESS);
+	wsync_pub_close(p);
+	wsync_close(c);
+	cuda_down_checked("trainer");
+	unsetenv("FAKECUDA_COPY_DELAY_US");
+	fake_reconfigure();
+}
+
+/* A trainer dies in its fan-out: the version before stays latest. */
+static void trainer_killed(void)
+{
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_pub *p;
+	wsync_dview v;
+	uint64_t before, after;
+	pid_t pid;
+
+	/* forked while this process holds nothing of the driver: the child
+	 * reconfigures the fake for slow copies */
+	chan_open(&copying);
+	pid = harness_fork(dying_trainer, NULL);
+	cuda_up(0);                     /* reads GPU 1's copy, publishes from GPU 0 */
+	TEST_OK(harness_connect(&B, "gpu-watch", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[1], &v));
+	before = v.version;
+	wsync_sub_release_gpu(s, &v, NULL);
+	chan_recv(&copying, pid);
+	harness_sleep_ms(50);
+	kill(pid, SIGKILL);
+	harness_wait_status(pid, 10000);
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[1], &v));
+	TEST_EQ_U64(v.version, before);
+	verify_dview(&v);
+	wsync_sub_release_gpu(s, &v, NULL);
+
+	/* the next trainer publishes (retrying while the dead one is reaped) */
+	for (int i = 0; i < 100; i++) {
+		int err = open_dev(c, MODEL, 0, &p);
+
+		if (err != -EBUSY) {
+			TEST_OK(err);
+			break;
+		}
+		harness_sleep_ms(50);
+		TEST_ASSERT(i < 99);
+	}
+	TEST_OK(publish_dev(p, 1000, NULL, &after));
+	TEST_GT_U64(after, before + 1);         /* the dead trainer's version is skipped */
+	TEST_OK(wsync_sub_wait_gpu(s, uuid[1], before, HARNESS_S, &v));
+	TEST_EQ_U64(v.version, after);
+	verify_dview(&v);
+	wsync_sub_release_gpu(s, &v, NULL);
+	wsync_pub_close(p);
+	wsync_sub_close(s);
+	wsync_close(c);
+	cuda_down_checked("watcher");
+}
+
+/* A host mirror: host views of the same versions, in any process. */
+static void host_mirror(void)
+{
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+	wsync_view v;
+	wsync_dview dv;
+	uint64_t version;
+
+	cuda_up(0);
+	TEST_OK(harness_connect(&B, "gpu-mirror", &c));
+	TEST_OK(open_dev(c, MIRRORED, WSYNC_DEV_HOST_MIRROR, &p));
+	TEST_OK(wsync_sub_open(c, MIRRORED, &s));
+	for (uint64_t step = 1; step <= 3; step++) {
+		TEST_OK(publish_dev(p, 40 + step, NULL, &version));
+		TEST_OK(wsync_sub_acquire(s, &v));
+		TEST_EQ_U64(v.version, version);
+		TEST_OK(harness_verify_view(&v));
+		wsync_sub_release(s, &v);
+		TEST_OK(wsync_sub_acquire_gpu(s, uuid[2], &dv));
+		TEST_EQ_U64(dv.version, version);
+		verify_dview(&dv);
+		wsync_sub_release_gpu(s, &dv, NULL);
+	}
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
+	cuda_down_checked("mirror");
+}
+
+/* Driver failures become clear errors, and leave nothing behind. */
+static void driver_errors(void)
+{
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_dview v;
+
+	setenv("FAKECUDA_FAIL", "cuMemMap:2", 1);
+	fake_reconfigure();
+	cuda_up(1);
+	TEST_OK(harness_connect(&B, "gpu-failing", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_RC(wsync_sub_acquire_gpu(s, uuid[1], &v), -EIO);
+	TEST_CONTAINS(wsync_errmsg(), "mapping slot 1");
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[1], &v));   /* the next try maps */
+	verify_dview(&v);
+	wsync_sub_release_gpu(s, &v, NULL);
+	wsync_sub_close(s);
+	wsync_close(c);
+	cuda_down_checked("failing collector");
+	unsetenv("FAKECUDA_FAIL");
+	fake_reconfigure();
+}
+
+static void no_gpu_broker(void)
+{
+	struct broker nb;
+	wsync_client *c;
+	wsync_pub *p;
+
+	TEST_ASSERT(harness_broker_start(&nb, "--gpus", "none", NULL) == 0);
+	TEST_OK(harness_connect(&nb, "gpu-none", &c));
+	TEST_RC(open_dev(c, MODEL, 0, &p), -ENODEV);
+	TEST_CONTAINS(wsync_errmsg(), "serves none");
+	wsync_close(c);
+	harness_broker_finish(&nb);
+}
+
+static void gpu_full(void)
+{
+	struct broker fb;
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_tensor_desc d[1];
+	wsync_model_opts o;
+	uint64_t shape[1] = { 200 << 20 };     /* 800 MiB of f32, 3 slots: over 1 GiB */
+
+	setenv("FAKECUDA_MEM_MB", "1024", 1);
+	TEST_ASSERT(harness_broker_start(&fb, NULL) == 0);
+	unsetenv("FAKECUDA_MEM_MB");
+	TEST_OK(harness_connect(&fb, "gpu-full", &c));
+	harness_desc(&d[0], "big", WSYNC_F32, 1, shape);
+	opts_devices(&o, 1, 0);
+	TEST_RC(wsync_pub_open(c, "gpu.big", d, 1, &o, &p), -ENOSPC);
+	TEST_CONTAINS(wsync_errmsg(), "the GPU is full");
+	TEST_CONTAINS(wsync_errmsg(), uuid[0]);
+	wsync_close(c);
+	harness_broker_finish(&fb);
+}
+
+/* A restarted broker cannot adopt VMM memory: the model comes back
+ * declared, and its next versions are above the old ones. */
+static void broker_restart(void)
+{
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_pub *p;
+	wsync_dview v;
+	uint64_t before, after;
+
+	cuda_up(0);
+	TEST_OK(harness_connect(&B, "gpu-restart", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[0], &v));
+	before = v.version;
+	wsync_sub_release_gpu(s, &v, NULL);
+	wsync_sub_close(s);
+	wsync_close(c);
+
+	harness_broker_kill(&B);
+	setenv("FAKECUDA_REPORT", report, 1);
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
+	unsetenv("FAKECUDA_REPORT");
+	TEST_OK(harness_connect(&B, "gpu-restart", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_RC(wsync_sub_acquire_gpu(s, uuid[0], &v), -ENODATA);
+	TEST_OK(open_dev(c, MODEL, 0, &p));
+	TEST_OK(publish_dev(p, 2000, NULL, &after));
+	TEST_GT_U64(after, before);
+	TEST_OK(wsync_sub_acquire_gpu(s, uuid[0], &v));
+	TEST_EQ_U64(v.version, after);
+	verify_dview(&v);
+	wsync_sub_release_gpu(s, &v, NULL);
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
+	cuda_down_checked("after restart");
+	{
+		char log[65536];
+
+		TEST_CONTAINS(read_file(B.log, log, sizeof log), "whose memory ended with the "
+		              "last broker");
+	}
+}
+
+int main(void)
+{
+	const char *build = getenv("BUILD");
+	struct wsync_gpu_inventory inv;
+	char path[4096], why[256], out[4096];
+
+	snprintf(path, sizeof path, "%s/tests/fakecuda/libcuda.so.1",
+	         build && *build ? build : "build");
+	TEST_ASSERT_MSG(realpath(path, fake) != NULL, "no fake driver at %s", path);
+	setenv("WSYNC_LIBCUDA", fake, 1);
+	setenv("FAKECUDA_DEVICES", "3", 1);
+	setenv("FAKECUDA_PEERS", "01,10", 1);
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	TEST_ASSERT_MSG(wsync_cuda_load(&cu, why, sizeof why) == 0, "%s", why);
+	TEST_ASSERT_MSG(wsync_cuda_discover(&cu, &inv, why, sizeof why) == 0, "%s", why);
+	wsync_cuda_unload(&cu);
+	for (int i = 0; i < 3; i++) {
+		snprintf(uuid[i], sizeof uuid[i], "%s", inv.dev[i].uuid_text);
+		TEST_EQ_U64(wsync_gpu_ordinal(uuid[i]), i);
+	}
+
+	snprintf(report, sizeof report, "/tmp/wsync-gpu-slabs-%d.report", (int)getpid());
+	TEST_ASSERT(harness_broker_start(&B, NULL) == 0);
+
+	fan_out_no_torn();
+	trainer_killed();
+	host_mirror();
+	driver_errors();
+	no_gpu_broker();
+	gpu_full();
+	broker_restart();
+
+	/* the restarted broker released every allocation it made */
+	harness_broker_finish(&B);
+	TEST_CONTAINS(read_file(report, out, sizeof out),
+	              "allocations=0 exports=0 mappings=0 reservations=0");
+	unlink(report);
+	return 0;
+}
+
+#else
+int main(void)
+{
+	printf("SKIP: built without the CUDA Toolkit's cuda.h: no device slabs\n");
+	return 77;
+}
+#endif
