@@ -108,8 +108,7 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
         code = _dtypes.code_of(t.dtype) if _known_dtype(t.dtype) else None
         if code != _dtypes.CODE[spec.dtype]:
             mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
-                               _dtypes.torch_dtype(_dtypes.CODE[spec.dtype])
-                               .__repr__().replace("torch.", "")))
+                               _dtypes.torch_name(_dtypes.CODE[spec.dtype])))
     if mismatched or (strict and (missing or unexpected)):
         where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
                                                    type(dest).__name__)
