@@ -86,6 +86,17 @@ enum wsync_dtype {
 	WSYNC_I64,
 	WSYNC_U8,
 	WSYNC_BOOL,
+	/* Appended for models trained and served on GPUs: codes are only ever
+	 * appended, a code never changes meaning (it is in shared memory). */
+	WSYNC_U16,        /* unsigned 16-bit integer */
+	WSYNC_U32,        /* unsigned 32-bit integer */
+	WSYNC_U64,        /* unsigned 64-bit integer */
+	WSYNC_F8_E4M3FN,  /* 8-bit float, 4 exponent and 3 mantissa bits, finite
+	                     only (no infinities, NaN is S.1111.111): OCP FP8
+	                     E4M3, torch.float8_e4m3fn, safetensors F8_E4M3 */
+	WSYNC_F8_E5M2,    /* 8-bit float, 5 exponent and 2 mantissa bits, IEEE-like
+	                     (infinities and NaNs): OCP FP8 E5M2,
+	                     torch.float8_e5m2, safetensors F8_E5M2 */
 };
 
 typedef struct wsync_client wsync_client;

@@ -25,6 +25,9 @@ static const struct {
 	[WSYNC_I8] = { "i8", 1 },    [WSYNC_I16] = { "i16", 2 },
 	[WSYNC_I32] = { "i32", 4 },  [WSYNC_I64] = { "i64", 8 },
 	[WSYNC_U8] = { "u8", 1 },    [WSYNC_BOOL] = { "bool", 1 },
+	[WSYNC_U16] = { "u16", 2 },  [WSYNC_U32] = { "u32", 4 },
+	[WSYNC_U64] = { "u64", 8 },
+	[WSYNC_F8_E4M3FN] = { "f8_e4m3fn", 1 }, [WSYNC_F8_E5M2] = { "f8_e5m2", 1 },
 };
 
 size_t wsync_dtype_size(uint32_t dtype)

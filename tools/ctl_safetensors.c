@@ -22,7 +22,10 @@ static const struct {
 	{ "F64", WSYNC_F64 }, { "F32", WSYNC_F32 }, { "F16", WSYNC_F16 },
 	{ "BF16", WSYNC_BF16 }, { "I64", WSYNC_I64 }, { "I32", WSYNC_I32 },
 	{ "I16", WSYNC_I16 }, { "I8", WSYNC_I8 }, { "U8", WSYNC_U8 },
-	{ "BOOL", WSYNC_BOOL },
+	{ "BOOL", WSYNC_BOOL }, { "U64", WSYNC_U64 }, { "U32", WSYNC_U32 },
+	{ "U16", WSYNC_U16 },
+	/* safetensors' F8_E4M3 is the finite-only variant (torch.float8_e4m3fn) */
+	{ "F8_E4M3", WSYNC_F8_E4M3FN }, { "F8_E5M2", WSYNC_F8_E5M2 },
 };
 #define N_DTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
 
@@ -40,6 +43,18 @@ uint32_t st_dtype_from_name(const char *name)
 		if (!strcmp(dtypes[i].name, name))
 			return dtypes[i].dtype;
 	return 0;
+}
+
+/* The safetensors dtypes wsync has, space-separated, for error messages. */
+static const char *st_dtype_list(void)
+{
+	static char list[128];
+	size_t at = 0;
+
+	for (size_t i = 0; i < N_DTYPES && at < sizeof(list); i++)
+		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s", i ? " " : "",
+		                       dtypes[i].name);
+	return list;
 }
 
 static int fail(char *why, size_t whylen, const char *fmt, ...)
@@ -133,7 +148,7 @@ static int parse_tensor(const char *name, const json_t *e, struct st_tensor *t,
 	t->desc.dtype = st_dtype_from_name(json_string_value(dt));
 	if (!t->desc.dtype)
 		return fail(why, whylen, "tensor '%.64s': dtype '%.16s' is not supported (wsync has "
-		            "F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)", name, json_string_value(dt));
+		            "%s)", name, json_string_value(dt), st_dtype_list());
 	if (json_array_size(shape) > WSYNC_MAX_DIMS)
 		return fail(why, whylen, "tensor '%.64s': %zu dimensions, at most %d", name,
 		            json_array_size(shape), WSYNC_MAX_DIMS);

@@ -8,7 +8,7 @@
  * The parser accepts a file only if it is exactly that: the header within
  * the file and at most ST_HEADER_MAX bytes, valid JSON with no duplicate
  * names, each entry an object with a dtype wsync has (F64 F32 F16 BF16 I64
- * I32 I16 I8 U8 BOOL), a shape of at most WSYNC_MAX_DIMS sizes whose product
+ * I32 I16 I8 U64 U32 U16 U8 BOOL F8_E4M3 F8_E5M2), a shape of at most WSYNC_MAX_DIMS sizes whose product
  * matches its byte range, ranges that tile the data from 0 to its end in
  * order with no gap or overlap, and string-valued metadata.
  */

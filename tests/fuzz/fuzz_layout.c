@@ -31,7 +31,7 @@ static void repair(wsync_tensor_desc *d, size_t i)
 	if (i % 2 == 0)    /* sometimes a unique suffix, sometimes clashes */
 		d->name[0] = (char)('A' + i % 26);
 	d->name[nl] = 0;
-	d->dtype = d->dtype % 12;
+	d->dtype = d->dtype % (WSYNC_F8_E5M2 + 2);   /* every dtype, 0 and one past */
 	d->ndim = d->ndim % 10;
 	for (uint32_t k = 0; k < WSYNC_MAX_DIMS; k++) {
 		if (k >= d->ndim)

@@ -356,7 +356,7 @@ static void make_layout(struct client *c, const uint8_t *b)
 	c->n_desc = 1 + b[0] % 3;
 	for (uint32_t i = 0; i < c->n_desc; i++) {
 		snprintf(in[i].name, sizeof(in[i].name), "t%u", i);
-		in[i].dtype = 1 + b[1 + i] % 10;
+		in[i].dtype = 1 + b[1 + i] % WSYNC_F8_E5M2;
 		in[i].ndim = 1 + b[1 + i] % 2;
 		in[i].shape[0] = 1 + b[2 + i] % 64;
 		if (in[i].ndim == 2)

@@ -183,20 +183,64 @@ static void dtype_sizes_and_names(void **state)
 		{ WSYNC_F32, 4, "f32" }, { WSYNC_F16, 2, "f16" }, { WSYNC_BF16, 2, "bf16" },
 		{ WSYNC_F64, 8, "f64" }, { WSYNC_I8, 1, "i8" }, { WSYNC_I16, 2, "i16" },
 		{ WSYNC_I32, 4, "i32" }, { WSYNC_I64, 8, "i64" }, { WSYNC_U8, 1, "u8" },
-		{ WSYNC_BOOL, 1, "bool" },
+		{ WSYNC_BOOL, 1, "bool" }, { WSYNC_U16, 2, "u16" }, { WSYNC_U32, 4, "u32" },
+		{ WSYNC_U64, 8, "u64" }, { WSYNC_F8_E4M3FN, 1, "f8_e4m3fn" },
+		{ WSYNC_F8_E5M2, 1, "f8_e5m2" },
 	};
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
 		assert_int_equal(wsync_dtype_size(tab[i].t), tab[i].size);
 		assert_string_equal(wsync_dtype_name(tab[i].t), tab[i].name);
 	}
 	assert_int_equal(wsync_dtype_size(0), 0);
-	assert_int_equal(wsync_dtype_size(WSYNC_BOOL + 1), 0);
+	assert_int_equal(wsync_dtype_size(WSYNC_F8_E5M2 + 1), 0);
+	assert_string_equal(wsync_dtype_name(WSYNC_F8_E5M2 + 1), "?");
 	assert_string_equal(wsync_dtype_name(0), "?");
 	assert_string_equal(wsync_dtype_name(999), "?");
 
 	wsync_tensor_desc d;
 	desc(&d, "t", WSYNC_F64, 3, (uint64_t)2, (uint64_t)3, (uint64_t)5);
 	assert_int_equal(wsync_tensor_bytes(&d), 2 * 3 * 5 * 8);
+}
+
+/* The codes are ABI (shared memory, the protocol, the Python table): the
+ * dtypes added for GPU models come after bool and nothing before moved. */
+static void dtype_codes_are_stable(void **state)
+{
+	(void)state;
+	assert_int_equal(WSYNC_F32, 1);
+	assert_int_equal(WSYNC_U8, 9);
+	assert_int_equal(WSYNC_BOOL, 10);
+	assert_int_equal(WSYNC_U16, 11);
+	assert_int_equal(WSYNC_U32, 12);
+	assert_int_equal(WSYNC_U64, 13);
+	assert_int_equal(WSYNC_F8_E4M3FN, 14);
+	assert_int_equal(WSYNC_F8_E5M2, 15);
+}
+
+/* Each added dtype lays out with its element size and changes the hash. */
+static void added_dtypes_lay_out(void **state)
+{
+	(void)state;
+	static const uint32_t t[] = { WSYNC_U16, WSYNC_U32, WSYNC_U64, WSYNC_F8_E4M3FN,
+	                              WSYNC_F8_E5M2 };
+	static const uint64_t size[] = { 2, 4, 8, 1, 1 };
+	wsync_tensor_desc d[5], o[5];
+	uint64_t bytes = 0, off = 0, h;
+
+	for (size_t i = 0; i < 5; i++)
+		desc(&d[i], (const char *[]){ "a", "b", "c", "d", "e" }[i], t[i], 2,
+		     (uint64_t)3, (uint64_t)100);
+	compute_ok(d, 5, o, &bytes);
+	for (size_t i = 0; i < 5; i++) {
+		assert_int_equal(wsync_tensor_bytes(&o[i]), 300 * size[i]);
+		assert_int_equal(o[i].offset, off);
+		off += (300 * size[i] + WSYNC_ALIGN - 1) / WSYNC_ALIGN * WSYNC_ALIGN;
+	}
+	h = wsync_layout_hash(o, 5);
+	o[3].dtype = WSYNC_F8_E5M2;             /* same size, other dtype */
+	assert_int_not_equal(wsync_layout_hash(o, 5), h);
+	o[3].dtype = WSYNC_U8;
+	assert_int_not_equal(wsync_layout_hash(o, 5), h);
 }
 
 /* ---- rejections ----------------------------------------------------------------- */
@@ -267,7 +311,7 @@ static void rejects_bad_dtype(void **state)
 {
 	(void)state;
 	wsync_tensor_desc d[1];
-	const uint32_t bad[] = { 0, WSYNC_BOOL + 1, 255, UINT32_MAX };
+	const uint32_t bad[] = { 0, WSYNC_F8_E5M2 + 1, 255, UINT32_MAX };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		desc(&d[0], "x", bad[i], 1, (uint64_t)4);
 		expect_rejected(d, 1);
@@ -551,6 +595,8 @@ int main(void)
 		cmocka_unit_test(offsets_given_on_input_are_ignored),
 		cmocka_unit_test(output_may_alias_input),
 		cmocka_unit_test(dtype_sizes_and_names),
+		cmocka_unit_test(dtype_codes_are_stable),
+		cmocka_unit_test(added_dtypes_lay_out),
 		cmocka_unit_test(rejects_zero_tensors),
 		cmocka_unit_test(rejects_shape_product_overflow),
 		cmocka_unit_test(rejects_duplicate_names),

@@ -124,7 +124,9 @@ static void malformed_files_are_refused(void **state)
 	refuses("{" U8("a", 0, 4, 4) ",", 4, "not valid JSON");
 	refuses("[]", 0, "not a JSON object");
 	refuses("{" U8("a", 0, 4, 4) "," U8("a", 4, 8, 4) "}", 8, "duplicate");
-	refuses("{\"a\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, "not supported");
+	refuses("{\"a\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+	        "not supported (wsync has F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL U64 U32 U16 "
+	        "F8_E4M3 F8_E5M2)");
 	refuses("{" U8("a", 0, 4, 3) "}", 4, "make 3 bytes");
 	refuses("{" U8("a", 0, 4, 4) "," U8("b", 3, 5, 2) "}", 5, "overlap");
 	refuses("{" U8("a", 0, 4, 4) "," U8("b", 5, 7, 2) "}", 7, "gap");
@@ -158,13 +160,63 @@ static void header_length_is_checked(void **state)
 static void dtype_names_map_both_ways(void **state)
 {
 	static const char *const names[] = { "F64", "F32", "F16", "BF16", "I64", "I32", "I16",
-	                                     "I8", "U8", "BOOL" };
+	                                     "I8", "U64", "U32", "U16", "U8", "BOOL",
+	                                     "F8_E4M3", "F8_E5M2" };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		assert_string_equal(st_dtype_name(st_dtype_from_name(names[i])), names[i]);
-	assert_int_equal(st_dtype_from_name("U16"), 0);
+	assert_int_equal(st_dtype_from_name("F8_E4M3"), WSYNC_F8_E4M3FN);
+	assert_int_equal(st_dtype_from_name("F8_E5M2"), WSYNC_F8_E5M2);
+	assert_int_equal(st_dtype_from_name("U16"), WSYNC_U16);
+	/* names safetensors has and wsync does not, or that are not safetensors' */
+	assert_int_equal(st_dtype_from_name("F8_E4M3FN"), 0);
+	assert_int_equal(st_dtype_from_name("F8_E8M0"), 0);
+	assert_int_equal(st_dtype_from_name("u16"), 0);
 	assert_null(st_dtype_name(0));
+	assert_null(st_dtype_name(WSYNC_F8_E5M2 + 1));
+}
+
+/* The unsigned and FP8 dtypes go out in a header and come back with their
+ * element sizes (2, 4, 8, 1, 1 bytes) checked against the data offsets. */
+static void added_dtypes_round_trip(void **state)
+{
+	wsync_tensor_desc t[5] = {
+		{ .name = "u16", .dtype = WSYNC_U16, .ndim = 2, .shape = { 2, 3 } },
+		{ .name = "u32", .dtype = WSYNC_U32, .ndim = 1, .shape = { 3 } },
+		{ .name = "u64", .dtype = WSYNC_U64, .ndim = 0 },
+		{ .name = "e4m3", .dtype = WSYNC_F8_E4M3FN, .ndim = 1, .shape = { 5 } },
+		{ .name = "e5m2", .dtype = WSYNC_F8_E5M2, .ndim = 2, .shape = { 1, 7 } },
+	};
+	static const uint64_t end[5] = { 12, 24, 32, 37, 44 };
+	struct st_file f;
+	size_t hlen;
+	char *hdr, *text;
+	uint8_t *buf;
+
+	(void)state;
+	assert_int_equal(st_header_build(t, 5, NULL, 0, &hdr, &hlen), 0);
+	text = strndup(hdr + 8, hlen - 8);         /* the header is not NUL-terminated */
+	assert_non_null(strstr(text, "\"e4m3\":{\"dtype\":\"F8_E4M3\",\"shape\":[5],"
+	                       "\"data_offsets\":[32,37]}"));
+	buf = calloc(1, hlen + 44);
+	memcpy(buf, hdr, hlen);
+	assert_int_equal(st_parse(buf, hlen + 44, &f, why, sizeof(why)), 0);
+	assert_int_equal(f.n_tensors, 5);
+	for (size_t i = 0; i < 5; i++) {
+		assert_string_equal(f.tensors[i].desc.name, t[i].name);
+		assert_int_equal(f.tensors[i].desc.dtype, t[i].dtype);
+		assert_int_equal(f.tensors[i].end, end[i]);
+	}
+	st_free(&f);
+	/* an element size that does not fit the range is refused per dtype */
+	refuses("{\"a\":{\"dtype\":\"U32\",\"shape\":[3],\"data_offsets\":[0,6]}}", 6,
+	        "make 12 bytes");
+	refuses("{\"a\":{\"dtype\":\"F8_E5M2\",\"shape\":[3],\"data_offsets\":[0,6]}}", 6,
+	        "make 3 bytes");
+	free(text);
+	free(buf);
+	free(hdr);
 }
 
 int main(void)
@@ -175,6 +227,7 @@ int main(void)
 		cmocka_unit_test(malformed_files_are_refused),
 		cmocka_unit_test(header_length_is_checked),
 		cmocka_unit_test(dtype_names_map_both_ways),
+		cmocka_unit_test(added_dtypes_round_trip),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

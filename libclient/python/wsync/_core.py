@@ -366,11 +366,24 @@ def _np_view(buf, spec, np_dtype=None):
 
 
 def _torch_view(buf, spec):
+    """A torch tensor over tensor spec: the dtype's own where this torch has
+    it, uint8 raw bits for an 8-bit float where it has none, a TypeError
+    for u16/u32/u64 where it has none (see _dtypes)."""
     import torch
     code = _dtypes.CODE[spec.dtype]
     if code == _dtypes.BF16:
         arr = _np_view(buf, spec, np.dtype(np.int16))
         return torch.from_numpy(arr).view(torch.bfloat16)
+    if code in _dtypes.NEWER_TORCH:
+        if not _dtypes.torch_has(code):
+            if code in _dtypes.RAW_BITS:
+                return torch.from_numpy(_np_view(buf, spec))
+            _dtypes.torch_dtype(code, spec.name)        # raises, naming the version
+        # torch.from_numpy takes no float8 (nor, before 2.3, an unsigned type
+        # but uint8): reinterpret an integer tensor of the same size
+        bits = np.dtype("u1") if code in _dtypes.RAW_BITS else \
+            np.dtype("i%d" % _dtypes.ITEMSIZE[code])
+        return torch.from_numpy(_np_view(buf, spec, bits)).view(_dtypes.torch_dtype(code))
     return torch.from_numpy(_np_view(buf, spec))
 
 
@@ -452,8 +465,8 @@ class Client(_Handle):
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
-        "f64", "i8", "i16", "i32", "i64", "u8", "bool", a numpy dtype or a
-        torch dtype. Options (wsync_model_opts): slots, the slabs kept for
+        "f64", "i8", "i16", "i32", "i64", "u8", "bool", "u16", "u32", "u64",
+        "f8_e4m3fn", "f8_e5m2", a numpy dtype or a torch dtype. Options (wsync_model_opts): slots, the slabs kept for
         the model (0 = the broker's default, 4; else 2 .. the broker's
         --max-slots); guard=True sets PUB_GUARDED (slabs read-only between
         commits, so a stray write after commit faults in the trainer; it
@@ -882,18 +895,20 @@ class Slab:
 
     def numpy(self, name: str) -> np.ndarray:
         """A writable numpy array over tensor name in the slab (zero copy;
-        bf16 as uint16 bits). Valid until commit/abort: then this array (not
-        views derived from it) is made read-only, and writing through
-        anything derived from it kills the process with SIGSEGV."""
+        bf16 as uint16 bits, f8_e4m3fn and f8_e5m2 as uint8 bits). Valid
+        until commit/abort: then this array (not views derived from it) is
+        made read-only, and writing through anything derived from it kills
+        the process with SIGSEGV."""
         spec = self._spec(name)
         arr = _np_view(_rw(self._buf()), spec)
         self._arrays.append(weakref.ref(arr))
         return arr
 
     def torch(self, name: str) -> Any:
-        """A writable torch tensor over tensor name in the slab (zero copy).
-        Valid until commit/abort; writing to it after that kills the process
-        with SIGSEGV (torch tensors cannot be made read-only)."""
+        """A writable torch tensor over tensor name in the slab (zero copy;
+        dtypes as View.torch gives them). Valid until commit/abort; writing
+        to it after that kills the process with SIGSEGV (torch tensors
+        cannot be made read-only)."""
         spec = self._spec(name)
         return _torch_view(_rw(self._buf()), spec)
 
@@ -911,7 +926,8 @@ class Slab:
 
         src is either a mapping {name: numpy array / torch tensor / scalar}
         holding exactly the model's tensors with their dtypes and shapes
-        (bf16 from a torch.bfloat16 tensor or raw uint16/int16 bits), or one
+        (bf16 from a torch.bfloat16 tensor or raw uint16/int16 bits; f8 from
+        a torch float8 tensor of the same kind or raw uint8 bits), or one
         buffer laid out like the slab (as long as the slab, or up to the end
         of its last tensor). Every source is checked before any byte is
         copied. Returns 1, the number of library calls made."""
@@ -1090,9 +1106,10 @@ def _source(spec, x):
         if t.device.type != "cpu":
             t = t.cpu()
         got = _dtypes.code_of(t.dtype)
-        if got != code and not (code == _dtypes.BF16 and got == _dtypes.CODE["i16"]):
-            raise TypeError("wsync: tensor %r is %s, the layout says %s"
-                            % (spec.name, _dtypes.NAME[got], spec.dtype))
+        if got != code and not _dtypes.raw_bits_of(code, got):
+            raise TypeError("wsync: tensor %r is %s, the layout says %s%s"
+                            % (spec.name, _dtypes.NAME[got], spec.dtype,
+                               _dtypes.torch_hint(code)))
         if tuple(t.shape) != spec.shape:
             raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
                              % (spec.name, tuple(t.shape), spec.shape))
@@ -1106,6 +1123,10 @@ def _source(spec, x):
             raise TypeError("wsync: tensor %r is %s, the layout says %s"
                             % (spec.name, a.dtype, spec.dtype))
     else:
+        if code in _dtypes.RAW_BITS and np.asarray(x).dtype.kind not in "iu":
+            # numpy cannot round a float to these: it would truncate to bits
+            raise TypeError("wsync: tensor %r is %s, which numpy lacks: pass its raw "
+                            "bits as a numpy %s array" % (spec.name, spec.dtype, want))
         a = np.asarray(x, dtype=want)
     if a.shape != spec.shape:
         raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
@@ -1299,13 +1320,16 @@ class View:
 
     def numpy(self, name: str) -> np.ndarray:
         """A read-only numpy array over tensor name, zero copy (bf16 as
-        uint16 bits). Writing raises ValueError."""
+        uint16 bits, f8_e4m3fn and f8_e5m2 as uint8 bits). Writing raises
+        ValueError."""
         spec = self._spec(name)
         return _np_view(_ro(self._buf()), spec)
 
     def torch(self, name: str) -> Any:
         """A torch tensor over tensor name, zero copy (bf16 as
-        torch.bfloat16): a wsync.ReadOnlyTensor, whose in-place operations
+        torch.bfloat16; f8 as torch.float8_* from torch 2.1, else uint8
+        bits; u16/u32/u64 as torch.uint16/32/64 from torch 2.3, else a
+        TypeError): a wsync.ReadOnlyTensor, whose in-place operations
         raise ReadOnlyError (the memory is mapped read-only) and whose use
         after release() raises ClosedError. Clone it to modify it."""
         spec = self._spec(name)

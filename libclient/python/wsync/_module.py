@@ -108,8 +108,7 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
         code = _dtypes.code_of(t.dtype) if _known_dtype(t.dtype) else None
         if code != _dtypes.CODE[spec.dtype]:
             mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
-                               _dtypes.torch_dtype(_dtypes.CODE[spec.dtype])
-                               .__repr__().replace("torch.", "")))
+                               _dtypes.torch_name(_dtypes.CODE[spec.dtype])))
     if mismatched or (strict and (missing or unexpected)):
         where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
                                                    type(dest).__name__)
@@ -123,11 +122,24 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
             done.add(id(t))
             spec = by_name[name]
             if tuple(t.shape) == spec.shape:
-                t.copy_(plain_tensor(spec))
+                _copy_bits(t, plain_tensor(spec), _dtypes.CODE[spec.dtype])
             else:
                 read_part(spec, _tp_dim(tuple(t.shape), spec.shape, tp_size), tp_rank,
                           tp_size, t)
     return LoadResult(missing, unexpected)
+
+
+def _copy_bits(dst, src, code):
+    """dst.copy_(src) of the same dtype. The dtypes only a newer torch has
+    (float8, uint16/32/64) go through a signed integer view of their size:
+    the same bits, with no need for a copy kernel of their own, which
+    torch does not have for every such dtype."""
+    if code in _dtypes.NEWER_TORCH:
+        import torch
+        bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        bits = bits[_dtypes.ITEMSIZE[code]]
+        dst, src = dst.view(bits), src.view(bits)
+    dst.copy_(src)
 
 
 def _known_dtype(dt):
