@@ -302,11 +302,6 @@ static int handle_pub_open(struct req *r)
 	if (err)
 		goto out_free;
 
-	if (dev.n && group) {
-		err = req_fail(r, -ENOTSUP, "model '%s': a group of publishers of a device model "
-		               "is not supported yet (publish it from one rank)", p->model);
-		goto out_free;
-	}
 	m = model_find(b, p->model);
 	if (m && m->state == WSYNC_MODEL_READY) {
 		char diff[WSYNC_ERRMSG_MAX - 160];

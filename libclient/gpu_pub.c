@@ -11,6 +11,12 @@
  * host buffer, chunk by chunk, with the destination's primary context
  * current for the upload. Nothing is copied after the commit, so a crash
  * anywhere before it leaves an unpublished slot that the broker frees.
+ *
+ * A rank of a publisher group writes its parts on its own GPU and copies
+ * only those to the other GPUs, so the fan-out runs rank by rank in
+ * parallel and no GPU gathers the model; the broker makes the version
+ * visible once every rank committed, i.e. once every rank's copies are
+ * complete.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -206,19 +212,66 @@ static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 	return CUDA_SUCCESS;
 }
 
-/* Copies the begun version to every other GPU and the host mirror, then
- * waits for all of it (and for the caller's work on stream). */
+/* The byte ranges this publisher wrote: the whole slab, or (a rank of a
+ * group) each row of each of its parts. fn returns a CUDA status; the
+ * first failure stops the walk. */
+typedef CUresult (*range_fn)(struct wsync_pub *p, uint64_t off, uint64_t len, void *arg);
+
+static CUresult for_each_range(struct wsync_pub *p, range_fn fn, void *arg)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	if (p->group_size <= 1)
+		return fn(p, 0, p->bytes, arg);
+	for (size_t i = 0; i < p->n_parts && r == CUDA_SUCCESS; i++) {
+		wsync_slice sl;
+
+		if (wsync_shard_slice(&p->tensors[p->parts[i].tensor], &p->parts[i], &sl))
+			return CUDA_ERROR_INVALID_VALUE;
+		for (uint64_t row = 0; row < sl.rows && r == CUDA_SUCCESS; row++)
+			if (sl.row_bytes)
+				r = fn(p, sl.offset + row * sl.stride, sl.row_bytes, arg);
+	}
+	return r;
+}
+
+struct fan {
+	const struct wsync_cuda *cu;
+	CUstream stream;
+	uint32_t dst;                    /* model GPU, or UINT32_MAX = host mirror */
+	bool peer;
+};
+
+static CUresult copy_range(struct wsync_pub *p, uint64_t off, uint64_t len, void *arg)
+{
+	struct fan *f = arg;
+	struct gpu_pub *g = p->gpu;
+	uint32_t slot = p->cur.slot;
+	CUdeviceptr src = g->map[p->gpu_src]->base[slot] + off;
+
+	if (f->dst == UINT32_MAX)
+		return f->cu->api.cu_cuMemcpyDtoHAsync((char *)p->slabs[slot] + off, src, len,
+		                                       f->stream);
+	if (f->peer)
+		return f->cu->api.cu_cuMemcpyDtoDAsync(g->map[f->dst]->base[slot] + off, src, len,
+		                                       f->stream);
+	return copy_staged(f->cu, g, f->dst, g->map[f->dst]->base[slot] + off, src, len,
+	                   f->stream);
+}
+
+/* Copies what this publisher wrote of the begun version (a group rank: its
+ * parts only, each rank from its own GPU) to every other GPU and the host
+ * mirror, then waits for all of it and for the caller's work on stream. */
 static int fan_out(struct wsync_pub *p, CUstream stream)
 {
 	struct gpu_pub *g = p->gpu;
-	const struct wsync_cuda *cu;
-	uint32_t slot = p->cur.slot, s = p->gpu_src;
-	CUdeviceptr src = g->map[s]->base[slot];
+	uint32_t s = p->gpu_src;
+	struct fan f = { .stream = stream };
 	const char *what = "";
 	CUresult r = CUDA_SUCCESS;
 	int bad = -1, err;
 
-	err = wsync_gpu_driver("wsync_pub_commit_gpu", &cu);
+	err = wsync_gpu_driver("wsync_pub_commit_gpu", &f.cu);
 	if (err)
 		return err;
 	for (uint32_t d = 0; d < g->n && r == CUDA_SUCCESS; d++) {
@@ -227,34 +280,32 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 		if (d == s)
 			continue;
 		bad = g->map[d]->ordinal;
-		cu->api.cu_cuDeviceCanAccessPeer(&can, g->map[s]->dev, g->map[d]->dev);
-		if (can) {
-			what = "peer copy to GPU ";
-			r = cu->api.cu_cuMemcpyDtoDAsync(g->map[d]->base[slot], src, p->bytes, stream);
-		} else {
-			what = "staged copy to GPU ";
-			r = copy_staged(cu, g, d, g->map[d]->base[slot], src, p->bytes, stream);
-		}
+		f.cu->api.cu_cuDeviceCanAccessPeer(&can, g->map[s]->dev, g->map[d]->dev);
+		f.dst = d;
+		f.peer = can;
+		what = can ? "peer copy to GPU " : "staged copy to GPU ";
+		r = for_each_range(p, copy_range, &f);
 	}
 	if (r == CUDA_SUCCESS && !p->device_only) {
 		bad = -1;
 		what = "copy to the host mirror";
-		r = cu->api.cu_cuMemcpyDtoHAsync(p->slabs[slot], src, p->bytes, stream);
+		f.dst = UINT32_MAX;
+		r = for_each_range(p, copy_range, &f);
 	}
 	if (r == CUDA_SUCCESS) {
 		bad = -1;
 		what = "synchronising the stream";
-		r = cu->api.cu_cuStreamSynchronize(stream);
+		r = f.cu->api.cu_cuStreamSynchronize(stream);
 	}
 	if (r == CUDA_SUCCESS)
 		return 0;
 	if (bad >= 0)
 		return wsync_fail(wsync_cu_errno(r), "model '%s': v%llu not published: %s%d: %s",
 		                  p->model, (unsigned long long)p->cur.version, what, bad,
-		                  wsync_cu_name(cu, r));
+		                  wsync_cu_name(f.cu, r));
 	return wsync_fail(wsync_cu_errno(r), "model '%s': v%llu not published: %s: %s",
 	                  p->model, (unsigned long long)p->cur.version, what,
-	                  wsync_cu_name(cu, r));
+	                  wsync_cu_name(f.cu, r));
 }
 
 int wsync_pub_commit_gpu(wsync_pub *p, void *stream, uint64_t step, uint64_t *version_out)

@@ -47,6 +47,38 @@ static bool            sq_hold;
 static struct CUstream_st *streams, *null_stream;
 static struct CUevent_st  *events;
 
+/*
+ * fork(): CUDA state does not survive it (a real driver refuses to work in
+ * the child), and neither do the stream workers here. The child starts with
+ * no streams, no null stream and no events, and a fresh lock and condition
+ * variable (the parent's workers may have been waiting on the old one, and
+ * glibc's condition variables do not survive waiters that vanish). Tests
+ * that fork after using the fake keep working, with new streams.
+ */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&sq_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&sq_lock);
+}
+
+static void fork_child(void)
+{
+	pthread_mutex_init(&sq_lock, NULL);
+	pthread_cond_init(&sq_cond, NULL);
+	streams = null_stream = NULL;
+	events = NULL;
+	sq_hold = false;
+}
+
+__attribute__((constructor)) static void fork_handlers(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 static void op_run(const struct fc_op *op, unsigned delay_us)
 {
 	size_t quarter = (op->n + 3) / 4;

@@ -12,6 +12,9 @@
  *    model, a GPU the model is not on, host views of a device-only model,
  *    a bad UUID, a device model on a broker without GPUs (--gpus none);
  *  - a host mirror serves host views of the same versions;
+ *  - two ranks of a publisher group write their shards on GPUs 0 and 1 and
+ *    each copies only its parts to the other GPUs; a collector on GPU 2
+ *    reads whole, bit-exact tensors of every version;
  *  - a collector killed (SIGKILL) while holding a device view gives its
  *    slot back; a trainer killed in the middle of its device copies leaves
  *    the previous version latest and the next trainer publishes;
@@ -249,6 +252,7 @@ static int dying_trainer(void *arg)
 	wsync_client *c;
 	wsync_pub *p;
 	wsync_dslab s;
+	CUstream st;
 
 	(void)arg;
 	setenv("FAKECUDA_COPY_DELAY_US", "200000", 1);
@@ -256,12 +260,116 @@ static int dying_trainer(void *arg)
 	cuda_up(0);
 	TEST_OK(harness_connect(&B, "gpu-dying", &c));
 	TEST_OK(open_dev(c, MODEL, 0, &p));
+	/* a stream of its own: CUDA state (the fake's stream workers too)
+	 * does not survive fork() */
+	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
 	TEST_OK(wsync_pub_begin_gpu(p, uuid[0], 5 * HARNESS_S, &s));
 	harness_fill(host, s.bytes, 999);
-	TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base, host, s.bytes, NULL) == CUDA_SUCCESS);
+	TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base, host, s.bytes, st) == CUDA_SUCCESS);
 	chan_send(&copying, 1);
-	wsync_pub_commit_gpu(p, NULL, 999, NULL);   /* killed in here */
+	wsync_pub_commit_gpu(p, st, 999, NULL);     /* killed in here */
 	return 0;
+}
+
+/* A rank of a publisher group of a device model: writes its parts on its
+ * own GPU (rank r on GPU r) for steps 1..GROUP_STEPS. */
+#define GROUP_MODEL "gpu.sharded"
+#define GROUP_STEPS 4
+
+static size_t group_parts(uint32_t r, wsync_shard *parts)
+{
+	if (r == 0) {
+		parts[0] = (wsync_shard){ .tensor = 0, .dim = 0, .start = 0, .end = 32 };
+		parts[1] = (wsync_shard){ .tensor = 1, .dim = WSYNC_SHARD_WHOLE };
+		return 2;
+	}
+	parts[0] = (wsync_shard){ .tensor = 0, .dim = 0, .start = 32, .end = 64 };
+	return 1;
+}
+
+static int group_rank(void *arg)
+{
+	static char host[64 << 10];
+	uint32_t r = (uint32_t)(uintptr_t)arg;
+	wsync_tensor_desc d[2];
+	wsync_model_opts o;
+	wsync_shard parts[2];
+	size_t n = group_parts(r, parts);
+	wsync_client *c;
+	wsync_pub *p;
+	CUstream st;
+	char name[32];
+
+	cuda_up((int)r);
+	snprintf(name, sizeof name, "gpu-rank-%u", r);
+	TEST_OK(harness_connect(&B, name, &c));
+	harness_model_2t(d);
+	opts_devices(&o, 3, 0);
+	o.group_size = 2;
+	o.rank = r;
+	TEST_OK(wsync_pub_open_shard(c, GROUP_MODEL, d, 2, &o, parts, n, &p));
+	/* a stream of its own: CUDA state does not survive fork() */
+	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
+	for (uint64_t step = 1; step <= GROUP_STEPS; step++) {
+		wsync_dslab s;
+
+		TEST_OK(wsync_pub_begin_gpu(p, uuid[r], 10 * HARNESS_S, &s));
+		harness_fill(host, s.bytes, 500 + step);
+		for (size_t i = 0; i < n; i++) {
+			wsync_slice sl;
+
+			TEST_OK(wsync_shard_slice(&s.tensors[parts[i].tensor], &parts[i], &sl));
+			TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base + sl.offset, host + sl.offset,
+			                                        sl.rows * sl.row_bytes, st) ==
+			            CUDA_SUCCESS);
+		}
+		TEST_OK(wsync_pub_commit_gpu(p, st, 500 + step, NULL));
+	}
+	TEST_ASSERT(cu.api.cu_cuStreamDestroy(st) == CUDA_SUCCESS);
+	wsync_pub_close(p);
+	wsync_close(c);
+	cuda_down_checked(name);
+	return 0;
+}
+
+/* Two ranks write their shards on GPUs 0 and 1; a collector on GPU 2
+ * (reached by neither peer to peer) reads whole tensors of every version. */
+static void group_of_ranks(void)
+{
+	static char want[64 << 10], got[64 << 10];
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_dview v;
+	uint64_t after = 0;
+	pid_t pid[2];
+
+	for (uint32_t r = 0; r < 2; r++)
+		pid[r] = harness_fork(group_rank, (void *)(uintptr_t)r);
+	cuda_up(2);
+	TEST_OK(harness_connect(&B, "gpu-group-reader", &c));
+	TEST_OK(wsync_sub_open(c, GROUP_MODEL, &s));
+	for (int seen = 0; seen < GROUP_STEPS; seen++) {
+		TEST_OK(wsync_sub_wait_gpu(s, uuid[2], after, 10 * HARNESS_S, &v));
+		TEST_ASSERT(v.bytes <= sizeof got);
+		harness_fill(want, v.bytes, v.step);
+		TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(got, v.base, v.bytes) == CUDA_SUCCESS);
+		for (size_t t = 0; t < v.n_tensors; t++) {
+			const wsync_tensor_desc *d = &v.tensors[t];
+
+			TEST_ASSERT_MSG(!memcmp(got + d->offset, want + d->offset,
+			                        wsync_tensor_bytes(d)),
+			                "v%llu: tensor '%s' on GPU 2 is not step %llu's",
+			                (unsigned long long)v.version, d->name,
+			                (unsigned long long)v.step);
+		}
+		after = v.version;
+		wsync_sub_release_gpu(s, &v, NULL);
+	}
+	for (int r = 0; r < 2; r++)
+		harness_expect_exit0(pid[r], "rank");
+	wsync_sub_close(s);
+	wsync_close(c);
+	cuda_down_checked("group reader");
 }
 
 /* ---- scenarios -------------------------------------------------------------- */
@@ -597,6 +705,7 @@ int main(void)
 	fan_out_no_torn();
 	trainer_killed();
 	host_mirror();
+	group_of_ranks();
 	driver_errors();
 	no_gpu_broker();
 	gpu_full();
