@@ -12,6 +12,7 @@
 #include "checksum.h"
 #include "client_internal.h"
 #include "ctl_snap.h"
+#include "shm/cuda_discover.h"
 
 #define RELAXED memory_order_relaxed
 #define LOAD(p) atomic_load_explicit(&(p), RELAXED)
@@ -68,6 +69,9 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->group_first_ns = LOAD(e->group_first_ns);
 	m->group_last_ns = LOAD(e->group_last_ns);
 	m->publisher = LOAD(e->publisher);
+	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
+	m->dev_flags = e->dev_flags;
+	memcpy(m->dev_uuid, e->dev_uuid, sizeof(m->dev_uuid));
 	for (uint32_t k = 0; k < m->n_slots; k++) {
 		m->slot_state[k] = LOAD(e->slot_state[k]);
 		if (m->slot_state[k] != WSYNC_SLOT_FREE)
@@ -311,6 +315,18 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 			"committed", done,
 			"waiting_s", m->group_first_ns ? jsince(s, m->group_first_ns) : json_null(),
 			"last_version_ms", (double)m->group_last_ns / 1e6));
+	}
+	if (m->n_devices) {
+		json_t *gpus = json_array();
+
+		for (uint32_t d = 0; d < m->n_devices; d++) {
+			char text[WSYNC_GPU_UUID_TEXT];
+
+			wsync_gpu_uuid_format(m->dev_uuid[d], text, sizeof(text));
+			json_array_append_new(gpus, json_string(text));
+		}
+		json_object_set_new(o, "devices", json_pack("{s:o, s:b}", "gpus", gpus,
+		                    "host_mirror", (m->dev_flags & WSYNC_DEV_HOST_MIRROR) != 0));
 	}
 	if (m->checksum_known && m->checksum) {
 		snprintf(cs, sizeof(cs), "%016" PRIx64, m->checksum);

@@ -33,6 +33,9 @@ struct snap_model {
 	uint32_t group_committed;        /* bit r: rank r committed the version in progress */
 	int64_t  group_first_ns;         /* its first COMMIT (CLOCK_REALTIME), 0 = none */
 	int64_t  group_last_ns;          /* first to last COMMIT of the last version */
+	uint32_t n_devices;              /* GPUs of a device model, 0 = host */
+	uint32_t dev_flags;              /* enum wsync_dev_flags */
+	uint8_t  dev_uuid[WSYNC_MAX_DEVICES][16];
 	bool     checksum_known;         /* checksum below was read */
 	uint64_t checksum;               /* of the latest version, 0 = none */
 };

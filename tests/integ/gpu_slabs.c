@@ -567,6 +567,22 @@ static void host_mirror(void)
 		verify_dview(&dv);
 		wsync_sub_release_gpu(s, &dv, NULL);
 	}
+	/* wsyncctl shows where models live; the device-only one has no host
+	 * checksum to read, and says nothing wrong about it */
+	{
+		char ctl[256], out[16384], want[256];
+		const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+		char *argv[] = { ctl, "--endpoint", B.sock, "--json", "models", NULL };
+		int st;
+
+		snprintf(ctl, sizeof(ctl), "%s/bin/wsyncctl", build);
+		st = harness_run(argv, out, sizeof(out), 10000);
+		TEST_ASSERT_MSG(st == 0, "wsyncctl models: %s: %s", harness_status_str(st), out);
+		snprintf(want, sizeof want, "\"devices\":{\"gpus\":[\"%s\",\"%s\",\"%s\"],"
+		         "\"host_mirror\":true}", uuid[0], uuid[1], uuid[2]);
+		TEST_CONTAINS(out, want);
+		TEST_CONTAINS(out, "\"host_mirror\":false");
+	}
 	wsync_sub_close(s);
 	wsync_pub_close(p);
 	wsync_close(c);
