@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -221,6 +222,10 @@ static int scribbler(void *arg)
 	TEST_OK(harness_connect(&B, "gpu-scribbler", &c));
 	TEST_OK(wsync_sub_open(c, MODEL, &s));
 	TEST_OK(wsync_sub_acquire_gpu(s, uuid[1], &v));
+	/* the default action (sanitizers install handlers of their own), no core */
+	setrlimit(RLIMIT_CORE, &(struct rlimit){ 0, 0 });
+	signal(SIGSEGV, SIG_DFL);
+	signal(SIGBUS, SIG_DFL);
 	*(volatile char *)(uintptr_t)v.base = 1;    /* the fake maps device memory here */
 	return 0;                                    /* not reached */
 }
