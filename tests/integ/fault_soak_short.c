@@ -22,11 +22,13 @@ int main(void)
 		.trainers = 2,
 		.collectors = 3,
 		.broker_kills = 15,
+		.ranks = 3,
 	};
 	struct soak_result r;
 
 	soak_run(&o, &r);
 	TEST_ASSERT(r.kills_broker + r.kills_trainer + r.kills_collector > 0);
+	TEST_ASSERT(r.kills_rank > 0 && r.group_versions > 0);
 	TEST_ASSERT(r.views > 0 && r.commits > 0);
 	return 0;
 }

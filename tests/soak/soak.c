@@ -25,6 +25,7 @@ int main(void)
 		.trainers = env_int("SOAK_TRAINERS", 2),
 		.collectors = env_int("SOAK_COLLECTORS", 4),
 		.broker_kills = env_int("SOAK_BROKER_KILL_PCT", 15),
+		.ranks = env_int("SOAK_RANKS", 4),
 	};
 	struct soak_result r;
 
@@ -34,5 +35,6 @@ int main(void)
 	}
 	soak_run(&o, &r);
 	TEST_ASSERT(r.views > 0 && r.commits > 0);
+	TEST_ASSERT(o.ranks == 0 || r.group_versions > 0);
 	return 0;
 }
