@@ -1,11 +1,12 @@
 /*
  * fault_soak_short — the crash soak of `make soak`, bounded to ~8 s of kills:
  * 2 trainers publish verifiable contents (every word derived from the step),
+ * a publisher group of 3 ranks publishes a third model (each rank its parts),
  * 3 collectors verify every view completely (and again after holding it),
- * while the broker, trainers and collectors are SIGKILLed and restarted at
+ * while the broker, trainers, ranks and collectors are SIGKILLed and restarted at
  * seeded random times (the seed is printed; SOAK_SEED=N repeats it). Passes
  * when no view was torn or went backward (per collector, across its
- * reconnects and restarts), every trainer and collector recovered, no slot
+ * reconnects and restarts), every trainer, rank and collector recovered, no slot
  * is left granted once every client is gone, only the live generation's
  * segments exist, and after the clean stop nothing of the instance remains.
  */

@@ -1,6 +1,7 @@
 /*
  * soak — `make soak`: the crash soak for SOAK_SECONDS (default 120) of
- * random SIGKILLs of the broker, trainers and collectors (seeded: SOAK_SEED
+ * random SIGKILLs of the broker, trainers, the ranks of a publisher group
+ * (SOAK_RANKS, default 4; 0: no group) and collectors (seeded: SOAK_SEED
  * repeats the sequence of choices). See tests/lib/faults.h, soak_run, for
  * what is checked; fault_soak_short runs the same for ~8 s in `make test`.
  */
