@@ -748,7 +748,9 @@ class Publisher(_Handle):
         """Publishes weights (an nn.Module, whose state_dict() is taken, or
         a mapping as for Slab.copy_from) as the next version stamped with
         step: begin(timeout), one copy_from call, commit. Returns the
-        version. Nothing is published if anything fails."""
+        version. Nothing is published if anything fails. On a
+        publisher_shard rank, weights is the rank's state_dict and only
+        its parts are written (Slab.copy_parts; threads is not used)."""
         return self._publish(weights, step, timeout, threads, Slab.commit)
 
     def publish_async(self, weights: Any, step: int, timeout: Optional[float] = None,
