@@ -101,7 +101,7 @@ help:
 	@echo "  make deps       install missing Debian packages"
 	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
 	@echo "  make fuzz-smoke the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
-	@echo "  make soak       crash soak: kill -9 broker/trainers/collectors for SOAK_SECONDS (120)"
+	@echo "  make soak       crash soak: kill -9 broker/trainers/group ranks/collectors for SOAK_SECONDS (120)"
 	@echo "  make check-tsan the concurrency tests under ThreadSanitizer (build-tsan/)"
 	@echo "  make clean      remove $(BUILD)/ and build-asan/"
 	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz"

@@ -74,6 +74,11 @@ int  top_interactive(struct top_state *t);
 void top_fmt_header(const struct top_view *v, char *l1, char *l2, size_t len);
 extern const char top_models_title[];
 void top_fmt_model(const struct top_view *v, uint32_t i, char *buf, size_t len);
+/* A publisher group's progress: its ranks, which committed the version
+ * being written and since when, how long the last one took from first to
+ * last commit. False (nothing written) for a model of one publisher. */
+extern const char top_groups_title[];
+bool top_fmt_group(const struct top_view *v, uint32_t i, char *buf, size_t len);
 extern const char top_sessions_title[];
 void top_fmt_session(const struct top_view *v, const struct snap_session *e,
                      char *buf, size_t len);

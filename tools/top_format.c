@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shm/proto.h"
 #include "top.h"
 
 static const char *fmt_rate(char *buf, size_t len, const struct top_view *v, double x,
@@ -64,6 +65,57 @@ void top_fmt_model(const struct top_view *v, uint32_t i, char *buf, size_t len)
 	         fmt_checksum(cs, sizeof(cs), m));
 }
 
+const char top_groups_title[] =
+	"GROUP                    RANKS (#: committed the version being written)";
+
+/* "0-2,5": the ranks below n whose bit in mask is want; "none" if none. */
+static const char *fmt_ranks(char *buf, size_t len, uint32_t mask, uint32_t n, bool want)
+{
+	size_t o = 0;
+
+	buf[0] = 0;
+	for (uint32_t r = 0, e; r < n && o < len; r = e + 1) {
+		if (!!(mask & (UINT32_C(1) << r)) != want) {
+			e = r;
+			continue;
+		}
+		for (e = r; e + 1 < n && !!(mask & (UINT32_C(1) << (e + 1))) == want; e++)
+			;
+		o += (size_t)snprintf(buf + o, len - o, e > r ? "%s%" PRIu32 "-%" PRIu32 :
+		                      "%s%" PRIu32, o ? "," : "", r, e);
+	}
+	if (!buf[0])
+		snprintf(buf, len, "none");
+	return buf;
+}
+
+bool top_fmt_group(const struct top_view *v, uint32_t i, char *buf, size_t len)
+{
+	const struct snap_model *m = &v->snap->models[i];
+	uint32_t n = m->group_size < WSYNC_MAX_RANKS ? m->group_size : WSYNC_MAX_RANKS;
+	uint32_t done = m->group_committed;
+	char bar[WSYNC_MAX_RANKS + 1], yes[128], no[128], age[32], last[32] = "-";
+
+	if (m->group_size < 2)
+		return false;
+	for (uint32_t r = 0; r < n; r++)
+		bar[r] = done & (UINT32_C(1) << r) ? '#' : '.';
+	bar[n] = 0;
+	if (m->group_last_ns > 0)
+		snprintf(last, sizeof(last), "%.2f ms", (double)m->group_last_ns / 1e6);
+	if (!m->group_first_ns) {
+		snprintf(buf, len, "%-24.24s [%s] no version being written; last version: %s "
+		         "from first to last commit", m->name, bar, last);
+		return true;
+	}
+	snprintf(buf, len, "%-24.24s [%s] %d/%" PRIu32 " committed: %s; waiting %s for %s; "
+	         "last version: %s from first to last commit", m->name, bar,
+	         __builtin_popcount(done), n, fmt_ranks(yes, sizeof(yes), done, n, true),
+	         fmt_age(age, sizeof(age), v->snap->now_ns - m->group_first_ns),
+	         fmt_ranks(no, sizeof(no), done, n, false), last);
+	return true;
+}
+
 const char top_sessions_title[] =
 	"     PID NAME             ROLE    MODELS               VERSION    LAG    WAITS TIMEOUTS       CONN";
 
@@ -98,6 +150,13 @@ void top_print_text(const struct top_view *v)
 	printf("%s\n\n%s\n", l2, top_models_title);
 	for (uint32_t i = 0; i < v->snap->n_models; i++) {
 		top_fmt_model(v, i, line, sizeof(line));
+		printf("%s\n", line);
+	}
+	for (uint32_t i = 0, titled = 0; i < v->snap->n_models; i++) {
+		if (!top_fmt_group(v, i, line, sizeof(line)))
+			continue;
+		if (!titled++)
+			printf("\n%s\n", top_groups_title);
 		printf("%s\n", line);
 	}
 	printf("\n%s\n", top_sessions_title);

@@ -90,6 +90,15 @@ static void draw(struct screen *sc)
 		top_fmt_model(v, i, line, sizeof(line));
 		put_line(y++, line, (int)i == sel ? A_BOLD | A_UNDERLINE : 0);
 	}
+	for (uint32_t i = 0, titled = 0; i < v->snap->n_models; i++) {
+		if (!top_fmt_group(v, i, line, sizeof(line)))
+			continue;
+		if (!titled++) {
+			y++;
+			put_line(y++, top_groups_title, A_REVERSE);
+		}
+		put_line(y++, line, (int)i == sel ? A_BOLD : 0);
+	}
 	y++;
 	put_line(y++, top_sessions_title, A_REVERSE);
 	n = top_session_order(v, sc->sort, sel >= 0 ? (int)v->snap->models[sel].id : -1, idx);
@@ -116,6 +125,9 @@ static void show_help(void)
 		"RATE and BW: commits per second and slab bytes per second over the last",
 		"interval. LAG: versions behind the latest (sessions: of the version they",
 		"read; models: the worst collector). VERSION n*: held now.",
+		"GROUP: a model published by a group of ranks; [#.] its ranks, # those",
+		"that committed the version being written, waiting: since its first",
+		"commit; last version: its first to its last commit (the slowest rank).",
 		"",
 		"press any key",
 	};

@@ -41,12 +41,6 @@ static void layout(wsync_tensor_desc d[3])
 	harness_desc(&d[2], "c", WSYNC_F32, 1, c);
 }
 
-/* The 32-bit word at element e of tensor t for a step. */
-static uint32_t word(uint64_t step, uint32_t t, uint64_t e)
-{
-	return (uint32_t)(step * 0x9E3779B1u) ^ (t << 24) ^ (uint32_t)e;
-}
-
 static size_t rank_parts(uint32_t r, wsync_shard *p)
 {
 	size_t n = 0;
@@ -56,56 +50,6 @@ static size_t rank_parts(uint32_t r, wsync_shard *p)
 	if (r == RANKS - 1)
 		p[n++] = (wsync_shard){ 2, WSYNC_SHARD_WHOLE, 0, 0 };
 	return n;
-}
-
-/* Fills this rank's parts of a begun slab with the pattern of step. */
-static void fill_parts(const wsync_slab *slab, const wsync_shard *parts, size_t n,
-                       uint64_t step)
-{
-	for (size_t i = 0; i < n; i++) {
-		const wsync_tensor_desc *d = &slab->tensors[parts[i].tensor];
-		uint64_t cols = d->ndim == 2 ? d->shape[1] : 1, k = 0;
-		wsync_slice s;
-		uint32_t *buf;
-
-		TEST_OK(wsync_slab_part(slab, i, &s));
-		buf = malloc(s.rows * s.row_bytes);
-		TEST_ASSERT(buf);
-		for (uint64_t r = 0; r < s.rows; r++) {
-			for (uint64_t j = 0; j < s.row_bytes / 4; j++) {
-				uint64_t e;
-
-				if (parts[i].dim == 1)
-					e = r * cols + parts[i].start + j;
-				else if (parts[i].dim == 0)
-					e = parts[i].start * cols + j;
-				else
-					e = j;
-				buf[k++] = word(step, parts[i].tensor, e);
-			}
-		}
-		wsync_slice_write(slab->base, buf, &s);
-		free(buf);
-	}
-}
-
-/* 0 if every element of every tensor of v carries v's step. */
-static int verify_whole(const wsync_view *v)
-{
-	for (uint32_t t = 0; t < 3; t++) {
-		const wsync_tensor_desc *d = &v->tensors[t];
-		const uint32_t *w = (const uint32_t *)((const char *)v->base + d->offset);
-		uint64_t n = wsync_tensor_bytes(d) / 4;
-
-		for (uint64_t e = 0; e < n; e++)
-			if (w[e] != word(v->step, t, e)) {
-				harness_log("v%llu step %llu: tensor %u element %llu is 0x%08x",
-				            (unsigned long long)v->version,
-				            (unsigned long long)v->step, t, (unsigned long long)e, w[e]);
-				return -1;
-			}
-	}
-	return 0;
 }
 
 /* ---- a rank: a child process driven by commands ------------------------------ */
@@ -148,7 +92,7 @@ static int rank_main(void *arg)
 		if (op == OP_PUBLISH || op == OP_BEGIN) {
 			rc = wsync_pub_begin(p, 10 * HARNESS_S, &slab);
 			if (!rc)
-				fill_parts(&slab, parts, n, step);
+				TEST_OK(harness_fill_parts(&slab, parts, n, step));
 		}
 		if (!rc && (op == OP_PUBLISH || op == OP_COMMIT))
 			rc = wsync_pub_commit(p, step, NULL);
@@ -237,7 +181,7 @@ int main(void)
 		group_publish(step, 0);
 		TEST_OK(wsync_sub_wait(s, seen, 5 * HARNESS_S, &v));
 		TEST_EQ_U64(v.step, step);
-		TEST_ASSERT(verify_whole(&v) == 0);
+		TEST_ASSERT(harness_verify_tensors(&v) == 0);
 		seen = v.version;
 		wsync_sub_release(s, &v);
 	}
@@ -253,7 +197,7 @@ int main(void)
 		for (uint64_t r = 0; r < A_ROWS; r++)
 			for (uint64_t j = 0; j < A_COLS / 2; j++)
 				TEST_ASSERT(part[r * (A_COLS / 2) + j] ==
-				            word(v.step, 0, r * A_COLS + A_COLS / 2 + j));
+				            harness_elem_word(v.step, 0, r * A_COLS + A_COLS / 2 + j));
 		wsync_sub_release(s, &v);
 	}
 
@@ -304,7 +248,7 @@ int main(void)
 	group_publish(23, 0);
 	TEST_OK(wsync_sub_wait(s, seen, 5 * HARNESS_S, &v));
 	TEST_EQ_U64(v.step, 23);
-	TEST_ASSERT(verify_whole(&v) == 0);
+	TEST_ASSERT(harness_verify_tensors(&v) == 0);
 	seen = v.version;
 	wsync_sub_release(s, &v);
 	for (uint32_t r = 0; r < RANKS; r++)
@@ -325,7 +269,7 @@ int main(void)
 	group_publish(26, 0);
 	TEST_OK(wsync_sub_wait(s, seen, 5 * HARNESS_S, &v));
 	TEST_EQ_U64(v.step, 26);
-	TEST_ASSERT(verify_whole(&v) == 0);
+	TEST_ASSERT(harness_verify_tensors(&v) == 0);
 	wsync_sub_release(s, &v);
 	for (uint32_t r = 0; r < RANKS; r++)
 		rank_stop(r);

@@ -270,18 +270,26 @@ int faults_ctl_sessions(const struct broker *b)
 
 #define SOAK_MAX_T 4
 #define SOAK_MAX_C 8
+#define SOAK_MAX_R 4
+#define SOAK_MAX_M (SOAK_MAX_T + 1)     /* the trainers' models and the group's */
+
+/* What a publisher process (a trainer, a rank of the group) did, across its
+ * restarts. */
+struct soak_pub_stats {
+	_Atomic uint64_t commits, last_version, reconnects, backward;
+	_Atomic uint64_t dropped;        /* -ECONNABORTED: another rank died */
+	char err[256];
+};
 
 struct soak_shared {
 	_Atomic int stop;
-	struct {
-		_Atomic uint64_t commits, last_version, reconnects, backward;
-		char err[256];
-	} t[SOAK_MAX_T];
+	struct soak_pub_stats t[SOAK_MAX_T];
 	struct {
 		_Atomic uint64_t views, reconnects, torn, backward;
-		_Atomic uint64_t last[SOAK_MAX_T];
+		_Atomic uint64_t last[SOAK_MAX_M];
 		char err[256];
 	} c[SOAK_MAX_C];
+	struct soak_pub_stats r[SOAK_MAX_R];
 };
 
 static struct soak_shared *S;
@@ -297,9 +305,18 @@ static uint64_t rng_next(uint64_t *x)
 	return *x * 0x2545F4914F6CDD1Dull;
 }
 
+/* Model i: a trainer's (i < trainers), else the group's. */
 static void soak_model(char *buf, size_t len, int i)
 {
-	snprintf(buf, len, "soak.m%d", i);
+	if (i < SO->trainers)
+		snprintf(buf, len, "soak.m%d", i);
+	else
+		snprintf(buf, len, "soak.group");
+}
+
+static int soak_models(void)
+{
+	return SO->trainers + (SO->ranks ? 1 : 0);
 }
 
 /* Connects, retrying while the broker is down or restarting. */
@@ -315,51 +332,167 @@ static wsync_client *soak_connect(const char *name)
 	return NULL;
 }
 
-static int soak_trainer(void *arg)
-{
-	int i = (int)(intptr_t)arg;
-	uint64_t x = (SO->seed ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull) | 1;
+/* A publisher process: what it publishes and how. */
+struct soak_pubber {
 	char model[32], name[32];
+	struct soak_pub_stats *st;
+	uint64_t x;                      /* a trainer's steps */
+	wsync_model_opts o;              /* a rank's group and rank */
+	wsync_tensor_desc d[3];
+	wsync_shard parts[3];
+	size_t n_parts;
+	int (*open)(struct soak_pubber *me, wsync_client *c, wsync_pub **p);
+	/* one version: 0 and its version, or an error */
+	int (*publish)(struct soak_pubber *me, wsync_pub *p, uint64_t *v);
+};
 
-	soak_model(model, sizeof(model), i);
-	snprintf(name, sizeof(name), "soak-trainer-%d", i);
+/* Connects, opens (again while the killed predecessor is not reaped) and
+ * publishes until the soak stops; reconnects after any other error. Slots
+ * held (-EBUSY), a rank not open yet (-EAGAIN) and a version another rank's
+ * death dropped (-ECONNABORTED, counted) only mean the next version. */
+static int soak_publisher(struct soak_pubber *me)
+{
+	struct soak_pub_stats *st = me->st;
+
 	while (!atomic_load(&S->stop)) {
-		wsync_client *c = soak_connect(name);
+		wsync_client *c = soak_connect(me->name);
 		wsync_pub *p = NULL;
 		int rc;
 
 		if (!c)
 			break;
 		while (!atomic_load(&S->stop)) {
-			rc = harness_pub_open_2t(c, model, 0, &p);
-			if (rc != -EBUSY)     /* the killed predecessor not reaped yet */
+			rc = me->open(me, c, &p);
+			if (rc != -EBUSY)
 				break;
 			harness_sleep_ms(5);
 		}
 		while (p && !atomic_load(&S->stop)) {
-			uint64_t v = 0, step = rng_next(&x) >> 8;
+			uint64_t v = 0;
 
-			rc = harness_publish(p, step, 200 * HARNESS_MS, &v);
-			if (rc == -EBUSY)
+			rc = me->publish(me, p, &v);
+			if (rc == -ECONNABORTED)
+				atomic_fetch_add(&st->dropped, 1);
+			if (rc == -EBUSY || rc == -EAGAIN || rc == -ECONNABORTED)
 				continue;
 			if (rc)
 				break;
-			if (v <= atomic_load(&S->t[i].last_version)) {
-				atomic_fetch_add(&S->t[i].backward, 1);
-				snprintf(S->t[i].err, sizeof(S->t[i].err), "committed v%llu after v%llu",
+			if (v <= atomic_load(&st->last_version)) {
+				atomic_fetch_add(&st->backward, 1);
+				snprintf(st->err, sizeof(st->err), "committed v%llu after v%llu",
 				         (unsigned long long)v,
-				         (unsigned long long)atomic_load(&S->t[i].last_version));
+				         (unsigned long long)atomic_load(&st->last_version));
 			}
-			atomic_store(&S->t[i].last_version, v);
-			atomic_fetch_add(&S->t[i].commits, 1);
+			atomic_store(&st->last_version, v);
+			atomic_fetch_add(&st->commits, 1);
 			harness_sleep_ms(1);
 		}
 		wsync_pub_close(p);
 		wsync_close(c);
 		if (!atomic_load(&S->stop))
-			atomic_fetch_add(&S->t[i].reconnects, 1);
+			atomic_fetch_add(&st->reconnects, 1);
 	}
 	return 0;
+}
+
+static int trainer_open(struct soak_pubber *me, wsync_client *c, wsync_pub **p)
+{
+	return harness_pub_open_2t(c, me->model, 0, p);
+}
+
+static int trainer_publish(struct soak_pubber *me, wsync_pub *p, uint64_t *v)
+{
+	return harness_publish(p, rng_next(&me->x) >> 8, 200 * HARNESS_MS, v);
+}
+
+static int soak_trainer(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	struct soak_pubber me = {
+		.st = &S->t[i],
+		.x = (SO->seed ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull) | 1,
+		.open = trainer_open,
+		.publish = trainer_publish,
+	};
+
+	soak_model(me.model, sizeof(me.model), i);
+	snprintf(me.name, sizeof(me.name), "soak-trainer-%d", i);
+	return soak_publisher(&me);
+}
+
+/* The group's model: "rows" cut along dim 0, "cols" along dim 1 (strided
+ * parts), "bias" whole by the last rank; 4-byte elements throughout, so
+ * harness_fill_parts and harness_verify_tensors apply. */
+static void soak_group_layout(wsync_tensor_desc d[3])
+{
+	uint64_t rows[2] = { (uint64_t)SO->ranks * 16, 33 }, cols[2] = { 8, (uint64_t)SO->ranks * 5 };
+
+	harness_desc(&d[0], "rows", WSYNC_F32, 2, rows);
+	harness_desc(&d[1], "cols", WSYNC_F32, 2, cols);
+	harness_desc(&d[2], "bias", WSYNC_F32, 1, (const uint64_t[]){ 7 });
+}
+
+static size_t soak_rank_parts(uint32_t r, wsync_shard *p)
+{
+	size_t n = 0;
+
+	p[n++] = (wsync_shard){ 0, 0, r * 16, (r + 1) * 16 };
+	p[n++] = (wsync_shard){ 1, 1, r * 5, (r + 1) * 5 };
+	if (r == (uint32_t)SO->ranks - 1)
+		p[n++] = (wsync_shard){ 2, WSYNC_SHARD_WHOLE, 0, 0 };
+	return n;
+}
+
+static int rank_open(struct soak_pubber *me, wsync_client *c, wsync_pub **p)
+{
+	return wsync_pub_open_shard(c, me->model, me->d, 3, &me->o, me->parts, me->n_parts, p);
+}
+
+static int rank_publish(struct soak_pubber *me, wsync_pub *p, uint64_t *v)
+{
+	wsync_slab slab;
+	int rc = wsync_pub_begin(p, 200 * HARNESS_MS, &slab);
+
+	if (rc)
+		return rc;
+	/* Every rank gets the same grant, so its version is a step they all
+	 * agree on; collectors check step == version. */
+	rc = harness_fill_parts(&slab, me->parts, me->n_parts, slab.priv_version);
+	return rc ? rc : wsync_pub_commit(p, slab.priv_version, v);
+}
+
+/* One rank of the group, killed wherever it is between open, begin and
+ * commit. */
+static int soak_rank(void *arg)
+{
+	uint32_t r = (uint32_t)(intptr_t)arg;
+	struct soak_pubber me = {
+		.st = &S->r[r],
+		.o = { .group_size = (uint32_t)SO->ranks, .rank = r },
+		.open = rank_open,
+		.publish = rank_publish,
+	};
+
+	soak_group_layout(me.d);
+	me.n_parts = soak_rank_parts(r, me.parts);
+	soak_model(me.model, sizeof(me.model), SO->trainers);
+	snprintf(me.name, sizeof(me.name), "soak-rank-%u", r);
+	return soak_publisher(&me);
+}
+
+/* A trainer's view carries the pattern of its step over the whole slab; the
+ * group's, the element pattern of its step in every tensor, and that step
+ * is its version. */
+static int soak_verify(int m, const wsync_view *v)
+{
+	if (m < SO->trainers)
+		return harness_verify_view(v);
+	if (v->step != v->version) {
+		harness_log("group v%llu carries step %llu", (unsigned long long)v->version,
+		            (unsigned long long)v->step);
+		return -1;
+	}
+	return harness_verify_tensors(v);
 }
 
 /* Checks a view completely (never older than after), holds it a little,
@@ -371,7 +504,7 @@ static void soak_check(int ci, int m, const wsync_view *v, uint64_t after, uint6
 		snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: v%llu after v%llu", m,
 		         (unsigned long long)v->version, (unsigned long long)after);
 	}
-	if (harness_verify_view(v) != 0) {
+	if (soak_verify(m, v) != 0) {
 		atomic_fetch_add(&S->c[ci].torn, 1);
 		snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: v%llu step %llu torn",
 		         m, (unsigned long long)v->version, (unsigned long long)v->step);
@@ -379,7 +512,7 @@ static void soak_check(int ci, int m, const wsync_view *v, uint64_t after, uint6
 	}
 	if (rng_next(x) % 4 == 0) {
 		usleep((useconds_t)(rng_next(x) % 2000));
-		if (harness_verify_view(v) != 0) {
+		if (soak_verify(m, v) != 0) {
 			atomic_fetch_add(&S->c[ci].torn, 1);
 			snprintf(S->c[ci].err, sizeof(S->c[ci].err), "model %d: v%llu changed "
 			         "while held", m, (unsigned long long)v->version);
@@ -397,10 +530,10 @@ static int soak_collector(void *arg)
 	snprintf(name, sizeof(name), "soak-collector-%d", ci);
 	while (!atomic_load(&S->stop)) {
 		wsync_client *c = soak_connect(name);
-		wsync_sub *s[SOAK_MAX_T] = { 0 };
+		wsync_sub *s[SOAK_MAX_M] = { 0 };
 		bool ok = c != NULL;
 
-		for (int m = 0; ok && m < SO->trainers; m++) {
+		for (int m = 0; ok && m < soak_models(); m++) {
 			char model[32];
 
 			soak_model(model, sizeof(model), m);
@@ -408,7 +541,7 @@ static int soak_collector(void *arg)
 		}
 		/* After (re)connecting, the newest version is never older than
 		 * what this collector slot saw before. */
-		for (int m = 0; ok && m < SO->trainers; m++) {
+		for (int m = 0; ok && m < soak_models(); m++) {
 			wsync_view v;
 			int rc = wsync_sub_acquire(s[m], &v);
 
@@ -421,7 +554,7 @@ static int soak_collector(void *arg)
 			}
 		}
 		while (ok && !atomic_load(&S->stop)) {
-			for (int m = 0; ok && m < SO->trainers; m++) {
+			for (int m = 0; ok && m < soak_models(); m++) {
 				uint64_t last = atomic_load(&S->c[ci].last[m]);
 				wsync_view v;
 				int rc = wsync_sub_wait(s[m], last, 50 * HARNESS_MS, &v);
@@ -443,7 +576,7 @@ static int soak_collector(void *arg)
 				wsync_sub_release(s[m], &v);
 			}
 		}
-		for (int m = 0; m < SO->trainers; m++)
+		for (int m = 0; m < soak_models(); m++)
 			wsync_sub_close(s[m]);
 		wsync_close(c);
 		if (!atomic_load(&S->stop))
@@ -464,14 +597,20 @@ static int soak_collector(void *arg)
 	} \
 } while (0)
 
+static void soak_dump_pub(const char *what, int i, const struct soak_pub_stats *st)
+{
+	harness_log("%s %d: %llu commits, last v%llu, %llu dropped, %llu reconnects%s%s", what, i,
+	            (unsigned long long)st->commits, (unsigned long long)st->last_version,
+	            (unsigned long long)st->dropped, (unsigned long long)st->reconnects,
+	            st->err[0] ? ": " : "", st->err);
+}
+
 static void soak_dump(void)
 {
 	for (int i = 0; i < SO->trainers; i++)
-		harness_log("trainer %d: %llu commits, last v%llu, %llu reconnects%s%s", i,
-		            (unsigned long long)S->t[i].commits,
-		            (unsigned long long)S->t[i].last_version,
-		            (unsigned long long)S->t[i].reconnects, S->t[i].err[0] ? ": " : "",
-		            S->t[i].err);
+		soak_dump_pub("trainer", i, &S->t[i]);
+	for (int i = 0; i < SO->ranks; i++)
+		soak_dump_pub("rank", i, &S->r[i]);
 	for (int i = 0; i < SO->collectors; i++)
 		harness_log("collector %d: %llu views, %llu reconnects, torn %llu, backward "
 		            "%llu%s%s", i, (unsigned long long)S->c[i].views,
@@ -491,10 +630,16 @@ static uint64_t soak_sum_views(void)
 	return n;
 }
 
+/* Publisher k: trainer k, then rank k - trainers of the group. */
+static _Atomic uint64_t *soak_commits(int k)
+{
+	return k < SO->trainers ? &S->t[k].commits : &S->r[k - SO->trainers].commits;
+}
+
 static bool soak_all_trainers_past(const uint64_t *snap, uint64_t more)
 {
-	for (int i = 0; i < SO->trainers; i++)
-		if (atomic_load(&S->t[i].commits) < snap[i] + more)
+	for (int k = 0; k < SO->trainers + SO->ranks; k++)
+		if (atomic_load(soak_commits(k)) < snap[k] + more)
 			return false;
 	return true;
 }
@@ -502,7 +647,7 @@ static bool soak_all_trainers_past(const uint64_t *snap, uint64_t more)
 static bool soak_all_collectors_at(const uint64_t *v)
 {
 	for (int ci = 0; ci < SO->collectors; ci++)
-		for (int m = 0; m < SO->trainers; m++)
+		for (int m = 0; m < soak_models(); m++)
 			if (atomic_load(&S->c[ci].last[m]) < v[m])
 				return false;
 	return true;
@@ -534,21 +679,29 @@ static void soak_check_books(void)
 	ctl_unmap(h);
 }
 
+static void soak_kill_rank(pid_t *rp, int i)
+{
+	kill(rp[i], SIGKILL);
+	harness_wait_status(rp[i], HARNESS_WAIT_MS);
+	rp[i] = harness_fork(soak_rank, (void *)(intptr_t)i);
+}
+
 void soak_run(const struct soak_opts *o, struct soak_result *r)
 {
-	pid_t tp[SOAK_MAX_T], cp[SOAK_MAX_C];
-	uint64_t x, snap[SOAK_MAX_T], want[SOAK_MAX_T];
+	pid_t tp[SOAK_MAX_T], cp[SOAK_MAX_C], rp[SOAK_MAX_R];
+	uint64_t x, snap[SOAK_MAX_T + SOAK_MAX_R], want[SOAK_MAX_M] = { 0 };
 	int64_t deadline;
 
 	TEST_ASSERT(o->trainers >= 1 && o->trainers <= SOAK_MAX_T);
 	TEST_ASSERT(o->collectors >= 1 && o->collectors <= SOAK_MAX_C);
+	TEST_ASSERT(o->ranks == 0 || (o->ranks >= 2 && o->ranks <= SOAK_MAX_R));
 	SO = o;
 	memset(r, 0, sizeof(*r));
 	r->seed = o->seed ? o->seed : (uint64_t)harness_real_ns() ^ (uint64_t)getpid();
 	x = r->seed | 1;
 	printf("soak: seed %llu (SOAK_SEED=%llu repeats the sequence of kill choices), %d s, %d "
-	       "trainers, %d collectors\n", (unsigned long long)r->seed,
-	       (unsigned long long)r->seed, o->seconds, o->trainers, o->collectors);
+	       "trainers, a group of %d ranks, %d collectors\n", (unsigned long long)r->seed,
+	       (unsigned long long)r->seed, o->seconds, o->trainers, o->ranks, o->collectors);
 	fflush(stdout);
 	S = mmap(NULL, sizeof(*S), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	TEST_ASSERT(S != MAP_FAILED);
@@ -557,6 +710,8 @@ void soak_run(const struct soak_opts *o, struct soak_result *r)
 	TEST_ASSERT(harness_broker_start(&SB, NULL) == 0);
 	for (int i = 0; i < o->trainers; i++)
 		tp[i] = harness_fork(soak_trainer, (void *)(intptr_t)i);
+	for (int i = 0; i < o->ranks; i++)
+		rp[i] = harness_fork(soak_rank, (void *)(intptr_t)i);
 	for (int i = 0; i < o->collectors; i++)
 		cp[i] = harness_fork(soak_collector, (void *)(intptr_t)i);
 	SOAK_UNTIL(soak_sum_views() >= (uint64_t)o->collectors * 2, "the soak never got going");
@@ -574,6 +729,13 @@ void soak_run(const struct soak_opts *o, struct soak_result *r)
 			                "the broker did not restart after kill %llu",
 			                (unsigned long long)r->kills_broker + 1);
 			r->kills_broker++;
+		} else if (dice < (uint64_t)o->broker_kills + (100 - (uint64_t)o->broker_kills) / 3 &&
+		           o->ranks && rng_next(&x) % 2) {
+			/* a rank of the group, wherever it is in its begin/commit */
+			int i = (int)(rng_next(&x) % (uint64_t)o->ranks);
+
+			soak_kill_rank(rp, i);
+			r->kills_rank++;
 		} else if (dice < (uint64_t)o->broker_kills + (100 - (uint64_t)o->broker_kills) / 3) {
 			int i = (int)(rng_next(&x) % (uint64_t)o->trainers);
 
@@ -591,19 +753,28 @@ void soak_run(const struct soak_opts *o, struct soak_result *r)
 		}
 		faults_broker_alive(&SB, "a kill in the soak");
 	}
+	if (o->ranks && !r->kills_rank) {      /* every run kills a rank at least once */
+		soak_kill_rank(rp, (int)(rng_next(&x) % (uint64_t)o->ranks));
+		r->kills_rank++;
+	}
 
 	/* Everyone recovers: every trainer commits again, and every collector
 	 * then reaches what the trainers committed. */
-	for (int i = 0; i < o->trainers; i++)
-		snap[i] = atomic_load(&S->t[i].commits);
-	SOAK_UNTIL(soak_all_trainers_past(snap, 3), "a trainer did not recover");
+	for (int k = 0; k < o->trainers + o->ranks; k++)
+		snap[k] = atomic_load(soak_commits(k));
+	SOAK_UNTIL(soak_all_trainers_past(snap, 3), "a trainer or a rank did not recover");
 	for (int i = 0; i < o->trainers; i++)
 		want[i] = atomic_load(&S->t[i].last_version);
+	for (int i = 0; i < o->ranks; i++)     /* the group's newest complete version */
+		if (atomic_load(&S->r[i].last_version) > want[o->trainers])
+			want[o->trainers] = atomic_load(&S->r[i].last_version);
 	SOAK_UNTIL(soak_all_collectors_at(want), "a collector did not recover");
 
 	atomic_store(&S->stop, 1);
 	for (int i = 0; i < o->trainers; i++)
 		harness_expect_exit0(tp[i], "a soak trainer");
+	for (int i = 0; i < o->ranks; i++)
+		harness_expect_exit0(rp[i], "a soak rank");
 	for (int i = 0; i < o->collectors; i++)
 		harness_expect_exit0(cp[i], "a soak collector");
 	SOAK_UNTIL(faults_ctl_sessions(&SB) == 0, "sessions remain after every client left");
@@ -611,14 +782,20 @@ void soak_run(const struct soak_opts *o, struct soak_result *r)
 	/* The live generation only: its directory, ctl, per model its layout
 	 * and slabs (model pages are memfds). */
 	int segs = harness_shm_leftovers(&SB, 0);
-	TEST_ASSERT_MSG(segs == 2 + o->trainers * (1 + WSYNC_DEFAULT_SLOTS),
+	TEST_ASSERT_MSG(segs == 2 + soak_models() * (1 + WSYNC_DEFAULT_SLOTS),
 	                "%d entries in /dev/shm, expected %d (older generations left?)",
-	                segs, 2 + o->trainers * (1 + WSYNC_DEFAULT_SLOTS));
+	                segs, 2 + soak_models() * (1 + WSYNC_DEFAULT_SLOTS));
 	harness_broker_finish(&SB);
 
 	for (int i = 0; i < o->trainers; i++) {
 		r->commits += S->t[i].commits;
 		r->backward += S->t[i].backward;
+	}
+	for (int i = 0; i < o->ranks; i++)
+		r->backward += S->r[i].backward;
+	if (o->ranks) {
+		r->group_versions = S->r[0].commits;
+		r->group_dropped = S->r[0].dropped;
 	}
 	for (int i = 0; i < o->collectors; i++) {
 		r->views += S->c[i].views;
@@ -626,11 +803,14 @@ void soak_run(const struct soak_opts *o, struct soak_result *r)
 		r->torn += S->c[i].torn;
 		r->backward += S->c[i].backward;
 	}
-	printf("soak: seed %llu: kills broker %llu trainer %llu collector %llu; %llu commits, "
-	       "%llu views verified, %llu collector reconnects; torn %llu, backward %llu\n",
+	printf("soak: seed %llu: kills broker %llu trainer %llu rank %llu collector %llu; %llu "
+	       "commits, group: %llu versions, %llu dropped (seen by rank 0); %llu views "
+	       "verified, %llu collector reconnects; torn %llu, backward %llu\n",
 	       (unsigned long long)r->seed, (unsigned long long)r->kills_broker,
-	       (unsigned long long)r->kills_trainer, (unsigned long long)r->kills_collector,
-	       (unsigned long long)r->commits, (unsigned long long)r->views,
+	       (unsigned long long)r->kills_trainer, (unsigned long long)r->kills_rank,
+	       (unsigned long long)r->kills_collector, (unsigned long long)r->commits,
+	       (unsigned long long)r->group_versions, (unsigned long long)r->group_dropped,
+	       (unsigned long long)r->views,
 	       (unsigned long long)r->reconnects, (unsigned long long)r->torn,
 	       (unsigned long long)r->backward);
 	fflush(stdout);

@@ -56,12 +56,16 @@ struct soak_opts {
 	int      trainers;       /* one model each, 1..4 */
 	int      collectors;     /* 1..8, each subscribes to every model */
 	int      broker_kills;   /* percent of kills that hit the broker */
+	int      ranks;          /* a publisher group of that many ranks on one
+	                            more model, 2..4; 0 = none */
 };
 
 struct soak_result {
 	uint64_t seed;
-	uint64_t kills_broker, kills_trainer, kills_collector;
+	uint64_t kills_broker, kills_trainer, kills_collector, kills_rank;
 	uint64_t commits, views, reconnects;
+	uint64_t group_versions, group_dropped;  /* rank 0's commits, and the
+	                                            versions every rank saw dropped */
 	uint64_t torn, backward;
 };
 

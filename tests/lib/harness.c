@@ -1046,6 +1046,57 @@ int harness_verify_view(const wsync_view *v)
 	return harness_verify(v->base, v->bytes, v->step);
 }
 
+int harness_fill_parts(const wsync_slab *slab, const wsync_shard *parts, size_t n,
+                       uint64_t step)
+{
+	for (size_t i = 0; i < n; i++) {
+		const wsync_tensor_desc *d = &slab->tensors[parts[i].tensor];
+		uint64_t cols = d->ndim == 2 ? d->shape[1] : 1, k = 0;
+		wsync_slice s;
+		uint32_t *buf;
+		int rc = wsync_slab_part(slab, i, &s);
+
+		if (rc)
+			return rc;
+		buf = malloc(s.rows * s.row_bytes + 4);
+		if (!buf)
+			return -ENOMEM;
+		/* element index in the whole tensor of word j of run r */
+		for (uint64_t r = 0; r < s.rows; r++)
+			for (uint64_t j = 0; j < s.row_bytes / 4; j++) {
+				uint64_t e = j;
+
+				if (parts[i].dim == 1)
+					e = r * cols + parts[i].start + j;
+				else if (parts[i].dim == 0)
+					e = parts[i].start * cols + r * (s.row_bytes / 4) + j;
+				buf[k++] = harness_elem_word(step, parts[i].tensor, e);
+			}
+		wsync_slice_write(slab->base, buf, &s);
+		free(buf);
+	}
+	return 0;
+}
+
+int harness_verify_tensors(const wsync_view *v)
+{
+	for (uint32_t t = 0; t < v->n_tensors; t++) {
+		const wsync_tensor_desc *d = &v->tensors[t];
+		const volatile uint32_t *w = (const uint32_t *)((const char *)v->base + d->offset);
+		uint64_t n = wsync_tensor_bytes(d) / 4;
+
+		for (uint64_t e = 0; e < n; e++)
+			if (w[e] != harness_elem_word(v->step, t, e)) {
+				harness_log("v%llu step %llu: tensor %u element %llu is 0x%08x",
+				            (unsigned long long)v->version,
+				            (unsigned long long)v->step, t, (unsigned long long)e,
+				            w[e]);
+				return -1;
+			}
+	}
+	return 0;
+}
+
 /* ---- models ----------------------------------------------------------------------------------- */
 
 void harness_desc(wsync_tensor_desc *d, const char *name, uint32_t dtype,

@@ -199,6 +199,20 @@ int  harness_verify(const void *base, size_t bytes, uint64_t step);
 /* The view's whole slab against the pattern of view->step. */
 int  harness_verify_view(const wsync_view *v);
 
+/* Sharded contents (publisher groups), for layouts of 4-byte elements in
+ * tensors of 1 or 2 dims: element e of tensor t carries this word. */
+static inline uint32_t harness_elem_word(uint64_t step, uint32_t t, uint64_t e)
+{
+	return (uint32_t)(step * 0x9E3779B1u) ^ (t << 24) ^ (uint32_t)e;
+}
+/* Fills a rank's parts (as it declared them) of a begun slab with the
+ * pattern of step. Returns 0 or wsync_slab_part's error. */
+int  harness_fill_parts(const wsync_slab *slab, const wsync_shard *parts, size_t n,
+                        uint64_t step);
+/* 0 if every element of every tensor of v carries v->step, else -1 and a
+ * log line naming the first that does not. */
+int  harness_verify_tensors(const wsync_view *v);
+
 /* ---- models --------------------------------------------------------------------- */
 
 /* Fills d (zeroed first) with a tensor. shape has ndim entries. */

@@ -519,6 +519,88 @@ def test_top_interactive_in_tmux(broker, busy_model):
         tmux("kill-server")
 
 
+@pytest.fixture
+def group_in_progress(broker):
+    """Model 'grp' of a publisher group of 3 ranks: step 1 complete, step 2
+    committed by ranks 0 and 2 while rank 1 has not (their commits wait);
+    yields finish(), which commits rank 1."""
+    import threading
+    layout, world = [("w", "f32", (6, 4))], 3
+    clients = [wsync.connect(broker.sock, "rank%d" % r) for r in range(world)]
+    pubs = [c.publisher_shard("grp", layout, r, world, [("w", 0, 2 * r, 2 * r + 2)])
+            for r, c in enumerate(clients)]
+    errors = []
+
+    def commit(r, step):
+        try:
+            with pubs[r].begin(timeout=WAIT_S) as slab:
+                slab.copy_parts([np.full((2, 4), step, np.float32)])
+                slab.commit(step)
+        except BaseException as e:
+            errors.append(e)
+
+    def run(ranks, step):
+        ths = [threading.Thread(target=commit, args=(r, step)) for r in ranks]
+        for t in ths:
+            t.start()
+        return ths
+
+    def finish():
+        if waiting:
+            for t in run([1], 2) + waiting:
+                t.join(WAIT_S)
+            waiting.clear()
+        assert not errors
+
+    try:
+        for t in run(range(world), 1):
+            t.join(WAIT_S)
+        waiting = run([0, 2], 2)
+        deadline = time.monotonic() + WAIT_S
+        while {m["name"]: m for m in ctl_json("models")}["grp"]["group"]["committed"] != [0, 2]:
+            assert time.monotonic() < deadline and not errors, "ranks 0 and 2 never committed"
+            time.sleep(0.05)
+        yield finish
+        finish()
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_top_group_progress(broker, group_in_progress):
+    """wsync-top shows which ranks of a group committed the version being
+    written, since when, and how long the last version took; its JSON is
+    wsyncctl's."""
+    r = top("-b", "-n", 1)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[lines.index([ln for ln in lines if ln.startswith("GROUP ")][0]) + 1] \
+        .startswith("grp ")
+    g = [ln for ln in lines if ln.startswith("grp ") and "[" in ln][0]
+    assert "[#.#] 2/3 committed: 0,2; waiting " in g and " for 1; last version: " in g, g
+    assert g.endswith(" ms from first to last commit"), g
+    d = json.loads(top("--json", "-n", 1).stdout)
+    grp = {m["name"]: m for m in d["models"]}["grp"]["group"]
+    ctl_grp = {m["name"]: m for m in ctl_json("models")}["grp"]["group"]
+    assert grp["ranks"] == 3 and grp["committed"] == [0, 2] and grp["waiting_s"] >= 0
+    assert grp["last_version_ms"] >= 0 and set(grp) == set(ctl_grp)
+    assert ctl_grp["committed"] == [0, 2] and ctl_grp["last_version_ms"] == grp["last_version_ms"]
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode == 0:
+        tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "30", "env",
+             "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.2")
+        try:
+            wait_screen(lambda s: "[#.#] 2/3 committed: 0,2; waiting" in s and "GROUP " in s)
+            group_in_progress()
+            wait_screen(lambda s: "[...] no version being written; last version: " in s)
+        finally:
+            tmux("kill-server")
+    else:
+        group_in_progress()
+    g = [ln for ln in top("-b", "-n", 1).stdout.splitlines()
+         if ln.startswith("grp ") and "[" in ln][0]
+    assert "[...] no version being written; last version: " in g, g
+
+
 def test_rm_and_unpublished_waiters(broker):
     with wsync.connect(broker.sock, "trainer") as tc, wsync.connect(broker.sock, "reader") as rc:
         pub = tc.publisher("gone", [("w", "f32", (16,))])

@@ -1,6 +1,7 @@
 /*
  * soak — `make soak`: the crash soak for SOAK_SECONDS (default 120) of
- * random SIGKILLs of the broker, trainers and collectors (seeded: SOAK_SEED
+ * random SIGKILLs of the broker, trainers, the ranks of a publisher group
+ * (SOAK_RANKS, default 4; 0: no group) and collectors (seeded: SOAK_SEED
  * repeats the sequence of choices). See tests/lib/faults.h, soak_run, for
  * what is checked; fault_soak_short runs the same for ~8 s in `make test`.
  */
@@ -25,6 +26,7 @@ int main(void)
 		.trainers = env_int("SOAK_TRAINERS", 2),
 		.collectors = env_int("SOAK_COLLECTORS", 4),
 		.broker_kills = env_int("SOAK_BROKER_KILL_PCT", 15),
+		.ranks = env_int("SOAK_RANKS", 4),
 	};
 	struct soak_result r;
 
@@ -34,5 +36,6 @@ int main(void)
 	}
 	soak_run(&o, &r);
 	TEST_ASSERT(r.views > 0 && r.commits > 0);
+	TEST_ASSERT(o.ranks == 0 || r.group_versions > 0);
 	return 0;
 }

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _dtypes, _module
+from . import _dtypes, _module, _shard
 from ._errors import ClosedError, WsyncError, check, error_from_rc
 from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView, ModelInfo,
                    ModelOpts, Shard, Slice, TensorDesc, lib)
@@ -499,9 +499,9 @@ class Client(_Handle):
         return self.publisher(model, tensors, slots, guard, flags, replace, checksum,
                               unguarded)
 
-    def publisher_shard(self, model: str, tensors: Any, rank: int, world: int, parts: Any,
-                        timeout_ms: int = 0, slots: int = 0, guard: bool = False,
-                        flags: int = 0) -> "Publisher":
+    def publisher_shard(self, model: str, tensors: Any, rank: int, world: int,
+                        parts: Any = None, timeout_ms: int = 0, slots: int = 0,
+                        guard: bool = False, flags: int = 0) -> "Publisher":
         """One rank of a group of world publishers of model (FSDP or
         tensor-parallel trainer ranks, wsync_pub_open_shard; see
         docs/SHARDING.md). tensors: the whole model's layout, as for
@@ -510,13 +510,29 @@ class Client(_Handle):
         rank begins, writes its parts (Slab.write_part / copy_parts) and
         commits with the same step; the version appears, whole, when the
         last rank commits. timeout_ms: how long after a version's first
-        commit every rank must have committed it (0: no limit)."""
-        descs = _make_descs(tensors)
+        commit every rank must have committed it (0: no limit).
+
+        tensors may instead be this rank's state_dict (a mapping or a
+        module) of ShardedTensors (FSDP's SHARDED_STATE_DICT), DTensors and
+        plain tensors: the layout is then the tensors' global shapes and,
+        with parts None, the parts are this rank's local shards (a plain or
+        replicated tensor is written by rank 0 only; see wsync._shard).
+        Publisher.publish(state_dict, step) then writes this rank's parts."""
         world = _uint(world, "world", 32)
         rank = _uint(rank, "rank", 32)
         if not world or rank >= world:
             raise ValueError("wsync: rank must be in 0 .. world - 1 (world %d, rank %d)"
                              % (world, rank))
+        if isinstance(tensors, Mapping) or callable(getattr(tensors, "state_dict", None)):
+            layout, derived = _shard.plan(_module.state_of(tensors), rank)
+            if parts is None and not derived:
+                raise ValueError("wsync: rank %d holds no part of any tensor of this "
+                                 "state_dict; every rank of a group writes one" % rank)
+            tensors, parts = layout, derived if parts is None else parts
+        elif parts is None:
+            raise TypeError("wsync: publisher_shard needs parts with a layout list (or a "
+                            "state_dict instead of the layout)")
+        descs = _make_descs(tensors)
         opts = _model_opts(slots, guard, flags)
         opts.group_size, opts.rank = world, rank
         opts.group_timeout_ms = _uint(timeout_ms, "timeout_ms", 32)
@@ -745,7 +761,9 @@ class Publisher(_Handle):
         """Publishes weights (an nn.Module, whose state_dict() is taken, or
         a mapping as for Slab.copy_from) as the next version stamped with
         step: begin(timeout), one copy_from call, commit. Returns the
-        version. Nothing is published if anything fails."""
+        version. Nothing is published if anything fails. On a
+        publisher_shard rank, weights is the rank's state_dict and only
+        its parts are written (Slab.copy_parts; threads is not used)."""
         return self._publish(weights, step, timeout, threads, Slab.commit)
 
     def publish_async(self, weights: Any, step: int, timeout: Optional[float] = None,
@@ -765,7 +783,10 @@ class Publisher(_Handle):
         threads = _uint(threads, "threads", 32)
         src = _module.state_of(weights)
         with self.begin(timeout) as slab:
-            slab.copy_from(src, threads)
+            if self.parts is not None:
+                slab.copy_parts(_shard.sources(self, src))   # a publisher_shard rank
+            else:
+                slab.copy_from(src, threads)
             return commit(slab, step)
 
     def wait_readers(self, version: int, timeout: Optional[float] = None, n: int = 0) -> int:
