@@ -6,7 +6,9 @@
  *    collectors in other processes, on GPU 1 and GPU 2, read every version
  *    bit-exact through read-only device pointers, with asynchronous copies
  *    delayed (FAKECUDA_COPY_DELAY_US): commit waits for the fan-out, so no
- *    collector ever sees a half-copied version; a collector's write through
+ *    collector ever sees a half-copied version (a model on GPUs 0 and 1
+ *    only, all peer copies, shows it: without the synchronise its
+ *    collector reads old bytes); a collector's write through
  *    its device view faults in the collector and changes nothing;
  *  - misuse is refused with clear errors: host begin/commit on a device
  *    model, a GPU the model is not on, host views of a device-only model,
@@ -44,6 +46,7 @@
 
 #define MODEL    "gpu.policy"
 #define MIRRORED "gpu.mirrored"
+#define PEERS    "gpu.peers"
 #define ROUNDS   12
 
 static struct broker B;
@@ -173,6 +176,7 @@ static void verify_dview(const wsync_dview *v)
 
 struct collector {
 	int gpu;                         /* ordinal = index of the fake GPU */
+	const char *model;
 	struct chan ready;
 };
 
@@ -187,7 +191,7 @@ static int collector(void *arg)
 
 	cuda_up(co->gpu);
 	TEST_OK(harness_connect(&B, "gpu-collector", &c));
-	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_OK(wsync_sub_open(c, co->model, &s));
 	chan_send(&co->ready, 1);
 	while (seen < ROUNDS) {
 		TEST_OK(wsync_sub_wait_gpu(s, uuid[co->gpu], after, 10 * HARNESS_S, &v));
@@ -440,17 +444,20 @@ static void misuse(wsync_client *c, wsync_pub *p)
  * did not wait for them would show. */
 static void fan_out_no_torn(void)
 {
-	struct collector co[2] = { { .gpu = 1 }, { .gpu = 2 } };
-	pid_t pid[2];
+	struct collector co[3] = { { .gpu = 1, .model = MODEL }, { .gpu = 2, .model = MODEL },
+	                           { .gpu = 1, .model = PEERS } };
+	pid_t pid[3];
 	wsync_client *c;
-	wsync_pub *p;
+	wsync_pub *p, *pp;
+	wsync_tensor_desc d[2];
+	wsync_model_opts o;
 	CUstream st;
 	uint64_t version = 0, last = 0;
 	int status;
 
 	setenv("FAKECUDA_COPY_DELAY_US", "300", 1);
 	fake_reconfigure();
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		chan_open(&co[i].ready);
 		pid[i] = harness_fork(collector, &co[i]);
 	}
@@ -458,17 +465,24 @@ static void fan_out_no_torn(void)
 	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
 	TEST_OK(harness_connect(&B, "gpu-trainer", &c));
 	TEST_OK(open_dev(c, MODEL, 0, &p));
-	for (int i = 0; i < 2; i++)
+	/* GPUs 0 and 1 only: every copy is a peer copy, so only the final
+	 * synchronise stands between a collector and half-copied bytes */
+	harness_model_2t(d);
+	opts_devices(&o, 2, 0);
+	TEST_OK(wsync_pub_open(c, PEERS, d, 2, &o, &pp));
+	for (int i = 0; i < 3; i++)
 		chan_recv(&co[i].ready, pid[i]);
 	misuse(c, p);
-	for (uint64_t step = 1; step <= ROUNDS; step++) {
+	for (uint64_t step = 1; step <= ROUNDS + 1; step++) {
+		TEST_OK(publish_dev(pp, step, st, NULL));
 		TEST_OK(publish_dev(p, step, st, &version));
 		TEST_GT_U64(version, last);
 		last = version;
 		harness_sleep_ms(5);
 	}
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		harness_expect_exit0(pid[i], "collector");
+	wsync_pub_close(pp);
 
 	/* a write through a collector's device view faults there */
 	pid[0] = harness_fork(scribbler, NULL);
