@@ -656,8 +656,10 @@ static void gpu_full(void)
 	uint64_t shape[1] = { 200 << 20 };     /* 800 MiB of f32, 3 slots: over 1 GiB */
 
 	setenv("FAKECUDA_MEM_MB", "1024", 1);
+	setenv("FAKECUDA_REPORT", report, 1);
 	TEST_ASSERT(harness_broker_start(&fb, NULL) == 0);
 	unsetenv("FAKECUDA_MEM_MB");
+	unsetenv("FAKECUDA_REPORT");
 	TEST_OK(harness_connect(&fb, "gpu-full", &c));
 	harness_desc(&d[0], "big", WSYNC_F32, 1, shape);
 	opts_devices(&o, 1, 0);
@@ -666,6 +668,14 @@ static void gpu_full(void)
 	TEST_CONTAINS(wsync_errmsg(), uuid[0]);
 	wsync_close(c);
 	harness_broker_finish(&fb);
+	/* what it allocated before the GPU was full is released */
+	{
+		char out[4096];
+
+		TEST_CONTAINS(read_file(report, out, sizeof out),
+		              "allocations=0 exports=0 mappings=0 reservations=0");
+		unlink(report);
+	}
 }
 
 /* A restarted broker cannot adopt VMM memory: the model comes back
