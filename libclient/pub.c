@@ -609,6 +609,7 @@ int wsync_pub_abort(wsync_pub *p)
 	/* Whatever the broker answers, the slab is no longer ours to write: a
 	 * grant it still holds for us comes back from the next BEGIN. */
 	p->begun = false;
+	p->gpu_begun = false;
 
 	wsync_msg_init(&m.hdr, WSYNC_MSG_ABORT, 0);
 	m.abort.m.model_id = p->model_id;

@@ -396,6 +396,15 @@ static void misuse(wsync_client *c, wsync_pub *p)
 
 	TEST_RC(wsync_pub_begin(p, 0, &slab), -EINVAL);
 	TEST_CONTAINS(wsync_errmsg(), "wsync_pub_begin_gpu");
+	/* an aborted device slab cannot be committed; the next begin works */
+	{
+		wsync_dslab ds;
+
+		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+		TEST_OK(wsync_pub_abort(p));
+		TEST_RC(wsync_pub_commit_gpu(p, NULL, 1, NULL), -EINVAL);
+		TEST_RC(wsync_dslab_copy_from_device(&ds, (uint64_t[2]){ 0, 0 }, 2, NULL), -EINVAL);
+	}
 	TEST_RC(wsync_pub_commit(p, 1, NULL), -EINVAL);
 	TEST_RC(wsync_pub_commit_gpu(p, NULL, 1, NULL), -EINVAL);
 
@@ -585,6 +594,38 @@ static void host_mirror(void)
 		TEST_EQ_U64(dv.version, version);
 		verify_dview(&dv);
 		wsync_sub_release_gpu(s, &dv, NULL);
+	}
+	/* tensors copied from device buffers (here: a device view of the
+	 * other model, which has the same layout) land at their offsets */
+	{
+		static char want[64 << 10];
+		const wsync_tensor_desc *td;
+		uint64_t src[2], dptr;
+		wsync_sub *other;
+		wsync_dslab ds;
+
+		TEST_OK(wsync_sub_open(c, MODEL, &other));
+		TEST_OK(wsync_sub_acquire_gpu(other, uuid[0], &dv));
+		TEST_OK(wsync_dview_tensor(&dv, "policy.weight", &src[0], NULL));
+		TEST_OK(wsync_dview_tensor(&dv, "policy.bias", &src[1], NULL));
+		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+		TEST_OK(wsync_dslab_tensor(&ds, "policy.bias", &dptr, &td));
+		TEST_EQ_U64(dptr, ds.base + td->offset);
+		TEST_RC(wsync_dslab_tensor(&ds, "policy.none", &dptr, &td), -ENOENT);
+		TEST_OK(wsync_dslab_copy_from_device(&ds, src, 2, NULL));
+		TEST_OK(wsync_pub_commit_gpu(p, NULL, dv.step, &version));
+		wsync_sub_release_gpu(other, &dv, NULL);
+		wsync_sub_close(other);
+		TEST_OK(wsync_sub_acquire(s, &v));
+		TEST_EQ_U64(v.version, version);
+		harness_fill(want, v.bytes, v.step);
+		for (size_t t = 0; t < v.n_tensors; t++)
+			TEST_ASSERT_MSG(!memcmp((const char *)v.base + v.tensors[t].offset,
+			                        want + v.tensors[t].offset,
+			                        wsync_tensor_bytes(&v.tensors[t])),
+			                "tensor '%s' copied from device buffers differs",
+			                v.tensors[t].name);
+		wsync_sub_release(s, &v);
 	}
 	/* wsyncctl shows where models live; the device-only one has no host
 	 * checksum to read, and says nothing wrong about it */
