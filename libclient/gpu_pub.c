@@ -7,10 +7,12 @@
  * stores `latest` only after cuStreamSynchronize of the stream that carried
  * the caller's writes and every fan-out copy returned. A fan-out copy goes
  * peer to peer when the source GPU can reach the destination (the
- * destination's mapping grants it access, gpu_map.c), else through a pinned
- * host buffer, chunk by chunk, with the destination's primary context
- * current for the upload. Nothing is copied after the commit, so a crash
- * anywhere before it leaves an unpublished slot that the broker frees.
+ * destination's mapping grants it access, gpu_map.c), else through two
+ * pinned host buffers, chunk by chunk, uploads on a stream of the
+ * destination's primary context overlapping the next chunk's download;
+ * those uploads are waited for too. Nothing is copied after the commit, so
+ * a crash anywhere before it leaves an unpublished slot that the broker
+ * frees.
  *
  * A rank of a publisher group writes its parts on its own GPU and copies
  * only those to the other GPUs, so the fan-out runs rank by rank in
@@ -26,16 +28,20 @@
 #include "gpu_internal.h"
 #include "shm/errmsg.h"
 
-#define STAGE_BYTES ((size_t)8 << 20)     /* pinned host buffer of a staged copy */
+#define STAGE_BYTES ((size_t)8 << 20)     /* each of the two pinned buffers of a
+                                             staged copy */
 
 #ifdef WSYNC_HAVE_CUDA_H
 
 struct gpu_pub {
 	struct gpu_map *map[WSYNC_MAX_DEVICES];
 	uint32_t n;
-	CUcontext ctx[WSYNC_MAX_DEVICES];     /* retained for staged uploads */
-	void    *stage;
-	bool     stage_pinned;
+	/* staged uploads, for GPUs the source GPU cannot reach: their primary
+	 * contexts, a stream in each, and two pinned host buffers */
+	CUcontext ctx[WSYNC_MAX_DEVICES];
+	CUstream  up[WSYNC_MAX_DEVICES];
+	void    *stage[2];
+	bool     stage_pinned[2];
 };
 
 void wsync_gpu_pub_free(struct wsync_pub *p)
@@ -46,15 +52,27 @@ void wsync_gpu_pub_free(struct wsync_pub *p)
 	if (!g)
 		return;
 	if (!wsync_gpu_driver("device slabs", &cu)) {
-		for (uint32_t d = 0; d < g->n; d++)
-			if (g->ctx[d] && g->map[d])
-				cu->api.cu_cuDevicePrimaryCtxRelease(g->map[d]->dev);
-		if (g->stage_pinned)
-			cu->api.cu_cuMemHostUnregister(g->stage);
+		for (uint32_t d = 0; d < g->n; d++) {
+			if (!g->ctx[d] || !g->map[d])
+				continue;
+			if (g->up[d]) {
+				CUcontext prev = NULL;
+
+				cu->api.cu_cuCtxGetCurrent(&prev);
+				cu->api.cu_cuCtxSetCurrent(g->ctx[d]);
+				cu->api.cu_cuStreamDestroy(g->up[d]);
+				cu->api.cu_cuCtxSetCurrent(prev);
+			}
+			cu->api.cu_cuDevicePrimaryCtxRelease(g->map[d]->dev);
+		}
+		for (int b = 0; b < 2; b++)
+			if (g->stage_pinned[b])
+				cu->api.cu_cuMemHostUnregister(g->stage[b]);
 	}
 	for (uint32_t d = 0; d < g->n; d++)
 		wsync_gpu_map_free(g->map[d]);
-	free(g->stage);
+	free(g->stage[0]);
+	free(g->stage[1]);
 	free(g);
 	p->gpu = NULL;
 }
@@ -173,18 +191,23 @@ int wsync_dslab_copy_from_device(wsync_dslab *s, const uint64_t *src, size_t n, 
 	return 0;
 }
 
-/* Upload through pinned host memory, for a GPU the source cannot reach. */
-static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev,
-                            CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
+/* What a staged upload to dst_dev needs, made once: the destination's
+ * primary context and a stream in it, and the two pinned buffers. */
+static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev)
 {
 	CUcontext prev = NULL;
 	CUresult r;
 
-	if (!g->stage) {
-		if (posix_memalign(&g->stage, 4096, STAGE_BYTES))
+	for (int b = 0; b < 2; b++) {
+		if (g->stage[b])
+			continue;
+		if (posix_memalign(&g->stage[b], 4096, STAGE_BYTES)) {
+			g->stage[b] = NULL;
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		g->stage_pinned = cu->api.cu_cuMemHostRegister(g->stage, STAGE_BYTES, 0) ==
-		                  CUDA_SUCCESS;
+		}
+		/* unpinned still works, at pageable speed */
+		g->stage_pinned[b] = cu->api.cu_cuMemHostRegister(g->stage[b], STAGE_BYTES, 0) ==
+		                     CUDA_SUCCESS;
 	}
 	if (!g->ctx[dst_dev]) {
 		r = cu->api.cu_cuDevicePrimaryCtxRetain(&g->ctx[dst_dev], g->map[dst_dev]->dev);
@@ -193,23 +216,55 @@ static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 			return r;
 		}
 	}
-	for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+	if (g->up[dst_dev])
+		return CUDA_SUCCESS;
+	cu->api.cu_cuCtxGetCurrent(&prev);
+	r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
+	if (r == CUDA_SUCCESS)
+		r = cu->api.cu_cuStreamCreate(&g->up[dst_dev], CU_STREAM_NON_BLOCKING);
+	cu->api.cu_cuCtxSetCurrent(prev);
+	if (r != CUDA_SUCCESS)
+		g->up[dst_dev] = NULL;
+	return r;
+}
+
+/*
+ * Through pinned host memory, for a GPU the source cannot reach: chunk k is
+ * downloaded on the caller's stream into buffer k % 2 and uploaded on the
+ * destination's stream, so the upload of chunk k overlaps the download of
+ * chunk k + 1. A buffer is downloaded into again only once its previous
+ * upload finished (events), and the caller's stream is waited for before
+ * each upload. The uploads still running are waited for by fan_out.
+ */
+static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev,
+                            CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream,
+                            CUevent down, CUevent uploaded[2])
+{
+	CUcontext prev = NULL;
+	CUresult r = stage_ready(cu, g, dst_dev);
+	int b = 0;
+
+	for (size_t off = 0; off < bytes && r == CUDA_SUCCESS; off += STAGE_BYTES, b ^= 1) {
 		size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
 
-		r = cu->api.cu_cuMemcpyDtoHAsync(g->stage, src + off, n, stream);
+		r = cu->api.cu_cuEventSynchronize(uploaded[b]);
 		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuStreamSynchronize(stream);
+			r = cu->api.cu_cuMemcpyDtoHAsync(g->stage[b], src + off, n, stream);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuEventRecord(down, stream);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuEventSynchronize(down);
 		if (r != CUDA_SUCCESS)
-			return r;
+			break;
 		cu->api.cu_cuCtxGetCurrent(&prev);
 		r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
 		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuMemcpyHtoD(dst + off, g->stage, n);
+			r = cu->api.cu_cuMemcpyHtoDAsync(dst + off, g->stage[b], n, g->up[dst_dev]);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuEventRecord(uploaded[b], g->up[dst_dev]);
 		cu->api.cu_cuCtxSetCurrent(prev);
-		if (r != CUDA_SUCCESS)
-			return r;
 	}
-	return CUDA_SUCCESS;
+	return r;
 }
 
 /* The byte ranges this publisher wrote: the whole slab, or (a rank of a
@@ -240,6 +295,7 @@ struct fan {
 	CUstream stream;
 	uint32_t dst;                    /* model GPU, or UINT32_MAX = host mirror */
 	bool peer;
+	CUevent down, uploaded[2];       /* staged copies (copy_staged) */
 };
 
 static CUresult copy_range(struct wsync_pub *p, uint64_t off, uint64_t len, void *arg)
@@ -256,7 +312,7 @@ static CUresult copy_range(struct wsync_pub *p, uint64_t off, uint64_t len, void
 		return f->cu->api.cu_cuMemcpyDtoDAsync(g->map[f->dst]->base[slot] + off, src, len,
 		                                       f->stream);
 	return copy_staged(f->cu, g, f->dst, g->map[f->dst]->base[slot] + off, src, len,
-	                   f->stream);
+	                   f->stream, f->down, f->uploaded);
 }
 
 /* Copies what this publisher wrote of the begun version (a group rank: its
@@ -274,6 +330,15 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 	err = wsync_gpu_driver("wsync_pub_commit_gpu", &f.cu);
 	if (err)
 		return err;
+	/* events of the caller's context, for the staged copies' handshakes
+	 * (a new one is complete: the first use of a buffer does not wait) */
+	what = "creating events";
+	r = f.cu->api.cu_cuEventCreate(&f.down, CU_EVENT_DISABLE_TIMING);
+	for (int b = 0; b < 2 && r == CUDA_SUCCESS; b++) {
+		r = f.cu->api.cu_cuEventCreate(&f.uploaded[b], CU_EVENT_DISABLE_TIMING);
+		if (r != CUDA_SUCCESS)
+			f.uploaded[b] = NULL;
+	}
 	for (uint32_t d = 0; d < g->n && r == CUDA_SUCCESS; d++) {
 		int can = 0;
 
@@ -297,6 +362,25 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 		what = "synchronising the stream";
 		r = f.cu->api.cu_cuStreamSynchronize(stream);
 	}
+	/* the staged uploads still in flight, on every path (a buffer must
+	 * not be freed or reused under them) */
+	for (uint32_t d = 0; d < g->n; d++) {
+		CUresult u;
+
+		if (!g->up[d])
+			continue;
+		u = f.cu->api.cu_cuStreamSynchronize(g->up[d]);
+		if (r == CUDA_SUCCESS && u != CUDA_SUCCESS) {
+			r = u;
+			bad = g->map[d]->ordinal;
+			what = "staged upload to GPU ";
+		}
+	}
+	if (f.down)
+		f.cu->api.cu_cuEventDestroy(f.down);
+	for (int b = 0; b < 2; b++)
+		if (f.uploaded[b])
+			f.cu->api.cu_cuEventDestroy(f.uploaded[b]);
 	if (r == CUDA_SUCCESS)
 		return 0;
 	if (bad >= 0)

@@ -14,6 +14,8 @@
  *    model, a GPU the model is not on, host views of a device-only model,
  *    a bad UUID, a device model on a broker without GPUs (--gpus none);
  *  - a host mirror serves host views of the same versions;
+ *  - a 20 MiB slab reaches a GPU without peer access intact, through the
+ *    double-buffered staging with slow copies;
  *  - two ranks of a publisher group write their shards on GPUs 0 and 1 and
  *    each copies only its parts to the other GPUs; a collector on GPU 2
  *    reads whole, bit-exact tensors of every version;
@@ -649,6 +651,60 @@ static void host_mirror(void)
 	cuda_down_checked("mirror");
 }
 
+/* A slab of several staging chunks, to a GPU reached only through host
+ * memory, with slow copies: the double-buffered upload keeps every chunk
+ * in place and in order. */
+static void staged_large(void)
+{
+	static char want[(20 << 20) + 4096], got[(20 << 20) + 4096];
+	uint64_t shape[1] = { (20 << 20) / 4 + 100 };
+	const char *gpus[2] = { uuid[0], uuid[2] };
+	wsync_tensor_desc d[1];
+	wsync_model_opts o;
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+	wsync_dview v;
+	CUstream st;
+
+	setenv("FAKECUDA_COPY_DELAY_US", "100", 1);
+	fake_reconfigure();
+	cuda_up(0);
+	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
+	TEST_OK(harness_connect(&B, "gpu-large", &c));
+	harness_desc(&d[0], "big", WSYNC_F32, 1, shape);
+	opts_devices(&o, 2, 0);
+	o.devices = gpus;
+	TEST_OK(wsync_pub_open(c, "gpu.large", d, 1, &o, &p));
+	TEST_OK(wsync_sub_open(c, "gpu.large", &s));
+	for (uint64_t step = 1; step <= 3; step++) {
+		wsync_dslab ds;
+		uint64_t version;
+		size_t n;
+
+		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+		TEST_ASSERT(ds.bytes <= sizeof want);
+		harness_fill(want, ds.bytes, 70 + step);
+		TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(ds.base, want, ds.bytes, st) ==
+		            CUDA_SUCCESS);
+		TEST_OK(wsync_pub_commit_gpu(p, st, 70 + step, &version));
+		TEST_OK(wsync_sub_acquire_gpu(s, uuid[2], &v));
+		TEST_EQ_U64(v.version, version);
+		n = wsync_tensor_bytes(&v.tensors[0]);
+		TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(got, v.base, n) == CUDA_SUCCESS);
+		TEST_ASSERT_MSG(!memcmp(got, want, n), "v%llu on GPU 2 differs from what GPU 0 "
+		                "had", (unsigned long long)version);
+		wsync_sub_release_gpu(s, &v, NULL);
+	}
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	TEST_ASSERT(cu.api.cu_cuStreamDestroy(st) == CUDA_SUCCESS);
+	wsync_close(c);
+	cuda_down_checked("large");
+	unsetenv("FAKECUDA_COPY_DELAY_US");
+	fake_reconfigure();
+}
+
 /* Driver failures become clear errors, and leave nothing behind. */
 static void driver_errors(void)
 {
@@ -792,6 +848,7 @@ int main(void)
 	trainer_killed();
 	host_mirror();
 	group_of_ranks();
+	staged_large();
 	driver_errors();
 	no_gpu_broker();
 	gpu_full();
