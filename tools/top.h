@@ -79,6 +79,10 @@ void top_fmt_model(const struct top_view *v, uint32_t i, char *buf, size_t len);
  * last commit. False (nothing written) for a model of one publisher. */
 extern const char top_groups_title[];
 bool top_fmt_group(const struct top_view *v, uint32_t i, char *buf, size_t len);
+/* Where a device model lives: its GPUs (short UUIDs) and whether it has a
+ * host mirror. False (nothing written) for a host model. */
+extern const char top_devices_title[];
+bool top_fmt_devices(const struct top_view *v, uint32_t i, char *buf, size_t len);
 extern const char top_sessions_title[];
 void top_fmt_session(const struct top_view *v, const struct snap_session *e,
                      char *buf, size_t len);

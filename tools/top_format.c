@@ -8,6 +8,7 @@
 
 #include "shm/proto.h"
 #include "top.h"
+#include "shm/cuda_discover.h"
 
 static const char *fmt_rate(char *buf, size_t len, const struct top_view *v, double x,
                             bool bytes)
@@ -119,6 +120,33 @@ bool top_fmt_group(const struct top_view *v, uint32_t i, char *buf, size_t len)
 const char top_sessions_title[] =
 	"     PID NAME             ROLE    MODELS               VERSION    LAG    WAITS TIMEOUTS       CONN";
 
+const char top_devices_title[] =
+	"ON GPUS                  GPUS (UUID prefixes)                                   HOST MIRROR";
+
+bool top_fmt_devices(const struct top_view *v, uint32_t i, char *buf, size_t len)
+{
+	const struct snap_model *m = &v->snap->models[i];
+	char gpus[WSYNC_MAX_DEVICES * 16] = "";
+	size_t at = 0;
+
+	if (!m->n_devices)
+		return false;
+	for (uint32_t d = 0; d < m->n_devices && at < sizeof(gpus); d++) {
+		char text[WSYNC_GPU_UUID_TEXT];
+		int n;
+
+		wsync_gpu_uuid_format(m->dev_uuid[d], text, sizeof(text));
+		/* "GPU-" and the first 8 hex digits tell GPUs of a node apart */
+		n = snprintf(gpus + at, sizeof(gpus) - at, "%s%.12s", d ? " " : "", text);
+		if (n < 0)
+			break;
+		at += (size_t)n;
+	}
+	snprintf(buf, len, "%-24.24s %-54.54s %s", m->name, gpus,
+	         m->dev_flags & WSYNC_DEV_HOST_MIRROR ? "yes" : "no");
+	return true;
+}
+
 void top_fmt_session(const struct top_view *v, const struct snap_session *e,
                      char *buf, size_t len)
 {
@@ -157,6 +185,13 @@ void top_print_text(const struct top_view *v)
 			continue;
 		if (!titled++)
 			printf("\n%s\n", top_groups_title);
+		printf("%s\n", line);
+	}
+	for (uint32_t i = 0, titled = 0; i < v->snap->n_models; i++) {
+		if (!top_fmt_devices(v, i, line, sizeof(line)))
+			continue;
+		if (!titled++)
+			printf("\n%s\n", top_devices_title);
 		printf("%s\n", line);
 	}
 	printf("\n%s\n", top_sessions_title);

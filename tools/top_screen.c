@@ -99,6 +99,15 @@ static void draw(struct screen *sc)
 		}
 		put_line(y++, line, (int)i == sel ? A_BOLD : 0);
 	}
+	for (uint32_t i = 0, titled = 0; i < v->snap->n_models; i++) {
+		if (!top_fmt_devices(v, i, line, sizeof(line)))
+			continue;
+		if (!titled++) {
+			y++;
+			put_line(y++, top_devices_title, A_REVERSE);
+		}
+		put_line(y++, line, (int)i == sel ? A_BOLD : 0);
+	}
 	y++;
 	put_line(y++, top_sessions_title, A_REVERSE);
 	n = top_session_order(v, sc->sort, sel >= 0 ? (int)v->snap->models[sel].id : -1, idx);
@@ -128,6 +137,8 @@ static void show_help(void)
 		"GROUP: a model published by a group of ranks; [#.] its ranks, # those",
 		"that committed the version being written, waiting: since its first",
 		"commit; last version: its first to its last commit (the slowest rank).",
+		"ON GPUS: a model kept on GPUs, the start of each GPU's UUID, and",
+		"whether a host copy of every version is kept too.",
 		"",
 		"press any key",
 	};

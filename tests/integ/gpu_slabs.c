@@ -644,6 +644,18 @@ static void host_mirror(void)
 		         "\"host_mirror\":true}", uuid[0], uuid[1], uuid[2]);
 		TEST_CONTAINS(out, want);
 		TEST_CONTAINS(out, "\"host_mirror\":false");
+
+		/* and wsync-top, in its text mode */
+		char top[256];
+		char *targv[] = { top, "--endpoint", B.sock, "-b", "-n", "1", NULL };
+
+		snprintf(top, sizeof(top), "%s/bin/wsync-top", build);
+		st = harness_run(targv, out, sizeof(out), 10000);
+		TEST_ASSERT_MSG(st == 0, "wsync-top -b: %s: %s", harness_status_str(st), out);
+		TEST_CONTAINS(out, "ON GPUS");
+		snprintf(want, sizeof want, "%-24s %.12s %.12s %.12s", MIRRORED, uuid[0], uuid[1],
+		         uuid[2]);
+		TEST_CONTAINS(out, want);
 	}
 	wsync_sub_close(s);
 	wsync_pub_close(p);
