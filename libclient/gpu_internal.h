@@ -29,6 +29,7 @@ struct gpu_map {
 	uint32_t n_slots;
 	uint64_t dev_bytes;              /* one slot's mapping */
 	bool     writable;
+	char     uuid_text[WSYNC_GPU_UUID_LEN];   /* as wsync_gpu_uuid writes it */
 	CUdeviceptr base[WSYNC_MAX_SLOTS];
 };
 

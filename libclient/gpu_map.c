@@ -168,6 +168,7 @@ int wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t mod
 	g->device = device;
 	g->writable = writable;
 	wsync_gpu_uuid_format(e->dev_uuid[device], text, sizeof(text));
+	memcpy(g->uuid_text, text, sizeof(g->uuid_text));
 	if (device_find(cu, e->dev_uuid[device], &g->ordinal, &g->dev)) {
 		free(g);
 		return wsync_fail(-ENODEV, "model '%s': GPU %s is not visible in this process "

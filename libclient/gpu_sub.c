@@ -78,17 +78,36 @@ static int dview_fill(struct wsync_sub *s, uint32_t device, wsync_dview *out)
 	return 0;
 }
 
+/* The GPU of a mapping already made whose UUID is spelled exactly as
+ * wsync_gpu_uuid spells it (what callers pass): a string compare instead
+ * of parsing, so that a device acquire costs what a host one does. */
+static bool device_mapped(struct wsync_sub *s, const char *uuid, uint32_t *device)
+{
+	for (uint32_t d = 0; d < WSYNC_MAX_DEVICES; d++) {
+		const struct gpu_map *g = atomic_load_explicit(&s->gpu[d], memory_order_acquire);
+
+		if (g && !strcmp(uuid, g->uuid_text)) {
+			*device = d;
+			return true;
+		}
+	}
+	return false;
+}
+
 int wsync_sub_acquire_gpu(wsync_sub *s, const char *uuid, wsync_dview *out)
 {
 	uint32_t device;
-	int err;
+	int err = 0;
 
 	if (!s || !uuid || !out)
 		return wsync_fail(-EINVAL, "wsync_sub_acquire_gpu: subscription, uuid and out "
 		                  "must not be NULL");
-	err = wsync_sub_check_model(s);
-	if (!err)
-		err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
+	/* the acquire checks that the model is still the one mapped */
+	if (!device_mapped(s, uuid, &device)) {
+		err = wsync_sub_check_model(s);
+		if (!err)
+			err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
+	}
 	if (err == -ENODATA)
 		return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
 	if (err)
@@ -162,8 +181,8 @@ void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream)
 			           "read v%llu: %s", s->model, (unsigned long long)v->version,
 			           wsync_cu_name(cu, r));
 	}
-	wsync_sub_release(s, &v->priv_view);
-	memset(v, 0, sizeof(*v));
+	wsync_sub_release(s, &v->priv_view);     /* clears priv_view */
+	v->base = 0;
 }
 
 static int copy_check(const char *what, uint64_t bytes, uint64_t off, size_t len)
