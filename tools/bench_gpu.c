@@ -371,7 +371,7 @@ int bench_gpu(struct bench *b)
 			     "no GPU that the publisher's reaches peer to peer");
 		if (sh->plan.c < 0)
 			skip(&g, F_STAGED, sh->plan.second < 0 ? "a single GPU" :
-			     "every GPU has peer access to the publisher's");
+			     "the publisher's GPU reaches every other one peer to peer");
 	}
 	rows_wake(&g, sh);
 	if (g.why_wake[0])
