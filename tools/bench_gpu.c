@@ -309,12 +309,7 @@ static int probe(struct gb_shared *sh)
 {
 	pid_t pid = child_spawn(gb_probe_child, sh);
 
-	if (pid < 0 || child_reap(pid, 120 * 1000) != 0) {
-		snprintf(sh->probe.why, sizeof sh->probe.why, "the probe process failed");
-		sh->probe.loaded = false;
-		return -1;
-	}
-	return 0;
+	return pid < 0 || child_reap(pid, 120 * 1000) != 0 ? -1 : 0;
 }
 
 static void say_gpus(const struct gb_probe *pr, const struct gb_plan *pl)
@@ -345,10 +340,16 @@ int bench_gpu(struct bench *b)
 	}
 	memset(&g, 0, sizeof g);
 	g.sh = sh;
-	probe(sh);
+	if (probe(sh)) {
+		/* a driver that kills the process loading it is a failure, not "no GPU" */
+		snprintf(why, sizeof why, "failed: the process loading the CUDA driver died");
+		say_error("gpu: %s", why);
+		g.why_all = why;
+		rc = -1;
+	}
 	plan_sizes(b, sh->probe.fake && fake_opt_in(), &sh->plan);
 	snprintf(g.size, sizeof g.size, "%zu MiB", sh->plan.bytes / MIB);
-	if ((g.why_all = no_gpu_reason(&sh->probe, why, sizeof why))) {
+	if (g.why_all || (g.why_all = no_gpu_reason(&sh->probe, why, sizeof why))) {
 		skip_copy(&g, g.why_all);
 		skip(&g, F_WAKE_A, g.why_all);
 		skip(&g, F_WAKE_B, g.why_all);
