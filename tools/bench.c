@@ -17,6 +17,8 @@
  *   peers      the same update reaching 4 collectors via torch.distributed,
  *              torch RPC and torch.multiprocessing (tools/bench/torch_peers.py)
  *   checksum   XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) vs memcpy
+ *   gpu        device slabs vs the bare CUDA driver copies (skipped without
+ *              a GPU; WSYNC_BENCH_GPU_FAKE=1 runs them on the tests' fake)
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.

@@ -189,6 +189,9 @@ int  model_open(wsync_client *c, const char *model, size_t bytes, size_t n_tenso
 /* The same with opts.flags (WSYNC_PUB_UNGUARDED). */
 int  model_open_flags(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
                       uint32_t slots, uint32_t flags, wsync_pub **out);
+/* The same with any options (devices: the GPU rows). */
+int  model_open_opts(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
+                     const wsync_model_opts *opts, wsync_pub **out);
 
 /* Copies each tensor of src (laid out contiguously, in slab order) to
  * dst + tensors[i].offset, with memcpy, on the calling thread. */

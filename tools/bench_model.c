@@ -42,16 +42,23 @@ int model_open(wsync_client *c, const char *model, size_t bytes, size_t n_tensor
 int model_open_flags(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
                      uint32_t slots, uint32_t flags, wsync_pub **out)
 {
-	wsync_tensor_desc *d = model_layout(bytes, n_tensors);
 	wsync_model_opts opts;
+
+	memset(&opts, 0, sizeof opts);
+	opts.slots = slots;
+	opts.flags = flags;
+	return model_open_opts(c, model, bytes, n_tensors, &opts, out);
+}
+
+int model_open_opts(wsync_client *c, const char *model, size_t bytes, size_t n_tensors,
+                    const wsync_model_opts *opts, wsync_pub **out)
+{
+	wsync_tensor_desc *d = model_layout(bytes, n_tensors);
 	int err;
 
 	if (!d)
 		return -ENOMEM;
-	memset(&opts, 0, sizeof opts);
-	opts.slots = slots;
-	opts.flags = flags;
-	err = wsync_pub_open(c, model, d, n_tensors, &opts, out);
+	err = wsync_pub_open(c, model, d, n_tensors, opts, out);
 	free(d);
 	return err;
 }

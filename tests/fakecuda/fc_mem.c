@@ -631,8 +631,10 @@ static uint64_t exports_live(void)
 	return n;
 }
 
-/* At unload, the record of every export the program closed goes, so that a
- * leak checker sees only what the program really left open. */
+/* When the fake is unloaded (dlclose, exit), the records of exports the
+ * program has closed go too: only a live count frees them otherwise, and a
+ * leak checker in the program (a sanitizer build of wsyncd) would report
+ * them as its own once the fake's globals are unmapped. */
 __attribute__((destructor)) static void exports_forget_closed(void)
 {
 	pthread_mutex_lock(&fc_lock);

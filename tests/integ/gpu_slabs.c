@@ -834,13 +834,10 @@ static void broker_restart(void)
 
 int main(void)
 {
-	const char *build = getenv("BUILD");
 	struct wsync_gpu_inventory inv;
-	char path[4096], why[256], out[4096];
+	char why[256], out[4096];
 
-	snprintf(path, sizeof path, "%s/tests/fakecuda/libcuda.so.1",
-	         build && *build ? build : "build");
-	TEST_ASSERT_MSG(realpath(path, fake) != NULL, "no fake driver at %s", path);
+	harness_fakecuda_path(fake, sizeof fake);
 	setenv("WSYNC_LIBCUDA", fake, 1);
 	setenv("FAKECUDA_DEVICES", "3", 1);
 	setenv("FAKECUDA_PEERS", "01,10", 1);

@@ -215,12 +215,7 @@ static void with_fake_driver(void)
 int main(void)
 {
 #ifdef WSYNC_HAVE_CUDA_H
-	const char *build = getenv("BUILD");
-
-	snprintf(fake, sizeof fake, "%s/tests/fakecuda/libcuda.so.1",
-	         build && *build ? build : "build");
-	TEST_ASSERT_MSG(realpath(fake, report) != NULL, "no fake driver at %s", fake);
-	snprintf(fake, sizeof fake, "%s", report);
+	harness_fakecuda_path(fake, sizeof fake);
 	with_fake_driver();
 #endif
 	without_driver();

@@ -560,6 +560,18 @@ int harness_connect(const struct broker *b, const char *client_name, wsync_clien
 	return wsync_connect(b->sock, client_name, out);
 }
 
+void harness_fakecuda_path(char *out, size_t len)
+{
+	const char *build = getenv("BUILD");
+	char path[PATH_MAX], real[PATH_MAX];
+
+	snprintf(path, sizeof path, "%s/tests/fakecuda/libcuda.so.1",
+	         build && build[0] ? build : "build");
+	TEST_ASSERT_MSG(realpath(path, real) != NULL, "no fake driver at %s", path);
+	TEST_ASSERT_MSG(strlen(real) < len, "fake driver path %s too long", real);
+	snprintf(out, len, "%s", real);
+}
+
 static int broker_spawn(struct broker *b)
 {
 	const char *path = harness_wsyncd_path();

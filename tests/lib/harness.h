@@ -102,6 +102,10 @@ struct broker {
 /* Path of the wsyncd binary: $WSYNC_WSYNCD, else $BUILD/bin/wsyncd (BUILD
  * default build) from the current directory, else next to this test binary. */
 const char *harness_wsyncd_path(void);
+/* The fake CUDA driver of this build ($BUILD/tests/fakecuda/libcuda.so.1,
+ * BUILD defaulting to "build") as an absolute path, for WSYNC_LIBCUDA;
+ * fails the test when it is not there. */
+void harness_fakecuda_path(char *out, size_t len);
 /* For tests that set WSYNC_FAULT_* or WSYNC_HELLO_TIMEOUT_MS: makes every
  * later broker of this test the one with fault injection compiled in
  * ($WSYNC_WSYNCD_FAULT, else <BUILD>/tests/wsyncd-fault) by setting
