@@ -3,9 +3,10 @@
  * the bare CUDA driver copies they are built on, taken in the same run on
  * the same GPUs (docs/BENCHMARKS.md, "GPU rows"):
  *
- *   device publish     begin_gpu + cuMemcpyDtoDAsync of a 256 MiB slab from
- *                      the trainer's device buffer + commit_gpu, model on
- *                      1 GPU, against the same cuMemcpyDtoDAsync + sync
+ *   device publish     begin_gpu + cuMemcpyDtoDAsync of the slab from the
+ *                      trainer's device buffer + commit_gpu, model on 1 GPU,
+ *                      against the same cuMemcpyDtoDAsync + sync; for a
+ *                      1 GiB and an 8 GiB model (publish and copy rows)
  *   peer fan-out       the same publish with the model on 2 GPUs that have
  *                      peer access, against DtoD + the peer copy
  *   staged fan-out     2 GPUs without peer access (through pinned host
@@ -15,7 +16,7 @@
  *                      against the same with a host model
  *   acquire_gpu        acquire + release of a device view, against host
  *                      acquire + release
- *   copy_to_device     wsync_view_copy_to_device of 256 MiB against
+ *   copy_to_device     wsync_view_copy_to_device of the model against
  *                      cuMemcpyHtoDAsync from pinned memory;
  *                      wsync_dview_copy_to_device against cuMemcpyDtoDAsync
  *
@@ -37,9 +38,13 @@
 #include "bench_gpu.h"
 #include "shm/cuda_discover.h"
 
-#define GPU_BYTES       (256 * MIB)
+/* The model sizes of the publish and copy rows: 1 GiB and 8 GiB (the
+ * second only on GPUs with room for 3 slots and the reference buffers, 6
+ * times the model); --quick 64 MiB; the fake 4 MiB. */
+static const size_t gpu_sizes[] = { 1024 * MIB, 8192 * MIB };
 #define GPU_BYTES_QUICK (64 * MIB)
 #define GPU_BYTES_FAKE  (4 * MIB)
+#define GPU_ROOM        6
 #define GPU_TENSORS     64
 #define SC              "gpu"
 
@@ -63,6 +68,7 @@ int gb_probe_child(void *arg)
 	pr->count = inv.count < GB_MAX_GPUS ? inv.count : GB_MAX_GPUS;
 	for (int i = 0; i < pr->count; i++) {
 		pr->usable[i] = inv.dev[i].vmm && inv.dev[i].posix_fd;
+		pr->mem[i] = inv.dev[i].total_mem;
 		snprintf(pr->name[i], sizeof pr->name[i], "%s", inv.dev[i].name);
 		snprintf(pr->uuid[i], sizeof pr->uuid[i], "%s", inv.dev[i].uuid_text);
 		for (int j = 0; j < pr->count; j++)
@@ -122,7 +128,7 @@ static void plan_gpus(const struct gb_probe *pr, struct gb_plan *pl)
 static void plan_sizes(const struct bench *b, bool fake, struct gb_plan *pl)
 {
 	pl->fake = fake;
-	pl->bytes = fake ? GPU_BYTES_FAKE : b->quick ? GPU_BYTES_QUICK : GPU_BYTES;
+	pl->bytes = fake ? GPU_BYTES_FAKE : b->quick ? GPU_BYTES_QUICK : gpu_sizes[0];
 	pl->n_tensors = GPU_TENSORS;
 	pl->repeats = b->repeats < GB_MAX_REPEATS ? b->repeats : GB_MAX_REPEATS;
 	pl->acquire_pairs = fake ? 2000 : b->quick ? 20000 : 200000;
@@ -135,7 +141,8 @@ static void plan_sizes(const struct bench *b, bool fake, struct gb_plan *pl)
 
 struct gpu_rows {
 	const struct gb_shared *sh;
-	char size[24];                  /* "256 MiB" */
+	char size[24];                  /* "1024 MiB" */
+	bool later_size;                /* not the first size: no acquire rows again */
 	const char *why_all;            /* every row skipped: why */
 	char why_copy[GB_ERR_LEN + 16]; /* the copy child failed */
 	char why_wake[GB_ERR_LEN + 16]; /* a wake phase failed */
@@ -222,9 +229,11 @@ static void rows_copy(const struct gpu_rows *g)
 		add(g, "staged fan-out alone: 2-GPU publish - 1-GPU publish", "ms", pub - pub1,
 		    "staged copy", staged);
 	}
-	add(g, "host acquire + release (reference)", "ns", acq_host, NULL, 0);
-	row_target_text(add(g, F_ACQ, "ns", med(x->acq_gpu, n), "host acquire + release",
-	                    acq_host), pl->fake ? "fake driver" : "as cheap as host");
+	if (!g->later_size) {
+		add(g, "host acquire + release (reference)", "ns", acq_host, NULL, 0);
+		row_target_text(add(g, F_ACQ, "ns", med(x->acq_gpu, n), "host acquire + release",
+		                    acq_host), pl->fake ? "fake driver" : "as cheap as host");
+	}
 	add(g, "cuMemcpyHtoDAsync %s from pinned memory + sync (reference)", "ms", htod, NULL, 0);
 	add(g, F_VIEW, "ms", med(x->view_copy, n), "HtoD from pinned memory", htod);
 	add(g, F_DVIEW, "ms", med(x->dview_copy, n), "cuMemcpyDtoDAsync + sync", dtod);
@@ -232,9 +241,10 @@ static void rows_copy(const struct gpu_rows *g)
 
 static void skip_copy(const struct gpu_rows *g, const char *why)
 {
-	static const char *const figs[] = { F_PUB1, F_PEER, F_STAGED, F_ACQ, F_VIEW, F_DVIEW };
+	static const char *const figs[] = { F_PUB1, F_PEER, F_STAGED, F_VIEW, F_DVIEW, F_ACQ };
+	size_t n = sizeof figs / sizeof figs[0] - (g->later_size ? 1 : 0);
 
-	for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
+	for (size_t i = 0; i < n; i++)
 		skip(g, figs[i], why);
 }
 
@@ -358,14 +368,31 @@ int bench_gpu(struct bench *b)
 	plan_gpus(&sh->probe, &sh->plan);
 	say_gpus(&sh->probe, &sh->plan);
 
-	pid = child_spawn(gb_copy_child, sh);
-	if (pid < 0 || child_reap(pid, 600 * 1000) != 0) {
-		snprintf(g.why_copy, sizeof g.why_copy, "failed: %s",
-		         sh->copy.error[0] ? sh->copy.error : "the measuring process died");
-		say_error("gpu: %s", g.why_copy);
-		skip_copy(&g, g.why_copy);
-		rc = -1;
-	} else {
+	for (size_t z = 0; z < sizeof gpu_sizes / sizeof gpu_sizes[0]; z++) {
+		if (z > 0) {
+			if (sh->plan.fake || b->quick)
+				break;          /* one small size proves the path */
+			sh->plan.bytes = gpu_sizes[z];
+			g.later_size = true;
+			snprintf(g.size, sizeof g.size, "%zu MiB", sh->plan.bytes / MIB);
+			if (sh->probe.mem[sh->plan.a] / GPU_ROOM < sh->plan.bytes) {
+				snprintf(why, sizeof why, "GPU %d has %zu MiB, the %s rows need %d "
+				         "times the model", sh->plan.a,
+				         sh->probe.mem[sh->plan.a] / MIB, g.size, GPU_ROOM);
+				skip_copy(&g, why);
+				continue;
+			}
+		}
+		memset(&sh->copy, 0, sizeof sh->copy);
+		pid = child_spawn(gb_copy_child, sh);
+		if (pid < 0 || child_reap(pid, 600 * 1000) != 0) {
+			snprintf(g.why_copy, sizeof g.why_copy, "failed: %s",
+			         sh->copy.error[0] ? sh->copy.error : "the measuring process died");
+			say_error("gpu: %s", g.why_copy);
+			skip_copy(&g, g.why_copy);
+			rc = -1;
+			continue;
+		}
 		rows_copy(&g);
 		if (sh->plan.b < 0)
 			skip(&g, F_PEER, sh->plan.second < 0 ? "a single GPU" :

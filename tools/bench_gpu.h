@@ -35,6 +35,7 @@ struct gb_probe {
 	bool usable[GB_MAX_GPUS];       /* VMM memory exportable as an fd */
 	bool peer[GB_MAX_GPUS][GB_MAX_GPUS];   /* [a][b]: a reaches b's memory */
 	char name[GB_MAX_GPUS][96];
+	size_t mem[GB_MAX_GPUS];        /* bytes of memory */
 	char uuid[GB_MAX_GPUS][WSYNC_GPU_UUID_LEN];
 	char why[256];                  /* no driver: why */
 };
