@@ -80,3 +80,16 @@ def code_of_array(x):
 def torch_dtype(code):
     import torch
     return getattr(torch, _TORCH_NAMES[code])
+
+
+def check_torch(spec, t):
+    """TypeError/ValueError unless torch tensor t fits tensor spec (a
+    TensorSpec): its dtype (bf16 also as int16 bits) and shape."""
+    code = CODE[spec.dtype]
+    got = code_of(t.dtype)
+    if got != code and not (code == BF16 and got == CODE["i16"]):
+        raise TypeError("wsync: tensor %r is %s, the layout says %s"
+                        % (spec.name, NAME[got], spec.dtype))
+    if tuple(t.shape) != spec.shape:
+        raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
+                         % (spec.name, tuple(t.shape), spec.shape))
