@@ -307,6 +307,9 @@ FAKECUDA     := $(BUILD)/tests/fakecuda/libcuda.so.1
 FAKECUDA_OBJ := $(call obj,$(sort $(wildcard tests/fakecuda/*.c)))
 FAKECUDA_LINK:= -L$(BUILD)/tests/fakecuda -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../fakecuda'
 endif
+# Here, once FAKECUDA is defined (prerequisites expand when read):
+# gpu_slabs and test_gpu.py load the fake through WSYNC_LIBCUDA.
+tests test-python: $(FAKECUDA)
 
 $(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c
 	@mkdir -p $(dir $@)

@@ -8,7 +8,9 @@
  * as on a GPU. fakecuda_hold_streams(true) stops every worker before its
  * next operation, for tests that need the "not yet copied" state without
  * depending on time. Synchronous copies run in the caller's thread. The
- * NULL stream is one shared worker, made on first use.
+ * NULL stream is one shared worker, made on first use; CU_STREAM_LEGACY
+ * and CU_STREAM_PER_THREAD name it too (one host thread per test process
+ * uses it, so the per-thread stream needs no worker of its own).
  *
  * One lock (sq_lock) and one condition variable guard every queue, counter
  * and event; every change broadcasts.
@@ -148,7 +150,8 @@ static void stream_free(struct CUstream_st *s)
 	free(s);
 }
 
-/* The stream an operation goes to; NULL is the shared default stream. */
+/* The stream an operation goes to; NULL (and the handles that name the
+ * default streams) is the shared default stream. */
 static CUresult stream_resolve(CUstream in, struct CUstream_st **out)
 {
 	bool known = false;
@@ -156,7 +159,7 @@ static CUresult stream_resolve(CUstream in, struct CUstream_st **out)
 	if (fc_need_ctx())
 		return CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_lock(&sq_lock);
-	if (!in) {
+	if (!in || in == CU_STREAM_LEGACY || in == CU_STREAM_PER_THREAD) {
 		if (!null_stream)
 			null_stream = stream_new(-1);
 		*out = null_stream;

@@ -161,7 +161,13 @@ class Broker:
 def broker(monkeypatch):
     """A running private wsyncd; yields its Broker (.sock is its socket).
     At the end: SIGTERM must give exit 0 and no /dev/shm leftovers."""
-    b = Broker()
+    yield from running_broker(monkeypatch)
+
+
+def running_broker(monkeypatch, args=()):
+    """The broker fixture's body, for fixtures that start one with args or
+    in another environment: yields a started Broker, checks its clean stop."""
+    b = Broker(args)
     monkeypatch.setenv("XDG_RUNTIME_DIR", b.dir)
     monkeypatch.setenv("WSYNC_ENDPOINT", b.sock)
     try:

@@ -550,6 +550,34 @@ static void test_async_copy_needs_synchronise(void **state)
 	ctx_leave(0);
 }
 
+/* CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name the NULL stream: work
+ * queued on NULL is pending through them and done after synchronising one. */
+static void test_default_stream_handles(void **state)
+{
+	struct dbuf src, dst;
+
+	(void)state;
+	driver_start(NULL);
+	ctx_enter(0);
+	dbuf_new(&src, GRAN, 0);
+	dbuf_new(&dst, GRAN, 0);
+	memset((void *)src.p, 0xcd, GRAN);
+	memset((void *)dst.p, 0x00, GRAN);
+
+	fakecuda_hold_streams(true);
+	CU_OK(cuMemcpyDtoDAsync_v2(dst.p, src.p, GRAN, NULL));
+	assert_int_equal(cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_NOT_READY);
+	assert_int_equal(cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
+	fakecuda_hold_streams(false);
+	CU_OK(cuStreamSynchronize(CU_STREAM_LEGACY));
+	assert_int_equal(((unsigned char *)dst.p)[GRAN - 1], 0xcd);
+	CU_OK(cuStreamQuery(NULL));
+
+	dbuf_free(&src);
+	dbuf_free(&dst);
+	ctx_leave(0);
+}
+
 static uint64_t now_us(void)
 {
 	struct timespec ts;
@@ -751,6 +779,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_exported_fd_shares_memory_across_processes, teardown),
 		cmocka_unit_test_teardown(test_read_only_mapping_faults_on_write, teardown),
 		cmocka_unit_test_teardown(test_async_copy_needs_synchronise, teardown),
+		cmocka_unit_test_teardown(test_default_stream_handles, teardown),
 		cmocka_unit_test_teardown(test_copy_delay, teardown),
 		cmocka_unit_test_teardown(test_missing_synchronise_shows_stale_and_torn_data, teardown),
 		cmocka_unit_test_teardown(test_every_copy_kind, teardown),

@@ -18,12 +18,14 @@ version in place, zero copy, or wait for a newer one::
 See docs/PYTHON.md for the lifetime rules of zero-copy arrays.
 """
 from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
-from ._errors import (BusyError, ClosedError, LayoutError, NoDataError, NotConnectedError,
-                      RemovedError, WsyncError, WsyncTimeoutError)
+from ._errors import (BusyError, ClosedError, LayoutError, NoCudaError, NoDataError,
+                      NoDeviceError, NotConnectedError, RemovedError, WsyncError,
+                      WsyncTimeoutError)
 from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersion, ModelRef,
                     ModelStatus, PartSpec, Publisher, Slab, Subscriber, TensorSpec, View, connect,
                     default_endpoint)
 from ._dtypes import CODE as DTYPES
+from ._gpu import DeviceArray, DeviceSlab, DeviceView, gpu_ordinal, gpu_uuid
 from ._module import LoadResult, MismatchError
 
 __all__ = [
@@ -33,7 +35,8 @@ __all__ = [
     "default_endpoint", "strerror", "MAX_VIEWS", "NAME_MAX", "MAX_DIMS", "ALIGN",
     "ModelRef", "PUB_UNGUARDED", "PUB_GUARDED", "PUB_REPLACE", "RemovedError",
     "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "PartSpec", "ReadOnlyError",
-    "ReadOnlyTensor",
+    "ReadOnlyTensor", "NoDeviceError", "NoCudaError", "DeviceArray", "DeviceSlab",
+    "DeviceView", "gpu_uuid", "gpu_ordinal",
 ]
 
 

@@ -23,10 +23,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _dtypes, _module, _shard
+from . import _dtypes, _gpu, _module, _shard
 from ._errors import ClosedError, WsyncError, check, error_from_rc
-from ._lib import (FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView, ModelInfo,
-                   ModelOpts, Shard, Slice, TensorDesc, lib)
+from ._gpu import DeviceSlab, DeviceView
+from ._ends import SlabLife, ViewLife
+from ._lib import (DEV_HOST_MIRROR, FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView,
+                   ModelInfo, ModelOpts, Shard, Slice, TensorDesc, lib)
 
 import errno as _errno
 
@@ -461,7 +463,8 @@ class Client(_Handle):
 
     def publisher(self, model: str, tensors: Any, slots: int = 0, guard: bool = False,
                   flags: int = 0, replace: bool = False, checksum: bool = False,
-                  unguarded: bool = False) -> "Publisher":
+                  unguarded: bool = False, devices: Any = None,
+                  host_mirror: bool = False) -> "Publisher":
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
@@ -476,28 +479,41 @@ class Client(_Handle):
         readers get RemovedError and subscribe again); checksum=True sets
         PUB_CHECKSUM (every version carries an XXH3-64 of its slab;
         View.verify checks it); unguarded=True says PUB_UNGUARDED, the
-        default, explicitly; flags, more wsync_model_flags bits, ORed in. Raises LayoutError (-EEXIST) if the
-        model exists with another layout (and not replace), BusyError if it
-        has another publisher."""
+        default, explicitly; flags, more wsync_model_flags bits, ORed in.
+
+        devices makes a device model (docs/GPU.md): the GPUs every version
+        lives on, each a UUID ("GPU-...") or an ordinal / "cuda:N" /
+        torch.device meaning that GPU as this process sees it (translated
+        to its UUID, which is what other processes see); publish with
+        begin_gpu / publish_gpu. host_mirror=True keeps a host copy of
+        every version too, for host views (CPU collectors, checkpoints).
+
+        Raises LayoutError (-EEXIST) if the model exists with another
+        layout or other devices (and not replace), BusyError if it has
+        another publisher, NoDeviceError if the broker cannot put it on
+        those GPUs."""
         if not isinstance(checksum, bool) or not isinstance(unguarded, bool):
             raise TypeError("wsync: checksum and unguarded must be True or False")
         if guard and unguarded:
             raise ValueError("wsync: guard=True and unguarded=True contradict each other")
         opts = _model_opts(slots, guard, flags, replace)
         opts.flags |= (_PUB_CHECKSUM if checksum else 0) | (_PUB_UNGUARDED if unguarded else 0)
-        return Publisher(self, model, _make_descs(tensors), opts)
+        descs = _make_descs(tensors)
+        uuids = _gpu.device_opts(opts, devices, host_mirror)
+        return Publisher(self, model, descs, opts, devices=uuids)
 
     def publisher_like(self, model: str, state_dict: Any, slots: int = 0, guard: bool = False,
                        flags: int = 0, replace: bool = False, checksum: bool = False,
-                       unguarded: bool = False) -> "Publisher":
+                       unguarded: bool = False, devices: Any = None,
+                       host_mirror: bool = False) -> "Publisher":
         """publisher() with the layout of a dict of numpy arrays or torch
-        tensors (names, dtypes and shapes, in the dict's order), or of an
-        nn.Module's state_dict()."""
+        tensors (CUDA ones too; names, dtypes and shapes, in the dict's
+        order), or of an nn.Module's state_dict()."""
         state_dict = _module.state_of(state_dict)
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
         return self.publisher(model, tensors, slots, guard, flags, replace, checksum,
-                              unguarded)
+                              unguarded, devices, host_mirror)
 
     def publisher_shard(self, model: str, tensors: Any, rank: int, world: int,
                         parts: Any = None, timeout_ms: int = 0, slots: int = 0,
@@ -675,13 +691,15 @@ class Publisher(_Handle):
 
     _what = "publisher"
 
-    def __init__(self, client, model, descs, opts, parts=None):
+    def __init__(self, client, model, descs, opts, parts=None, devices=()):
         self._init_handle(client)
         self._ptr = None
         self.client = client
         self.model = model
         self.slots = opts.slots
         self.flags = opts.flags
+        self.devices = devices     # the GPUs (UUIDs) of a device model; () for a host one
+        self.host_mirror = bool(opts.device_flags & DEV_HOST_MIRROR)
         self._slab = None
         self._layout = _read_layout(descs, len(descs))   # offsets filled at begin
         self._layout_final = False
@@ -734,6 +752,11 @@ class Publisher(_Handle):
         seconds (None: forever) while readers hold every slot, then raises
         BusyError naming the holders. The slab's previous contents are
         unspecified: write every tensor."""
+        return self._begin(timeout, CSlab,
+                           lambda ns, cs: lib.wsync_pub_begin(self._ptr, ns, ctypes.byref(cs)),
+                           lambda cs: Slab(self, cs), check)
+
+    def _begin(self, timeout, ctype, call, make, checker):
         t = _timeout_s(timeout)
         self._enter()
         try:
@@ -742,19 +765,46 @@ class Publisher(_Handle):
                     raise WsyncError(_errno.EALREADY, "a slab is already begun",
                                      "model '%s': commit or abort the begun slab first"
                                      % self.model)
-                cs = CSlab()
-                rc = _sliced(self, lambda ns: lib.wsync_pub_begin(self._ptr, ns,
-                                                                  ctypes.byref(cs)),
-                             t, -_errno.EBUSY)
-                check(rc)
+                cs = ctype()
+                checker(_sliced(self, lambda ns: call(ns, cs), t, -_errno.EBUSY))
                 if not self._layout_final:
                     self._layout = _read_layout(cs.tensors, cs.n_tensors)
                     self._layout_final = True
-                slab = Slab(self, cs)
+                slab = make(cs)
                 self._slab = slab
                 return slab
         finally:
             self._leave()
+
+    def begin_gpu(self, device: Any, timeout: Optional[float] = None) -> DeviceSlab:
+        """Grants a DeviceSlab for the next version: its memory on device
+        (one of the model's GPUs: a UUID, an ordinal, "cuda:N" or a
+        torch.device, as this process sees it), writable. This thread needs
+        a CUDA context current on it (torch makes one on first use). Waits
+        like begin(). NoDeviceError if the model is not on that GPU."""
+        return _gpu.begin_gpu(self, device, timeout)
+
+    def commit_gpu(self, step: int, stream: Any = None) -> int:
+        """Commits the begun DeviceSlab (DeviceSlab.commit(step, stream)):
+        fans the version out to the model's other GPUs, synchronises the
+        stream, then makes it visible. Returns the version."""
+        slab = self._slab
+        if not isinstance(slab, DeviceSlab):
+            raise WsyncError(_errno.ENOENT, "no device slab is begun",
+                             "model '%s': begin_gpu() first" % self.model)
+        return slab.commit(step, stream)
+
+    def publish_gpu(self, weights: Any, step: int, device: Any = None, stream: Any = None,
+                    timeout: Optional[float] = None) -> int:
+        """Publishes weights (an nn.Module on a GPU, or a mapping of torch
+        CUDA tensors or __cuda_array_interface__ objects) as the next
+        version stamped with step: begin_gpu(device), the driver copies
+        every tensor into the slab on stream, commit. device: by default
+        the GPU the torch tensors are on, else the model's first. stream: by
+        default torch's current stream (where torch uses CUDA), else the
+        NULL stream. Returns the version; nothing is published if anything
+        fails."""
+        return _gpu.publish_gpu(self, weights, _uint(step, "step"), device, stream, timeout)
 
     def publish(self, weights: Any, step: int, timeout: Optional[float] = None,
                 threads: int = 0) -> int:
@@ -825,6 +875,21 @@ class Publisher(_Handle):
         finally:
             self._leave()
 
+    def _check_names(self, src):
+        """KeyError unless mapping src holds exactly the model's tensors."""
+        layout = self._layout
+        if not isinstance(src, Mapping):
+            raise TypeError("wsync: copy_from needs a mapping of tensors, not %s"
+                            % type(src).__name__)
+        if len(src) != len(layout) or any(s.name not in src for s in layout):
+            names = {s.name for s in layout}
+            extra = [k for k in src if k not in names]
+            missing = [s.name for s in layout if s.name not in src]
+            raise KeyError("wsync: copy_from needs exactly the tensors of model %r%s%s"
+                           % (self.model,
+                              "; missing: %s" % ", ".join(missing) if missing else "",
+                              "; unknown: %s" % ", ".join(map(str, extra)) if extra else ""))
+
     def _finish(self, slab, call, step=_ABORT):
         if step is not _ABORT:
             step = _uint(step, "step")
@@ -860,19 +925,24 @@ class Publisher(_Handle):
             return
         slab, self._slab = self._slab, None
         if slab is not None:
-            if _has_arrays(slab) and self._gen == self._gens[0]:
+            if slab._device and self._gen == self._gens[0]:
+                slab._sync_copies()
+            if (_has_arrays(slab) or slab._device) and self._gen == self._gens[0]:
                 self._lib.wsync_pub_abort(self._ptr)   # now; the mapping stays
             slab._retire()
         self._free_if_done()
 
 
-class Slab:
+class Slab(SlabLife):
     """A writable slab for the next version, from Publisher.begin().
 
     As a context manager: an exception inside the block aborts the slab;
     leaving the block normally requires that slab.commit(step) (or
     slab.abort()) was called, else the slab is aborted and RuntimeError is
     raised. Nothing is ever committed implicitly."""
+
+    _device = False
+    _what = "slab"
 
     def __init__(self, pub, cs):
         self.publisher = pub
@@ -958,13 +1028,7 @@ class Slab:
         if not isinstance(src, Mapping):
             return self._copy_buffer(src, threads)
         layout = self.publisher._layout
-        if len(src) != len(layout) or any(s.name not in src for s in layout):
-            extra = [k for k in src if k not in self._by_name]
-            missing = [s.name for s in layout if s.name not in src]
-            raise KeyError("wsync: copy_from needs exactly the tensors of model %r%s%s"
-                           % (self.publisher.model,
-                              "; missing: %s" % ", ".join(missing) if missing else "",
-                              "; unknown: %s" % ", ".join(map(str, extra)) if extra else ""))
+        self.publisher._check_names(src)
         pub = self.publisher
         srcs = pub._srcs
         if srcs is None:
@@ -1081,42 +1145,8 @@ class Slab:
         if not _has_arrays(self):
             self._unpin()
 
-    def _unpin(self):
-        pub = self.publisher
-        with pub._cond:
-            unpin, self._pinned = self._pinned, False
-        if unpin:
-            pub._unpin()
-
     def __reduce__(self):
         _no_pickle("slab")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        if self._done:
-            return False
-        try:
-            self.abort()
-        except (WsyncError, ClosedError):
-            if et is None:
-                raise
-        if et is None:
-            raise RuntimeError("wsync: a slab of model %r was left without commit() or "
-                               "abort(); it was aborted" % self.publisher.model)
-        return False
-
-    def __del__(self):
-        try:
-            if not self._done and not self.publisher._closed:
-                self.abort()
-        except Exception:
-            pass
-        try:
-            self._unpin()
-        except Exception:
-            pass
 
 
 def _source(spec, x):
@@ -1126,14 +1156,7 @@ def _source(spec, x):
         t = x.detach()
         if t.device.type != "cpu":
             t = t.cpu()
-        got = _dtypes.code_of(t.dtype)
-        if got != code and not _dtypes.raw_bits_of(code, got):
-            raise TypeError("wsync: tensor %r is %s, the layout says %s%s"
-                            % (spec.name, _dtypes.NAME[got], spec.dtype,
-                               _dtypes.torch_hint(code)))
-        if tuple(t.shape) != spec.shape:
-            raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
-                             % (spec.name, tuple(t.shape), spec.shape))
+        _dtypes.check_torch(spec, t)
         t = t.contiguous()
         return t.data_ptr(), t
     want = _dtypes.NUMPY[code]
@@ -1196,10 +1219,13 @@ class Subscriber(_Handle):
     def __repr__(self):
         return "<wsync.Subscriber %r%s>" % (self.model, " closed" if self._closed else "")
 
-    def _view(self, cv):
+    def _learn_layout(self, tensors, n):
         if self._layout is None:
-            self._layout = _read_layout(cv.tensors, cv.n_tensors)
+            self._layout = _read_layout(tensors, n)
             self._by_name = {s.name: s for s in self._layout}
+
+    def _view(self, cv):
+        self._learn_layout(cv.tensors, cv.n_tensors)
         v = View(self, cv)      # pins this subscription until it is gone
         self._views.add(v)
         return v
@@ -1222,10 +1248,7 @@ class Subscriber(_Handle):
         a View), waiting up to timeout seconds (None: forever) for one.
         TimeoutError on time; NotConnectedError if the broker shuts down or
         dies meanwhile (noticed within 200 ms)."""
-        if isinstance(after, View):
-            after = after.version
-        after = _uint(after, "after (a version number or a View)")
-        t = _timeout_s(timeout)
+        after, t = _after_timeout(after, timeout)
         self._enter()
         try:
             cv = CView()
@@ -1237,6 +1260,25 @@ class Subscriber(_Handle):
             return self._view(cv)
         finally:
             self._leave()
+
+    def acquire_gpu(self, device: Any) -> DeviceView:
+        """The newest version on device (a UUID, an ordinal, "cuda:N" or a
+        torch.device, as this process sees it) as a DeviceView: read-only
+        device memory, zero copy, without waiting. This thread needs a CUDA
+        context current on that GPU (torch makes one on first use).
+        NoDeviceError if the model is not on that GPU (acquire() a host
+        view of a host-mirrored model and View.copy_to_device instead),
+        NoDataError if nothing was published yet, NoCudaError without a
+        usable CUDA driver."""
+        return _gpu.acquire_gpu(self, device, False, 0, None)
+
+    def wait_gpu(self, device: Any, after: Any = 0,
+                 timeout: Optional[float] = None) -> DeviceView:
+        """wait() for device views: the newest version on device if it is
+        newer than after (a version, a View or a DeviceView), waiting up to
+        timeout seconds (None: forever)."""
+        after, t = _after_timeout(after, timeout)
+        return _gpu.acquire_gpu(self, device, True, after, t)
 
     def latest(self) -> LatestVersion:
         """The newest version as LatestVersion(version, step, published_ns)
@@ -1277,12 +1319,20 @@ class Subscriber(_Handle):
         if not self._mark_closed():
             return
         for v in list(self._views):
-            if not _has_arrays(v):
+            if isinstance(v, DeviceView):
+                v._on_close()
+            elif not _has_arrays(v):
                 v.release()
         self._free_if_done()
 
 
-class View:
+def _after_timeout(after, timeout):
+    if isinstance(after, (View, DeviceView)):
+        after = after.version
+    return _uint(after, "after (a version number or a View)"), _timeout_s(timeout)
+
+
+class View(ViewLife):
     """One version of a model, held: its bytes do not change until release().
 
     Attributes: version, step, published_ns (CLOCK_REALTIME ns of the
@@ -1427,6 +1477,17 @@ class View:
         return _module.load_into(self, module, strict, lambda s: _torch_view(buf, s), tp,
                                  self._read_part)
 
+    def copy_to_device(self, dst: Any, offset: int = 0, nbytes: Optional[int] = None,
+                       stream: Any = None) -> None:
+        """Copies nbytes at offset of this version (by default the rest of
+        it, or dst's size if smaller) into device memory dst (a device
+        pointer, a contiguous CUDA tensor or a writable
+        __cuda_array_interface__) on stream (wsync_view_copy_to_device);
+        returns once the copy has read the bytes, so the view may be
+        released right after. NoCudaError without a usable CUDA driver."""
+        _gpu.copy_out(self, lib.wsync_view_copy_to_device, dst, offset, nbytes,
+                      _gpu.stream_handle(stream))
+
     def _read_part(self, spec, dim, k, K, dst):
         import torch
         i = self.subscriber._layout.index(spec)
@@ -1478,13 +1539,6 @@ class View:
             sub._lib.wsync_sub_release(sub._ptr, self._byref(self._c))
         if unpin:
             sub._unpin()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-        return False
 
     def __del__(self):
         try:

@@ -140,3 +140,17 @@ def torch_name(code):
     if torch_has(code):
         return attr
     return "%s (torch %s or later)" % (attr, since)
+
+
+def check_torch(spec, t):
+    """TypeError/ValueError unless torch tensor t fits tensor spec (a
+    TensorSpec): its dtype (or, where this torch lacks it, its raw bits:
+    int16 for bf16, uint8 for the 8-bit floats) and shape."""
+    code = CODE[spec.dtype]
+    got = code_of(t.dtype)
+    if got != code and not raw_bits_of(code, got):
+        raise TypeError("wsync: tensor %r is %s, the layout says %s%s"
+                        % (spec.name, NAME[got], spec.dtype, torch_hint(code)))
+    if tuple(t.shape) != spec.shape:
+        raise ValueError("wsync: tensor %r has shape %s, the layout says %s"
+                         % (spec.name, tuple(t.shape), spec.shape))

@@ -54,6 +54,18 @@ class RemovedError(WsyncError):
     this subscription opened it. Views held stay valid; subscribe again."""
 
 
+class NoDeviceError(WsyncError):
+    """-ENODEV: a GPU the model is not on, a GPU this process does not see
+    (CUDA_VISIBLE_DEVICES), a host view of a device model without a host
+    mirror, or a device model on a broker without GPUs (detail says which)."""
+
+
+class NoCudaError(WsyncError):
+    """No usable CUDA for a GPU call: no CUDA driver (ENOENT), libwsync
+    built without the CUDA headers (ENOSYS), a driver too old (ENOTSUP), or
+    torch without CUDA where a torch CUDA tensor was asked for (ENOSYS)."""
+
+
 class ClosedError(ValueError):
     """The handle (client, publisher, subscriber, slab or view) was closed,
     released, committed or aborted, or belongs to the parent of a fork()."""
@@ -66,7 +78,11 @@ _BY_ERRNO = {
     _errno.ENODATA: NoDataError,
     _errno.EEXIST: LayoutError,
     _errno.EIDRM: RemovedError,
+    _errno.ENODEV: NoDeviceError,
 }
+
+# What a failed driver load returns from the GPU calls (libclient/gpu.c).
+_NO_CUDA = (_errno.ENOENT, _errno.ENOSYS, _errno.ENOTSUP)
 
 
 def error_from_rc(rc, what=None):
@@ -77,6 +93,21 @@ def error_from_rc(rc, what=None):
     if what and not detail:
         detail = what
     return _BY_ERRNO.get(-rc, WsyncError)(-rc, text, detail)
+
+
+def gpu_error_from_rc(rc, what=None):
+    """error_from_rc for the GPU calls: a driver that cannot be used is
+    NoCudaError (their ENOENT/ENOSYS/ENOTSUP come from loading it)."""
+    err = error_from_rc(rc, what)
+    if (-rc in _NO_CUDA and "driver" in err.detail.lower()) or -rc == _errno.ENOSYS:
+        return NoCudaError(err.errno, err.strerror, err.detail)
+    return err
+
+
+def gpu_check(rc, what=None):
+    if rc < 0:
+        raise gpu_error_from_rc(rc, what)
+    return rc
 
 
 def check(rc, what=None):

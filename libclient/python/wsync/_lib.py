@@ -119,10 +119,43 @@ class CSlab(ctypes.Structure):
     ]
 
 
+class CDSlab(ctypes.Structure):
+    """wsync_dslab: a begun device slab (base is a CUdeviceptr)."""
+    _fields_ = [
+        ("base", ctypes.c_uint64),
+        ("bytes", ctypes.c_size_t),
+        ("n_tensors", ctypes.c_size_t),
+        ("tensors", ctypes.POINTER(TensorDesc)),
+        ("priv_slab", CSlab),
+        ("priv_device", ctypes.c_uint32),
+        ("priv_pad", ctypes.c_uint32),
+    ]
+
+
+class CDView(ctypes.Structure):
+    """wsync_dview: a held device view (base is a read-only CUdeviceptr)."""
+    _fields_ = [
+        ("version", ctypes.c_uint64),
+        ("step", ctypes.c_uint64),
+        ("published_ns", ctypes.c_int64),
+        ("base", ctypes.c_uint64),
+        ("bytes", ctypes.c_size_t),
+        ("n_tensors", ctypes.c_size_t),
+        ("tensors", ctypes.POINTER(TensorDesc)),
+        ("priv_view", CView),
+        ("priv_device", ctypes.c_uint32),
+        ("priv_pad", ctypes.c_uint32),
+    ]
+
+
+GPU_UUID_LEN = 41       # WSYNC_GPU_UUID_LEN
+MAX_DEVICES = 8         # WSYNC_MAX_DEVICES
+DEV_HOST_MIRROR = 1     # enum wsync_dev_flags
+
 # The sizes of the C structs on LP64 Linux; a mismatch means this file and
 # wsync.h disagree, and every call would read garbage.
 _SIZES = {TensorDesc: 208, ModelOpts: 56, CView: 72, CSlab: 56, ModelInfo: 216, Shard: 24,
-          Slice: 32}
+          Slice: 32, CDSlab: 96, CDView: 136}
 for _t, _n in _SIZES.items():
     if ctypes.sizeof(_t) != _n:
         raise ImportError("wsync: ctypes struct %s is %d bytes, wsync.h says %d"
@@ -176,6 +209,19 @@ _PROTOS = {
     "wsync_model_delete": (_i32, [_vp, _cp]),
     "wsync_sub_latest": (_i32, [_vp, _P(_u64), _P(_u64), _P(_i64)]),
     "wsync_pub_wait_readers": (_i32, [_vp, _u64, _u32, _i64, _P(_u32)]),
+    # GPUs (docs/GPU.md); streams are CUstream values as void *
+    "wsync_gpu_uuid": (_i32, [_i32, ctypes.c_char_p, _sz]),
+    "wsync_gpu_ordinal": (_i32, [_cp]),
+    "wsync_pub_begin_gpu": (_i32, [_vp, _cp, _i64, _P(CDSlab)]),
+    "wsync_dslab_tensor": (_i32, [_P(CDSlab), _cp, _P(_u64), _P(_P(TensorDesc))]),
+    "wsync_dslab_copy_from_device": (_i32, [_P(CDSlab), _P(_u64), _sz, _vp]),
+    "wsync_pub_commit_gpu": (_i32, [_vp, _vp, _u64, _P(_u64)]),
+    "wsync_sub_acquire_gpu": (_i32, [_vp, _cp, _P(CDView)]),
+    "wsync_sub_wait_gpu": (_i32, [_vp, _cp, _u64, _i64, _P(CDView)]),
+    "wsync_dview_tensor": (_i32, [_P(CDView), _cp, _P(_u64), _P(_P(TensorDesc))]),
+    "wsync_sub_release_gpu": (None, [_vp, _P(CDView), _vp]),
+    "wsync_view_copy_to_device": (_i32, [_P(CView), _u64, _u64, _sz, _vp]),
+    "wsync_dview_copy_to_device": (_i32, [_P(CDView), _u64, _u64, _sz, _vp]),
 }
 
 
