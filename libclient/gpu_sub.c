@@ -172,7 +172,7 @@ void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream)
 	}
 	if (!v->priv_view.priv_sub)
 		return;                          /* already released */
-	if (stream && !wsync_gpu_driver("wsync_sub_release_gpu", &cu)) {
+	if (stream != WSYNC_STREAM_NONE && !wsync_gpu_driver("wsync_sub_release_gpu", &cu)) {
 		CUresult r = cu->api.cu_cuStreamSynchronize((CUstream)stream);
 
 		/* a stream in error has stopped reading: the pin can go either way */

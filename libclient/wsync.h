@@ -504,7 +504,11 @@ int  wsync_sub_wait_gpu(wsync_sub *s, const char *uuid, uint64_t after_version,
                         int64_t timeout_ns, wsync_dview *out);
 int  wsync_dview_tensor(const wsync_dview *v, const char *name, uint64_t *dptr,
                         const wsync_tensor_desc **desc);
-/* Synchronises stream (when not NULL) and releases the view. */
+/* No stream read the view (no kernel or copy of yours touched it): for
+ * wsync_sub_release_gpu, which then synchronises nothing. */
+#define WSYNC_STREAM_NONE ((void *)(intptr_t)-1)
+/* Synchronises stream (NULL: the legacy default stream, as everywhere
+ * here; WSYNC_STREAM_NONE: none), then releases the view. */
 void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream);
 /* Copies len bytes at offset off of a view into the caller's device buffer
  * dst on stream. From a host view it returns once the copy has read them

@@ -93,7 +93,7 @@ static int acquire_pairs(struct copy_run *r, bool gpu, double *ns)
 			err = wsync_sub_acquire_gpu(r->s1, r->uuid_a, &dv);
 			if (err)
 				return gb_wsync(&r->g, err, "wsync_sub_acquire_gpu");
-			wsync_sub_release_gpu(r->s1, &dv, NULL);
+			wsync_sub_release_gpu(r->s1, &dv, WSYNC_STREAM_NONE);
 		} else {
 			err = wsync_sub_acquire(r->s_host, &v);
 			if (err)

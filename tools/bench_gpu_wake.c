@@ -77,7 +77,7 @@ static int collector_wait(struct gb_cuda *g, wsync_sub *s, const char *uuid,
 		if (err)
 			return gb_wsync(g, err, "wsync_sub_wait_gpu");
 		*version = dv.version;
-		wsync_sub_release_gpu(s, &dv, NULL);
+		wsync_sub_release_gpu(s, &dv, WSYNC_STREAM_NONE);
 	} else {
 		err = wsync_sub_wait(s, after, WAKE_TIMEOUT, &v);
 		*t_held = mono_ns();

@@ -374,7 +374,7 @@ static void group_of_ranks(void)
 			                (unsigned long long)v.step);
 		}
 		after = v.version;
-		wsync_sub_release_gpu(s, &v, NULL);
+		wsync_sub_release_gpu(s, &v, WSYNC_STREAM_NONE);   /* read synchronously */
 	}
 	for (int r = 0; r < 2; r++)
 		harness_expect_exit0(pid[r], "rank");

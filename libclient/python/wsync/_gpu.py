@@ -183,10 +183,14 @@ def stream_sync(h):
     return _driver[0].cuStreamSynchronize(h)
 
 
+# wsync_sub_release_gpu's WSYNC_STREAM_NONE: nothing to synchronise
+STREAM_NONE = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+
+
 def _to_sync(h):
-    """The handle that makes wsync_sub_release_gpu synchronise stream h:
-    it skips NULL, so the NULL stream is named CU_STREAM_LEGACY (the
-    same stream to the driver)."""
+    """The handle that makes wsync_sub_release_gpu synchronise stream h
+    (None: the NULL stream, named CU_STREAM_LEGACY, the same stream to the
+    driver)."""
     return CU_STREAM_LEGACY if h is None else h
 
 
@@ -669,7 +673,7 @@ class DeviceView(ViewLife):
             for h in streams[1:]:
                 stream_sync(h)
             sub._lib.wsync_sub_release_gpu(sub._ptr, ctypes.byref(self._c),
-                                           _to_sync(streams[0]) if streams else None)
+                                           _to_sync(streams[0]) if streams else STREAM_NONE)
 
     def __reduce__(self):
         raise TypeError("wsync: a device view cannot be pickled or sent to another process "
