@@ -15,6 +15,7 @@
 #include "ctl.h"
 #include "group.h"
 #include "log.h"
+#include "pages.h"
 #include "session.h"
 #include "state.h"
 #include "shm/futex.h"
@@ -46,29 +47,32 @@ static void seg_name(uint32_t id, int slot_or_layout, char *buf, size_t len)
 
 /* Slabs are files in the private directory (adoptable after a restart),
  * except with --group: then sealed memfds, which a publisher of another
- * uid holding a read-write fd cannot truncate under the collectors. */
-static bool slabs_sealed(const struct broker *b)
+ * uid holding a read-write fd cannot truncate under the collectors; and on
+ * huge pages: memfds too (broker/pages.h). */
+static bool slabs_named(const struct broker *b, const struct model *m)
 {
-	return b->cfg.has_group;
+	return !b->cfg.has_group && m->slab_pages == WSYNC_PAGES_4K;
 }
 
-static int slab_create(struct broker *b, uint32_t id, uint32_t k, uint64_t bytes)
+static int slab_create(struct broker *b, const struct model *m, uint32_t k, uint64_t bytes)
 {
 	char seg[32];
 
-	if (slabs_sealed(b))
+	if (m->slab_pages != WSYNC_PAGES_4K)
+		return fault_memfd_create_huge("wsync-slab", bytes, m->slab_pages);
+	if (!slabs_named(b, m))
 		return fault_memfd_create("wsync-slab", bytes);
-	seg_name(id, (int)k, seg, sizeof(seg));
+	seg_name(m->id, (int)k, seg, sizeof(seg));
 	return fault_seg_create_at(b->seg_dirfd, seg, bytes);
 }
 
-static void seg_unlink(const struct broker *b, uint32_t id, int slot_or_layout)
+static void seg_unlink(const struct broker *b, const struct model *m, int slot_or_layout)
 {
 	char seg[32];
 
-	if (b->seg_dirfd < 0 || (slot_or_layout != SEG_LAYOUT && slabs_sealed(b)))
+	if (b->seg_dirfd < 0 || (slot_or_layout != SEG_LAYOUT && !slabs_named(b, m)))
 		return;
-	seg_name(id, slot_or_layout, seg, sizeof(seg));
+	seg_name(m->id, slot_or_layout, seg, sizeof(seg));
 	unlinkat(b->seg_dirfd, seg, 0);
 }
 
@@ -218,8 +222,35 @@ static void slabs_remove(const struct broker *b, struct model *m, uint32_t n, bo
 			close(m->slab_fd[k]);
 		m->slab_fd[k] = m->slab_ro_fd[k] = -1;
 		if (unlink_them)
-			seg_unlink(b, m->id, (int)k);
+			seg_unlink(b, m, (int)k);
 	}
+}
+
+/* The n_slots slabs of m, rw and ro fds; on failure none is left. */
+static int slabs_create(struct broker *b, struct model *m, uint64_t bytes, uint32_t n_slots)
+{
+	uint32_t k;
+	int fd, err;
+
+	for (k = 0; k < n_slots; k++) {
+		fd = slab_create(b, m, k, bytes);
+		if (fd < 0) {
+			err = fd;
+			goto out_slabs;
+		}
+		m->slab_fd[k] = fd;
+		m->slab_ro_fd[k] = wsync_seg_reopen_ro(fd);
+		if (m->slab_ro_fd[k] < 0) {
+			err = m->slab_ro_fd[k];
+			k++;
+			goto out_slabs;
+		}
+	}
+	return 0;
+
+out_slabs:
+	slabs_remove(b, m, k, true);
+	return err;
 }
 
 int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tensors,
@@ -228,18 +259,24 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 {
 	char seg[32];
 	uint64_t need, avail, lbytes;
-	uint32_t k = 0;
+	enum wsync_slab_pages pages;
+	bool huge_short = false;         /* slabs on huge pages failed */
 	int err, fd;
 
 	if (m->state != WSYNC_MODEL_DECLARED || n_slots < WSYNC_MIN_SLOTS ||
 	    n_slots > WSYNC_MAX_SLOTS || !n_tensors || n_tensors > WSYNC_MAX_TENSORS)
 		return -EINVAL;
-	if (bytes > UINT64_MAX / n_slots) {
+	err = pages_pick(b, m->name, bytes, n_slots, &pages, why, whylen);
+	if (err)
+		return err;
+	need = pages_seg_bytes(pages, bytes);
+	if (!need || need > UINT64_MAX / n_slots) {
 		snprintf(why, whylen, "model '%s': %u slots of %llu bytes overflow", m->name,
 		         n_slots, (unsigned long long)bytes);
 		return -EINVAL;
 	}
-	need = bytes * n_slots;
+	need *= n_slots;
+	m->slab_pages = pages;
 	avail = b->cfg.shm_limit > b->shm_used ? b->cfg.shm_limit - b->shm_used : 0;
 	if (need > avail) {
 		snprintf(why, whylen, "model '%s' needs %llu bytes, %llu of the limit %llu "
@@ -265,24 +302,21 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	if (err)
 		goto out_unlink_layout;
 
-	for (k = 0; k < n_slots; k++) {
-		fd = slab_create(b, m->id, k, bytes);
-		if (fd < 0) {
-			err = fd;
-			goto out_slabs;
-		}
-		m->slab_fd[k] = fd;
-		m->slab_ro_fd[k] = wsync_seg_reopen_ro(fd);
-		if (m->slab_ro_fd[k] < 0) {
-			err = m->slab_ro_fd[k];
-			k++;
-			goto out_slabs;
-		}
+	err = slabs_create(b, m, bytes, n_slots);
+	if (err && pages_fallback(b, m->name, err, &pages)) {
+		m->slab_pages = pages;
+		err = slabs_create(b, m, bytes, n_slots);
 	}
+	if (err) {
+		huge_short = pages != WSYNC_PAGES_4K;
+		goto out_layout;
+	}
+	need = pages_seg_bytes(pages, bytes) * n_slots;
 
 	m->tensors = tensors;
 	m->n_tensors = n_tensors;
 	m->bytes = bytes;
+	m->seg_bytes = pages_seg_bytes(pages, bytes);
 	m->hash = hash;
 	m->layout_bytes = lbytes;
 	m->accounted = need;
@@ -295,22 +329,26 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	m->ctl->n_tensors = n_tensors;
 	m->ctl->n_slots = n_slots;
 	m->ctl->layout_hash = hash;
+	m->ctl->slab_pages = pages;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&m->ctl->slot_state[i], WSYNC_SLOT_FREE);
 	m->state = WSYNC_MODEL_READY;
 	atomic_store(&m->ctl->state, WSYNC_MODEL_READY);
-	log_info("model '%s' ready: %u tensors, %u slots of %llu bytes", m->name,
-	         n_tensors, n_slots, (unsigned long long)bytes);
+	log_info("model '%s' ready: %u tensors, %u slots of %llu bytes on %s pages", m->name,
+	         n_tensors, n_slots, (unsigned long long)bytes, pages_name(pages));
 	return 0;
 
-out_slabs:
-	slabs_remove(b, m, k, true);
+out_layout:
 	close(m->layout_ro_fd);
 	m->layout_ro_fd = -1;
 out_unlink_layout:
-	seg_unlink(b, m->id, SEG_LAYOUT);
+	seg_unlink(b, m, SEG_LAYOUT);
 out_why:
-	if (err == -ENOSPC)
+	if (err == -ENOSPC && huge_short)
+		snprintf(why, whylen, "model '%s' needs %llu bytes of %s pages and they ran "
+		         "out while making its slabs", m->name, (unsigned long long)need,
+		         pages_name(pages));
+	else if (err == -ENOSPC)
 		snprintf(why, whylen, "model '%s' needs %llu bytes: %s is full (%llu of "
 		         "the limit %llu are free)", m->name, (unsigned long long)need,
 		         WSYNC_SHM_DIR, (unsigned long long)avail,
@@ -328,7 +366,7 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		if (m->layout_ro_fd >= 0)
 			close(m->layout_ro_fd);
 		if (unlink_them)
-			seg_unlink(b, m->id, SEG_LAYOUT);
+			seg_unlink(b, m, SEG_LAYOUT);
 		b->shm_used -= m->accounted;
 		if (b->ctl)
 			atomic_store(&b->ctl->shm_used, b->shm_used);

@@ -24,7 +24,7 @@ void wsync_sub_maps_free(struct sub_maps *m)
 		return;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (m->slabs[i])
-			munmap((void *)m->slabs[i], m->bytes);
+			munmap((void *)m->slabs[i], m->map_bytes);
 	wsync_name_index_free(&m->index);
 	free(m->tensors);
 	free(m);
@@ -113,7 +113,7 @@ static int slabs_map(const struct wsync_sub *s, struct sub_maps *m, const int *f
 {
 	for (uint32_t i = 0; i < m->n_slots; i++) {
 		void *addr;
-		int err = wsync_map_fd(fds[i], m->bytes, 0, 1, "slab", &addr);
+		int err = wsync_map_slab(fds[i], m->bytes, 0, &m->map_bytes, &addr);
 
 		if (err) {
 			char why[WSYNC_ERRMSG_LEN];

@@ -117,6 +117,14 @@ enum wsync_slot_state {
 	WSYNC_SLOT_GRANTED = 3,      /* being written by the publisher */
 };
 
+/* What backs the slabs of a model (ctl entry slab_pages; shm/segment.h makes
+ * them); 0 is what brokers before huge pages always used. */
+enum wsync_slab_pages {
+	WSYNC_PAGES_4K      = 0,     /* named tmpfs file (or --group memfd) */
+	WSYNC_PAGES_THP     = 1,     /* memfd, transparent huge pages (shmem_enabled) */
+	WSYNC_PAGES_HUGETLB = 2,     /* memfd, MFD_HUGETLB: reserved 2 MiB pages */
+};
+
 struct wsync_ctl_model {
 	_Atomic uint32_t state;          /* enum wsync_model_state */
 	uint32_t id;                     /* index in the table */
@@ -155,12 +163,16 @@ struct wsync_ctl_model {
 	_Atomic uint32_t group_committed;
 	_Atomic int64_t  group_first_ns;
 	_Atomic int64_t  group_last_ns;
-	uint8_t  reserved[216];
+	/* What backs the slabs (enum wsync_slab_pages, shm/segment.h), for
+	 * monitors and for the next generation's adoption; 0 = 4 KiB pages */
+	uint32_t slab_pages;
+	uint8_t  reserved[212];
 };
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
 static_assert(offsetof(struct wsync_ctl_model, incarnation) == 264, "ctl model incarnation");
 static_assert(offsetof(struct wsync_ctl_model, group_first_ns) == 280, "ctl model group");
+static_assert(offsetof(struct wsync_ctl_model, slab_pages) == 296, "ctl model slab pages");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

@@ -12,6 +12,7 @@
 #include "checksum.h"
 #include "client_internal.h"
 #include "ctl_snap.h"
+#include "shm/layout.h"
 
 #define RELAXED memory_order_relaxed
 #define LOAD(p) atomic_load_explicit(&(p), RELAXED)
@@ -67,6 +68,7 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->group_committed = LOAD(e->group_committed);
 	m->group_first_ns = LOAD(e->group_first_ns);
 	m->group_last_ns = LOAD(e->group_last_ns);
+	m->slab_pages = e->slab_pages;
 	m->publisher = LOAD(e->publisher);
 	for (uint32_t k = 0; k < m->n_slots; k++) {
 		m->slot_state[k] = LOAD(e->slot_state[k]);
@@ -312,6 +314,11 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 			"waiting_s", m->group_first_ns ? jsince(s, m->group_first_ns) : json_null(),
 			"last_version_ms", (double)m->group_last_ns / 1e6));
 	}
+	/* what backs the slabs: "4k", "thp" (2 MiB transparent huge pages
+	 * where the kernel had them) or "hugetlb" (2 MiB); null before a layout */
+	json_object_set_new(o, "pages", m->state != WSYNC_MODEL_READY ? json_null() :
+	                    json_string(m->slab_pages == WSYNC_PAGES_HUGETLB ? "hugetlb" :
+	                                m->slab_pages == WSYNC_PAGES_THP ? "thp" : "4k"));
 	if (m->checksum_known && m->checksum) {
 		snprintf(cs, sizeof(cs), "%016" PRIx64, m->checksum);
 		json_object_set_new(o, "checksum", json_string(cs));

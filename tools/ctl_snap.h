@@ -35,6 +35,7 @@ struct snap_model {
 	int64_t  group_last_ns;          /* first to last COMMIT of the last version */
 	bool     checksum_known;         /* checksum below was read */
 	uint64_t checksum;               /* of the latest version, 0 = none */
+	uint32_t slab_pages;             /* enum wsync_slab_pages (shm/segment.h) */
 };
 
 struct snap_session {

@@ -1,0 +1,292 @@
+/*
+ * huge_pages — slabs on 2 MiB hugetlb pages, and the fallback without them
+ * (docs/HUGEPAGES.md).
+ *
+ * Without free hugetlb pages and without shmem transparent huge pages:
+ * `wsyncd --huge-pages on` exits 1 naming huge pages and the line that
+ * reserves them; `auto` starts on 4 KiB pages, says so, and publishes.
+ *
+ * Then, as root, the test reserves 32 more hugetlb pages (the old
+ * nr_hugepages is written back when it ends, however it ends) and with
+ * `--huge-pages on`: a model of 6 MiB + 4 KiB slabs takes exactly 4 pages
+ * per slab; versions read back bit-exact; a guarded publisher (mprotect of
+ * whole huge pages) publishes; a model needing more pages than are free is
+ * refused with -ENOSPC naming huge pages. After a SIGKILL of the broker a
+ * held view stays intact; the restarted broker keeps the version number but
+ * not the data (huge-page slabs are memfds) and the next version goes above
+ * it. With `auto`, a model too big for the free pages lands on other pages
+ * and publishes. After each clean stop nothing is left in /dev/shm and, once
+ * every client is gone, every huge page is free again.
+ *
+ * Skips (77), saying why, where pages cannot be reserved (not root, a
+ * read-only /proc/sys, the kernel found no memory for them).
+ */
+#include "tests/lib/harness.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NR_PATH   "/proc/sys/vm/nr_hugepages"
+#define FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define THP_PATH  "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+#define EXTRA     32
+
+static char old_nr[32];          /* what NR_PATH held, written back at the end */
+
+static long read_num(const char *path)
+{
+	char buf[64] = "";
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (f) {
+		if (fgets(buf, sizeof buf, f))
+			v = strtol(buf, NULL, 10);
+		fclose(f);
+	}
+	return v;
+}
+
+static int write_str_to(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, s, strlen(s));
+	close(fd);
+	return n == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+/* harness cleanup hook: async-signal-safe */
+static void restore_nr(void)
+{
+	if (old_nr[0])
+		(void)write_str_to(NR_PATH, old_nr);
+}
+
+static int thp_usable(void)
+{
+	char buf[160] = "";
+	FILE *f = fopen(THP_PATH, "re");
+
+	if (f) {
+		if (!fgets(buf, sizeof buf, f))
+			buf[0] = '\0';
+		fclose(f);
+	}
+	return strstr(buf, "[advise]") || strstr(buf, "[within_size]") ||
+	       strstr(buf, "[always]") || strstr(buf, "[force]");
+}
+
+static int log_has(const struct broker *b, const char *needle)
+{
+	static char buf[1 << 16];
+	FILE *f = fopen(b->log, "re");
+	size_t n = 0;
+
+	if (f) {
+		n = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+	}
+	buf[n] = '\0';
+	return strstr(buf, needle) != NULL;
+}
+
+#define LOG_HAS(b, needle) TEST_ASSERT_MSG(log_has((b), (needle)), \
+	"the broker's log lacks \"%s\"", (needle))
+
+/* w: f32 [1024, 1536] (6 MiB) and b: f32 [1000]: 6 MiB + 4 KiB a slab, so
+ * 4 huge pages each. */
+static int open_big(wsync_client *c, const char *model, uint32_t slots, uint32_t flags,
+                    wsync_pub **p)
+{
+	wsync_tensor_desc d[2];
+	wsync_model_opts o;
+
+	harness_desc(&d[0], "w", WSYNC_F32, 2, (const uint64_t[]){ 1024, 1536 });
+	harness_desc(&d[1], "b", WSYNC_F32, 1, (const uint64_t[]){ 1000 });
+	memset(&o, 0, sizeof o);
+	o.slots = slots;
+	o.flags = flags;
+	return wsync_pub_open(c, model, d, 2, &o, p);
+}
+#define PAGES_PER_SLAB 4
+
+static void wait_free(long want)
+{
+	int64_t until = harness_mono_ns() + 5 * HARNESS_S;
+
+	while (read_num(FREE_PATH) != want && harness_mono_ns() < until)
+		harness_sleep_ms(20);
+	TEST_ASSERT_MSG(read_num(FREE_PATH) == want, "%ld hugetlb pages free, %ld before "
+	                "the broker started", read_num(FREE_PATH), want);
+}
+
+static void without_pages(void)
+{
+	struct broker A;
+	char out[4096];
+
+	if (read_num(FREE_PATH) > 0 || thp_usable()) {
+		harness_log("huge pages already available (hugetlb free or shmem THP): "
+		            "the without-pages part is left out");
+		return;
+	}
+	TEST_ASSERT(harness_broker_prepare(&A, NULL) == 0);
+	char *argv[] = { (char *)harness_wsyncd_path(), "--name", A.name, "--socket", A.sock,
+	                 "--huge-pages", "on", NULL };
+	int st = harness_run(argv, out, sizeof out, 10000);
+	TEST_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+	                "--huge-pages on without pages: %s; output: %s",
+	                harness_status_str(st), out);
+	TEST_CONTAINS(out, "--huge-pages on: no huge pages");
+	TEST_CONTAINS(out, "echo 512 > /proc/sys/vm/nr_hugepages");
+
+	TEST_ASSERT(harness_broker_start(&A, "--huge-pages", "auto", NULL) == 0);
+	LOG_HAS(&A, "slabs on 4 KiB pages");
+	LOG_HAS(&A, "echo 512 > /proc/sys/vm/nr_hugepages");
+	harness_publish_and_read(&A, "hp.small", 1);
+	LOG_HAS(&A, "on 4 KiB pages");
+	harness_broker_finish(&A);
+}
+
+/* Reserves EXTRA more pages; 0, or HARNESS_SKIP after saying why. */
+static int reserve(long *free0)
+{
+	long nr = read_num(NR_PATH);
+	char want[32];
+
+	if (geteuid() != 0) {
+		harness_log("SKIP: reserving hugetlb pages needs root");
+		return HARNESS_SKIP;
+	}
+	if (nr < 0 || read_num(FREE_PATH) < 0) {
+		harness_log("SKIP: no %s or %s: no 2 MiB hugetlb pages here", NR_PATH, FREE_PATH);
+		return HARNESS_SKIP;
+	}
+	snprintf(old_nr, sizeof old_nr, "%ld", nr);
+	harness_at_cleanup(restore_nr);
+	snprintf(want, sizeof want, "%ld", nr + EXTRA);
+	if (write_str_to(NR_PATH, want) < 0) {
+		harness_log("SKIP: cannot write %s to %s: %s", want, NR_PATH, strerror(errno));
+		return HARNESS_SKIP;
+	}
+	*free0 = read_num(FREE_PATH);
+	if (read_num(NR_PATH) < nr + EXTRA || *free0 < EXTRA) {
+		harness_log("SKIP: asked for %s hugetlb pages, the kernel made %ld (%ld free)",
+		            want, read_num(NR_PATH), *free0);
+		return HARNESS_SKIP;
+	}
+	harness_log("reserved %d hugetlb pages: %ld free", EXTRA, *free0);
+	return 0;
+}
+
+static void on_hugetlb(long free0)
+{
+	struct broker H;
+	wsync_client *c, *c2;
+	wsync_pub *p, *pg, *big;
+	wsync_sub *s, *sg;
+	wsync_view held, v;
+	uint64_t version = 0;
+
+	TEST_ASSERT(harness_broker_start(&H, "--huge-pages", "on", NULL) == 0);
+	LOG_HAS(&H, "slabs on 2 MiB hugetlb pages");
+	TEST_OK(harness_connect(&H, "hp", &c));
+	TEST_OK(open_big(c, "hp.model", 2, 0, &p));
+	LOG_HAS(&H, "on 2 MiB hugetlb pages");
+	/* fallocated, all of them, before any client touched one */
+	TEST_EQ_U64(read_num(FREE_PATH), free0 - 2 * PAGES_PER_SLAB);
+	TEST_OK(wsync_sub_open(c, "hp.model", &s));
+	harness_publish_verify(p, s, 1);
+	harness_publish_verify(p, s, 2);
+	harness_publish_verify(p, s, 3);       /* every slot written and read */
+
+	/* the write guard's mprotect, on whole huge pages */
+	TEST_OK(open_big(c, "hp.guarded", 2, WSYNC_PUB_GUARDED, &pg));
+	TEST_OK(wsync_sub_open(c, "hp.guarded", &sg));
+	harness_publish_verify(pg, sg, 7);
+	harness_publish_verify(pg, sg, 8);
+	TEST_EQ_U64(read_num(FREE_PATH), free0 - 4 * PAGES_PER_SLAB);
+
+	/* 20 pages wanted, 16 free, --huge-pages on: refused, naming them */
+	TEST_RC(open_big(c, "hp.big", 5, 0, &big), -ENOSPC);
+	TEST_CONTAINS(wsync_errmsg(), "huge pages");
+
+	/* A crash: the held view stays (its 8 pages with it), the restarted
+	 * broker makes both models' slabs anew, the data does not carry over. */
+	wsync_sub_close(sg);
+	wsync_pub_close(pg);
+	wsync_pub_close(p);
+	TEST_OK(wsync_sub_acquire(s, &held));
+	harness_broker_kill(&H);
+	TEST_ASSERT(harness_verify_view(&held) == 0);
+	TEST_ASSERT(harness_broker_restart(&H) == 0);
+	LOG_HAS(&H, "not adopted: its slabs were memfds (on huge pages)");
+	TEST_ASSERT(harness_verify_view(&held) == 0);
+	wsync_sub_release(s, &held);
+	wsync_sub_close(s);
+	wsync_close(c);
+
+	TEST_OK(harness_connect(&H, "hp-2", &c2));
+	TEST_OK(open_big(c2, "hp.model", 2, 0, &p));
+	TEST_OK(wsync_sub_open(c2, "hp.model", &s));
+	TEST_RC(wsync_sub_acquire(s, &v), -ENODATA);   /* no version adopted */
+	version = harness_publish_verify(p, s, 4);
+	TEST_GT_U64(version, held.version);
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c2);
+	harness_broker_finish(&H);
+	wait_free(free0);
+}
+
+static void auto_too_few(long free0)
+{
+	struct broker A;
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+
+	/* one slot of 4 pages more than are free */
+	uint32_t slots = (uint32_t)(free0 / PAGES_PER_SLAB) + 1;
+
+	if (slots > 32) {
+		harness_log("%ld hugetlb pages free: the too-few part is left out", free0);
+		return;
+	}
+	TEST_ASSERT(harness_broker_start(&A, "--huge-pages", "auto", "--max-slots", "32",
+	                                 NULL) == 0);
+	LOG_HAS(&A, "slabs on 2 MiB hugetlb pages");
+	TEST_OK(harness_connect(&A, "hp-auto", &c));
+	TEST_OK(open_big(c, "hp.auto", slots, 0, &p));
+	TEST_OK(wsync_sub_open(c, "hp.auto", &s));
+	TEST_EQ_U64(read_num(FREE_PATH), free0);
+	harness_publish_verify(p, s, 11);
+	harness_publish_verify(p, s, 12);
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
+	harness_broker_finish(&A);
+	wait_free(free0);
+}
+
+int main(void)
+{
+	long free0 = 0;
+	int rc;
+
+	without_pages();
+	rc = reserve(&free0);
+	if (rc)
+		return rc;
+	on_hugetlb(free0);
+	auto_too_few(free0);
+	harness_log("PASS");
+	return 0;
+}
