@@ -9,54 +9,9 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "shm/hugepages.h"
 
-#define HUGETLB_SYSFS "/sys/kernel/mm/hugepages/hugepages-2048kB/"
-#define THP_SHMEM     "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
 #define RESERVE_HINT  "echo 512 > /proc/sys/vm/nr_hugepages"
-
-/* A number in a sysfs file, or -1. */
-static int64_t sysfs_number(const char *path)
-{
-	long long v;
-	FILE *f = fopen(path, "re");
-	int n;
-
-	if (!f)
-		return -1;
-	n = fscanf(f, "%lld", &v);
-	fclose(f);
-	return n == 1 && v >= 0 ? (int64_t)v : -1;
-}
-
-static int64_t hugetlb_free(void)
-{
-	return sysfs_number(HUGETLB_SYSFS "free_hugepages");
-}
-
-/* The bracketed word of shmem_enabled ("[never]"), or "" when unknown. */
-static void thp_mode(char *buf, size_t len)
-{
-	char line[160], *open, *close;
-	FILE *f = fopen(THP_SHMEM, "re");
-
-	buf[0] = '\0';
-	if (!f)
-		return;
-	if (fgets(line, sizeof(line), f) && (open = strchr(line, '[')) &&
-	    (close = strchr(open, ']'))) {
-		*close = '\0';
-		snprintf(buf, len, "%s", open + 1);
-	}
-	fclose(f);
-}
-
-/* Modes in which memfd pages may be huge: advise (our MADV_HUGEPAGE
- * mapping asks), within_size, always, force. */
-static bool thp_usable(const char *mode)
-{
-	return !strcmp(mode, "advise") || !strcmp(mode, "within_size") ||
-	       !strcmp(mode, "always") || !strcmp(mode, "force");
-}
 
 /* The kernel has 2 MiB hugetlb pages and lets us make memfds of them (a
  * container may not): one page-less memfd says. */
@@ -64,7 +19,7 @@ static bool hugetlb_supported(void)
 {
 	int fd;
 
-	if (access(HUGETLB_SYSFS, F_OK) < 0)
+	if (access(WSYNC_HUGETLB_SYSFS, F_OK) < 0)
 		return false;
 	fd = memfd_create("wsync-probe", MFD_CLOEXEC | MFD_HUGETLB | (21u << 26));
 	if (fd < 0)
@@ -90,23 +45,24 @@ uint64_t pages_seg_bytes(enum wsync_slab_pages kind, uint64_t bytes)
 int pages_start(struct broker *b, char *err, size_t errlen)
 {
 	char mode[32];
-	int64_t free_pages, total;
+	long free_pages, total;
 
-	thp_mode(mode, sizeof(mode));
-	b->thp_ok = thp_usable(mode);
+	wsync_thp_shmem_mode(mode, sizeof(mode));
+	b->thp_ok = wsync_thp_shmem_usable(mode);
 	b->hugetlb_ok = hugetlb_supported();
 	if (b->cfg.huge_pages == CONFIG_HUGE_OFF) {
 		b->thp_ok = b->hugetlb_ok = false;
 		log_info("slabs on 4 KiB pages (--huge-pages off)");
 		return 0;
 	}
-	free_pages = b->hugetlb_ok ? hugetlb_free() : -1;
-	total = b->hugetlb_ok ? sysfs_number(HUGETLB_SYSFS "nr_hugepages") : -1;
+	free_pages = b->hugetlb_ok ? wsync_hugetlb_free() : -1;
+	total = b->hugetlb_ok ? wsync_file_long(WSYNC_HUGETLB_SYSFS "nr_hugepages") : -1;
 	if (free_pages > 0) {
-		log_info("slabs on 2 MiB hugetlb pages (%" PRId64 " of %" PRId64 " free); "
-		         "a model that does not fit in the free ones goes on %s pages",
-		         free_pages, total, b->thp_ok ? "transparent huge" :
-		         b->cfg.huge_pages == CONFIG_HUGE_ON ? "none (--huge-pages on)" : "4 KiB");
+		log_info("slabs on 2 MiB hugetlb pages (%ld of %ld free); a model that does "
+		         "not fit in the free ones %s", free_pages, total,
+		         b->thp_ok ? "goes on transparent huge pages" :
+		         b->cfg.huge_pages == CONFIG_HUGE_ON ? "is refused (--huge-pages on)" :
+		         "goes on 4 KiB pages");
 		return 0;
 	}
 	if (b->thp_ok) {
@@ -134,7 +90,7 @@ int pages_pick(const struct broker *b, const char *model, uint64_t bytes,
                uint32_t n_slots, enum wsync_slab_pages *out, char *why, size_t whylen)
 {
 	uint64_t need = n_slots * (pages_seg_bytes(WSYNC_PAGES_HUGETLB, bytes) / WSYNC_HUGE_PAGE);
-	int64_t free_pages = b->hugetlb_ok ? hugetlb_free() : -1;
+	long free_pages = b->hugetlb_ok ? wsync_hugetlb_free() : -1;
 
 	*out = WSYNC_PAGES_4K;
 	if (b->cfg.huge_pages == CONFIG_HUGE_OFF)
@@ -148,13 +104,13 @@ int pages_pick(const struct broker *b, const char *model, uint64_t bytes,
 		return 0;
 	}
 	if (b->cfg.huge_pages == CONFIG_HUGE_ON) {
-		snprintf(why, whylen, "model '%s' needs %" PRIu64 " huge pages of 2 MiB and %"
-		         PRId64 " are free (--huge-pages on); reserve more as root: echo N > "
+		snprintf(why, whylen, "model '%s' needs %" PRIu64 " huge pages of 2 MiB and %ld "
+		         "are free (--huge-pages on); reserve more as root: echo N > "
 		         "/proc/sys/vm/nr_hugepages", model, need, free_pages < 0 ? 0 : free_pages);
 		return -ENOSPC;
 	}
 	if (free_pages > 0)
-		log_info("model '%s' needs %" PRIu64 " hugetlb pages, %" PRId64 " are free: "
+		log_info("model '%s' needs %" PRIu64 " hugetlb pages, %ld are free: "
 		         "on 4 KiB pages", model, need, free_pages);
 	return 0;
 }

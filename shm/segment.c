@@ -181,16 +181,23 @@ int wsync_seg_dir_remove(const char *name, uid_t uid)
 }
 
 /* Reserves the object's memory now: on tmpfs, fallocate fails with ENOSPC
- * where a later page fault would have raised SIGBUS. */
+ * where a later page fault would have raised SIGBUS. hugetlbfs stops a long
+ * fallocate with EINTR whenever signal_pending() (io_uring task work in the
+ * broker counts): again, the pages it got stay. */
 static int seg_reserve(int fd, uint64_t bytes)
 {
+	int err, tries = 0;
+
 	if (bytes > (uint64_t)INT64_MAX)
 		return -EFBIG;
 	if (ftruncate(fd, (off_t)bytes) < 0)
 		return -errno;
-	if (bytes && posix_fallocate(fd, 0, (off_t)bytes) != 0)
-		return -ENOSPC;
-	return 0;
+	if (!bytes)
+		return 0;
+	do
+		err = posix_fallocate(fd, 0, (off_t)bytes);
+	while (err == EINTR && ++tries < 1000);
+	return err ? -ENOSPC : 0;
 }
 
 int wsync_seg_create_at(int dirfd, const char *name, uint64_t bytes)

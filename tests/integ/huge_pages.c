@@ -22,6 +22,7 @@
  * read-only /proc/sys, the kernel found no memory for them).
  */
 #include "tests/lib/harness.h"
+#include "shm/hugepages.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,58 +30,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NR_PATH   "/proc/sys/vm/nr_hugepages"
-#define FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
-#define THP_PATH  "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+#define NR_PATH   WSYNC_NR_HUGEPAGES
+#define FREE_PATH WSYNC_HUGETLB_FREE
 #define EXTRA     32
 
 static char old_nr[32];          /* what NR_PATH held, written back at the end */
-
-static long read_num(const char *path)
-{
-	char buf[64] = "";
-	long v = -1;
-	FILE *f = fopen(path, "re");
-
-	if (f) {
-		if (fgets(buf, sizeof buf, f))
-			v = strtol(buf, NULL, 10);
-		fclose(f);
-	}
-	return v;
-}
-
-static int write_str_to(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = write(fd, s, strlen(s));
-	close(fd);
-	return n == (ssize_t)strlen(s) ? 0 : -1;
-}
 
 /* harness cleanup hook: async-signal-safe */
 static void restore_nr(void)
 {
 	if (old_nr[0])
-		(void)write_str_to(NR_PATH, old_nr);
+		(void)wsync_file_write(NR_PATH, old_nr);
 }
 
 static int thp_usable(void)
 {
-	char buf[160] = "";
-	FILE *f = fopen(THP_PATH, "re");
+	char mode[32];
 
-	if (f) {
-		if (!fgets(buf, sizeof buf, f))
-			buf[0] = '\0';
-		fclose(f);
-	}
-	return strstr(buf, "[advise]") || strstr(buf, "[within_size]") ||
-	       strstr(buf, "[always]") || strstr(buf, "[force]");
+	wsync_thp_shmem_mode(mode, sizeof mode);
+	return wsync_thp_shmem_usable(mode);
 }
 
 static int log_has(const struct broker *b, const char *needle)
@@ -95,6 +63,20 @@ static int log_has(const struct broker *b, const char *needle)
 	}
 	buf[n] = '\0';
 	return strstr(buf, needle) != NULL;
+}
+
+/* wsyncctl --json models says pages: "<pages>" */
+static void ctl_says_pages(const struct broker *b, const char *pages)
+{
+	char ctl[256], out[16384], want[64];
+	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+
+	snprintf(ctl, sizeof(ctl), "%s/bin/wsyncctl", build);
+	snprintf(want, sizeof(want), "\"pages\":\"%s\"", pages);
+	char *argv[] = { ctl, "--endpoint", (char *)b->sock, "--json", "models", NULL };
+	int st = harness_run(argv, out, sizeof(out), HARNESS_WAIT_MS);
+	TEST_ASSERT_MSG(st == 0, "wsyncctl models: %s: %s", harness_status_str(st), out);
+	TEST_CONTAINS(out, want);
 }
 
 #define LOG_HAS(b, needle) TEST_ASSERT_MSG(log_has((b), (needle)), \
@@ -121,10 +103,10 @@ static void wait_free(long want)
 {
 	int64_t until = harness_mono_ns() + 5 * HARNESS_S;
 
-	while (read_num(FREE_PATH) != want && harness_mono_ns() < until)
+	while (wsync_file_long(FREE_PATH) != want && harness_mono_ns() < until)
 		harness_sleep_ms(20);
-	TEST_ASSERT_MSG(read_num(FREE_PATH) == want, "%ld hugetlb pages free, %ld before "
-	                "the broker started", read_num(FREE_PATH), want);
+	TEST_ASSERT_MSG(wsync_file_long(FREE_PATH) == want, "%ld hugetlb pages free, %ld before "
+	                "the broker started", wsync_file_long(FREE_PATH), want);
 }
 
 static void without_pages(void)
@@ -132,7 +114,7 @@ static void without_pages(void)
 	struct broker A;
 	char out[4096];
 
-	if (read_num(FREE_PATH) > 0 || thp_usable()) {
+	if (wsync_file_long(FREE_PATH) > 0 || thp_usable()) {
 		harness_log("huge pages already available (hugetlb free or shmem THP): "
 		            "the without-pages part is left out");
 		return;
@@ -152,34 +134,35 @@ static void without_pages(void)
 	LOG_HAS(&A, "echo 512 > /proc/sys/vm/nr_hugepages");
 	harness_publish_and_read(&A, "hp.small", 1);
 	LOG_HAS(&A, "on 4 KiB pages");
+	ctl_says_pages(&A, "4k");
 	harness_broker_finish(&A);
 }
 
 /* Reserves EXTRA more pages; 0, or HARNESS_SKIP after saying why. */
 static int reserve(long *free0)
 {
-	long nr = read_num(NR_PATH);
+	long nr = wsync_file_long(NR_PATH);
 	char want[32];
 
 	if (geteuid() != 0) {
 		harness_log("SKIP: reserving hugetlb pages needs root");
 		return HARNESS_SKIP;
 	}
-	if (nr < 0 || read_num(FREE_PATH) < 0) {
+	if (nr < 0 || wsync_file_long(FREE_PATH) < 0) {
 		harness_log("SKIP: no %s or %s: no 2 MiB hugetlb pages here", NR_PATH, FREE_PATH);
 		return HARNESS_SKIP;
 	}
 	snprintf(old_nr, sizeof old_nr, "%ld", nr);
 	harness_at_cleanup(restore_nr);
 	snprintf(want, sizeof want, "%ld", nr + EXTRA);
-	if (write_str_to(NR_PATH, want) < 0) {
+	if (wsync_file_write(NR_PATH, want) < 0) {
 		harness_log("SKIP: cannot write %s to %s: %s", want, NR_PATH, strerror(errno));
 		return HARNESS_SKIP;
 	}
-	*free0 = read_num(FREE_PATH);
-	if (read_num(NR_PATH) < nr + EXTRA || *free0 < EXTRA) {
+	*free0 = wsync_file_long(FREE_PATH);
+	if (wsync_file_long(NR_PATH) < nr + EXTRA || *free0 < EXTRA) {
 		harness_log("SKIP: asked for %s hugetlb pages, the kernel made %ld (%ld free)",
-		            want, read_num(NR_PATH), *free0);
+		            want, wsync_file_long(NR_PATH), *free0);
 		return HARNESS_SKIP;
 	}
 	harness_log("reserved %d hugetlb pages: %ld free", EXTRA, *free0);
@@ -200,8 +183,9 @@ static void on_hugetlb(long free0)
 	TEST_OK(harness_connect(&H, "hp", &c));
 	TEST_OK(open_big(c, "hp.model", 2, 0, &p));
 	LOG_HAS(&H, "on 2 MiB hugetlb pages");
+	ctl_says_pages(&H, "hugetlb");
 	/* fallocated, all of them, before any client touched one */
-	TEST_EQ_U64(read_num(FREE_PATH), free0 - 2 * PAGES_PER_SLAB);
+	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0 - 2 * PAGES_PER_SLAB);
 	TEST_OK(wsync_sub_open(c, "hp.model", &s));
 	harness_publish_verify(p, s, 1);
 	harness_publish_verify(p, s, 2);
@@ -212,7 +196,7 @@ static void on_hugetlb(long free0)
 	TEST_OK(wsync_sub_open(c, "hp.guarded", &sg));
 	harness_publish_verify(pg, sg, 7);
 	harness_publish_verify(pg, sg, 8);
-	TEST_EQ_U64(read_num(FREE_PATH), free0 - 4 * PAGES_PER_SLAB);
+	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0 - 4 * PAGES_PER_SLAB);
 
 	/* 20 pages wanted, 16 free, --huge-pages on: refused, naming them */
 	TEST_RC(open_big(c, "hp.big", 5, 0, &big), -ENOSPC);
@@ -266,7 +250,7 @@ static void auto_too_few(long free0)
 	TEST_OK(harness_connect(&A, "hp-auto", &c));
 	TEST_OK(open_big(c, "hp.auto", slots, 0, &p));
 	TEST_OK(wsync_sub_open(c, "hp.auto", &s));
-	TEST_EQ_U64(read_num(FREE_PATH), free0);
+	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0);
 	harness_publish_verify(p, s, 11);
 	harness_publish_verify(p, s, 12);
 	wsync_sub_close(s);
