@@ -22,6 +22,7 @@
  * Skips (77), saying why, where pages cannot be reserved (not root, a
  * read-only /proc/sys, the kernel found no memory for them).
  */
+#include "tests/lib/faults.h"
 #include "tests/lib/harness.h"
 #include "shm/hugepages.h"
 
@@ -52,20 +53,6 @@ static int thp_usable(void)
 	return wsync_thp_shmem_usable(mode);
 }
 
-static int log_has(const struct broker *b, const char *needle)
-{
-	static char buf[1 << 16];
-	FILE *f = fopen(b->log, "re");
-	size_t n = 0;
-
-	if (f) {
-		n = fread(buf, 1, sizeof buf - 1, f);
-		fclose(f);
-	}
-	buf[n] = '\0';
-	return strstr(buf, needle) != NULL;
-}
-
 /* wsyncctl --json models says pages: "<pages>" */
 static void ctl_says_pages(const struct broker *b, const char *pages)
 {
@@ -80,7 +67,7 @@ static void ctl_says_pages(const struct broker *b, const char *pages)
 	TEST_CONTAINS(out, want);
 }
 
-#define LOG_HAS(b, needle) TEST_ASSERT_MSG(log_has((b), (needle)), \
+#define LOG_HAS(b, needle) TEST_ASSERT_MSG(faults_log_contains((b), (needle)), \
 	"the broker's log lacks \"%s\"", (needle))
 
 /* w: f32 [1024, 1536] (6 MiB) and b: f32 [1000]: 6 MiB + 4 KiB a slab, so
