@@ -16,7 +16,8 @@
  * held view stays intact; the restarted broker keeps the version number but
  * not the data (huge-page slabs are memfds) and the next version goes above
  * it. With `auto`, a model too big for the free pages lands on other pages
- * and publishes. After each clean stop nothing is left in /dev/shm and, once
+ * and publishes, and so does one whose hugetlb slab creation fails with
+ * ENOSPC (injected: pages taken between the count and the allocation). After each clean stop nothing is left in /dev/shm and, once
  * every client is gone, every huge page is free again.
  *
  * Skips (77), saying why, where pages cannot be reserved (not root, a
@@ -254,6 +255,39 @@ static void auto_too_few(long free0)
 	wait_free(free0);
 }
 
+/* Pages counted free, then gone when the slab is made (another process
+ * took them): the broker with fault injection fails the first slab's
+ * creation with ENOSPC, and under auto the model goes on other pages. */
+static void auto_runs_out(long free0)
+{
+	struct broker F;
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+
+	if (harness_use_fault_wsyncd()) {
+		harness_log("no wsyncd with fault injection: the run-out part is left out");
+		return;
+	}
+	/* slab 0 is the broker's 6th segment creation here, after the layout */
+	setenv("WSYNC_FAULT_SEG", "6", 1);
+	TEST_ASSERT(harness_broker_start(&F, "--huge-pages", "auto", NULL) == 0);
+	TEST_OK(harness_connect(&F, "hp-out", &c));
+	TEST_OK(open_big(c, "hp.out", 2, 0, &p));
+	LOG_HAS(&F, "fault injection: failing segment creation #6 (WSYNC_FAULT_SEG=6) at "
+	        "wsync-slab");
+	LOG_HAS(&F, "hugetlb pages ran out while making its slabs");
+	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0);
+	TEST_OK(wsync_sub_open(c, "hp.out", &s));
+	harness_publish_verify(p, s, 21);
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
+	harness_broker_finish(&F);
+	unsetenv("WSYNC_FAULT_SEG");
+	wait_free(free0);
+}
+
 int main(void)
 {
 	long free0 = 0;
@@ -265,6 +299,7 @@ int main(void)
 		return rc;
 	on_hugetlb(free0);
 	auto_too_few(free0);
+	auto_runs_out(free0);
 	harness_log("PASS");
 	return 0;
 }
