@@ -26,9 +26,9 @@
  * one of the control segment (model pages are not read: they are memfds a
  * publisher writes); it keeps its version unless a higher version was
  * granted, in which case it is republished as hwm + 1: versions never go
- * down and are never reused. With --group slabs are sealed memfds that die
- * with the broker: version numbers are adopted, data is not (trainers
- * republish).
+ * down and are never reused. With --group, and on huge pages (broker/
+ * pages.h), slabs are sealed memfds that die with the broker: version
+ * numbers are adopted, data is not (trainers republish).
  */
 #include "adopt.h"
 
@@ -217,10 +217,11 @@ static int old_slab_copy(const struct broker *b, int old_dirfd, struct model *m,
 	fd = old_open(b, old_dirfd, name, m->bytes);
 	if (fd < 0)
 		return fd;
-	err = fault_seg_map(m->slab_fd[0], m->bytes, 1, 0, &dst);
+	/* the new slab may be on huge pages: mapped whole */
+	err = fault_seg_map(m->slab_fd[0], m->seg_bytes, 1, 0, &dst);
 	if (!err) {
 		err = fd_read_all(fd, dst, m->bytes);
-		munmap(dst, m->bytes);
+		munmap(dst, m->seg_bytes);
 	}
 	close(fd);
 	return err;
@@ -279,10 +280,11 @@ static int adopt_ready(struct broker *b, int old_dirfd, struct model *m,
 	slot = wsync_latest_slot(latest);
 	if (slot == WSYNC_SLOT_NONE)
 		return 0;
-	if (b->cfg.has_group) {
-		log_info("model '%s': v%" PRIu64 " not adopted: with --group slabs are sealed "
-		         "memfds that ended with the last broker; the next version is above it",
-		         m->name, wsync_latest_version(latest));
+	if (b->cfg.has_group || e->slab_pages != WSYNC_PAGES_4K) {
+		log_info("model '%s': v%" PRIu64 " not adopted: its slabs were memfds (%s) "
+		         "that ended with the last broker; the next version is above it",
+		         m->name, wsync_latest_version(latest),
+		         b->cfg.has_group ? "--group" : "on huge pages");
 		return 0;
 	}
 	err = old_slab_copy(b, old_dirfd, m, slot);

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "loop.h"
 #include "model.h"
+#include "pages.h"
 #include "rundir.h"
 #include "state.h"
 #include "shm/clock.h"
@@ -55,6 +56,10 @@ int broker_start(struct broker *b, const struct config *cfg)
 		return -ENAMETOOLONG;
 	}
 
+	/* --huge-pages on without huge pages fails before anything is made */
+	e = pages_start(b, err, sizeof(err));
+	if (e)
+		goto out_fail;
 	e = rundir_prepare(cfg, err, sizeof(err));
 	if (e)
 		goto out_fail;

@@ -53,6 +53,7 @@ struct broker {
 	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
+	bool     hugetlb_ok, thp_ok;           /* huge pages to try (pages.c) */
 
 	struct loop *loop;
 	int      lock_fd, listen_fd;

@@ -31,6 +31,10 @@ const char config_usage_text[] =
 	"  --keep              keep shared memory on shutdown for the next start\n"
 	"  --gpus LIST         GPUs for device models: all (default), none, or GPU\n"
 	"                      UUIDs / ordinals as this broker sees them, comma-separated\n"
+	"  --huge-pages WHEN   slabs on 2 MiB pages: auto (default: reserved hugetlb\n"
+	"                      pages, else shmem transparent huge pages, else 4 KiB\n"
+	"                      pages), on (the same, but fail without huge pages), off\n"
+	"                      (4 KiB pages; slab data then survives a broker restart)\n"
 	"  --help              show this text\n"
 	"  --version           show the version\n";
 
@@ -147,7 +151,7 @@ static void config_defaults(struct config *cfg)
 }
 
 enum { OPT_NAME = 256, OPT_SOCKET, OPT_SHM_LIMIT, OPT_MAX_SLOTS, OPT_GROUP,
-       OPT_LOG_LEVEL, OPT_KEEP, OPT_HELP, OPT_VERSION, OPT_GPUS };
+       OPT_LOG_LEVEL, OPT_KEEP, OPT_HELP, OPT_VERSION, OPT_GPUS, OPT_HUGE_PAGES };
 
 int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
@@ -160,6 +164,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 		{ "keep",      no_argument,       NULL, OPT_KEEP },
 		{ "gpus",      required_argument, NULL, OPT_GPUS },
+		{ "huge-pages", required_argument, NULL, OPT_HUGE_PAGES },
 		{ "help",      no_argument,       NULL, OPT_HELP },
 		{ "version",   no_argument,       NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -220,6 +225,17 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 			err2 = parse_gpus(cfg, optarg, err, errlen);
 			if (err2)
 				return err2;
+			break;
+		case OPT_HUGE_PAGES:
+			if (!strcmp(optarg, "auto"))
+				cfg->huge_pages = CONFIG_HUGE_AUTO;
+			else if (!strcmp(optarg, "on"))
+				cfg->huge_pages = CONFIG_HUGE_ON;
+			else if (!strcmp(optarg, "off"))
+				cfg->huge_pages = CONFIG_HUGE_OFF;
+			else
+				return usage_fail(err, errlen, "--huge-pages: '%s' is not one of "
+				                  "auto, on, off", optarg);
 			break;
 		case OPT_HELP:
 			fputs(config_usage_text, stdout);

@@ -29,6 +29,13 @@ struct config {
 	int      log_level;              /* enum log_level */
 	bool     keep;
 	char     gpus[256];              /* --gpus: all, none or a list (broker/gpu.h) */
+	int      huge_pages;             /* --huge-pages: enum config_huge */
+};
+
+enum config_huge {
+	CONFIG_HUGE_AUTO = 0,            /* huge pages where the system has them */
+	CONFIG_HUGE_ON   = 1,            /* huge pages or a failed start */
+	CONFIG_HUGE_OFF  = 2,            /* 4 KiB pages */
 };
 
 enum config_result {

@@ -135,6 +135,13 @@ int fault_memfd_create(const char *label, uint64_t bytes)
 	return wsync_memfd_create(label, bytes);
 }
 
+int fault_memfd_create_huge(const char *label, uint64_t bytes, enum wsync_slab_pages kind)
+{
+	if (fault_hit(FAULT_SEG, label))
+		return -ENOSPC;
+	return wsync_memfd_create_huge(label, bytes, kind);
+}
+
 int fault_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out)
 {
 	if (fault_hit(FAULT_MAP, "mmap"))

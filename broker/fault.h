@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shm/segment.h"
+
 enum fault_kind {
 	FAULT_ALLOC,
 	FAULT_SEG,
@@ -47,6 +49,7 @@ void *fault_aligned_alloc(size_t align, size_t n);
  * failure. */
 int   fault_seg_create_at(int dirfd, const char *name, uint64_t bytes);
 int   fault_memfd_create(const char *label, uint64_t bytes);
+int   fault_memfd_create_huge(const char *label, uint64_t bytes, enum wsync_slab_pages kind);
 int   fault_seg_map(int fd, uint64_t bytes, int writable, int populate, void **out);
 
 /* The HELLO deadline in ns: WSYNC_HELLO_TIMEOUT_MS if set and valid, else

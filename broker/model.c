@@ -17,6 +17,7 @@
 #include "gpu_slab.h"
 #include "group.h"
 #include "log.h"
+#include "pages.h"
 #include "session.h"
 #include "state.h"
 #include "shm/futex.h"
@@ -48,20 +49,11 @@ static void seg_name(uint32_t id, int slot_or_layout, char *buf, size_t len)
 
 /* Slabs are files in the private directory (adoptable after a restart),
  * except with --group: then sealed memfds, which a publisher of another
- * uid holding a read-write fd cannot truncate under the collectors. */
-static bool slabs_sealed(const struct broker *b)
+ * uid holding a read-write fd cannot truncate under the collectors; and on
+ * huge pages: memfds too (broker/pages.h). */
+static bool slabs_named(const struct broker *b, const struct model *m)
 {
-	return b->cfg.has_group;
-}
-
-static int slab_create(struct broker *b, uint32_t id, uint32_t k, uint64_t bytes)
-{
-	char seg[32];
-
-	if (slabs_sealed(b))
-		return fault_memfd_create("wsync-slab", bytes);
-	seg_name(id, (int)k, seg, sizeof(seg));
-	return fault_seg_create_at(b->seg_dirfd, seg, bytes);
+	return !b->cfg.has_group && m->slab_pages == WSYNC_PAGES_4K && !m->gpu_unbacked;
 }
 
 /* The host slab of a device model without a host mirror: nobody writes or
@@ -86,13 +78,27 @@ static int slab_create_unbacked(uint64_t bytes)
 	return fd;
 }
 
-static void seg_unlink(const struct broker *b, uint32_t id, int slot_or_layout)
+static int slab_create(struct broker *b, const struct model *m, uint32_t k, uint64_t bytes)
 {
 	char seg[32];
 
-	if (b->seg_dirfd < 0 || (slot_or_layout != SEG_LAYOUT && slabs_sealed(b)))
+	if (m->gpu_unbacked)
+		return slab_create_unbacked(bytes);
+	if (m->slab_pages != WSYNC_PAGES_4K)
+		return fault_memfd_create_huge("wsync-slab", bytes, m->slab_pages);
+	if (!slabs_named(b, m))
+		return fault_memfd_create("wsync-slab", bytes);
+	seg_name(m->id, (int)k, seg, sizeof(seg));
+	return fault_seg_create_at(b->seg_dirfd, seg, bytes);
+}
+
+static void seg_unlink(const struct broker *b, const struct model *m, int slot_or_layout)
+{
+	char seg[32];
+
+	if (b->seg_dirfd < 0 || (slot_or_layout != SEG_LAYOUT && !slabs_named(b, m)))
 		return;
-	seg_name(id, slot_or_layout, seg, sizeof(seg));
+	seg_name(m->id, slot_or_layout, seg, sizeof(seg));
 	unlinkat(b->seg_dirfd, seg, 0);
 }
 
@@ -247,8 +253,35 @@ static void slabs_remove(const struct broker *b, struct model *m, uint32_t n, bo
 			close(m->slab_fd[k]);
 		m->slab_fd[k] = m->slab_ro_fd[k] = -1;
 		if (unlink_them)
-			seg_unlink(b, m->id, (int)k);
+			seg_unlink(b, m, (int)k);
 	}
+}
+
+/* The n_slots slabs of m, rw and ro fds; on failure none is left. */
+static int slabs_create(struct broker *b, struct model *m, uint64_t bytes, uint32_t n_slots)
+{
+	uint32_t k;
+	int fd, err;
+
+	for (k = 0; k < n_slots; k++) {
+		fd = slab_create(b, m, k, bytes);
+		if (fd < 0) {
+			err = fd;
+			goto out_slabs;
+		}
+		m->slab_fd[k] = fd;
+		m->slab_ro_fd[k] = wsync_seg_reopen_ro(fd);
+		if (m->slab_ro_fd[k] < 0) {
+			err = m->slab_ro_fd[k];
+			k++;
+			goto out_slabs;
+		}
+	}
+	return 0;
+
+out_slabs:
+	slabs_remove(b, m, k, true);
+	return err;
 }
 
 int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tensors,
@@ -259,18 +292,27 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	bool unbacked = dev && dev->n && !(dev->flags & WSYNC_DEV_HOST_MIRROR);
 	char seg[32];
 	uint64_t need, avail, lbytes;
-	uint32_t k = 0;
+	enum wsync_slab_pages pages;
+	bool huge_short = false;         /* slabs on huge pages failed */
 	int err, fd;
 
 	if (m->state != WSYNC_MODEL_DECLARED || n_slots < WSYNC_MIN_SLOTS ||
 	    n_slots > WSYNC_MAX_SLOTS || !n_tensors || n_tensors > WSYNC_MAX_TENSORS)
 		return -EINVAL;
-	if (bytes > UINT64_MAX / n_slots) {
+	/* an unbacked slab holds nothing: no pages to pick, nothing counted */
+	pages = WSYNC_PAGES_4K;
+	err = unbacked ? 0 : pages_pick(b, m->name, bytes, n_slots, &pages, why, whylen);
+	if (err)
+		return err;
+	m->gpu_unbacked = unbacked;
+	need = pages_seg_bytes(pages, bytes);
+	if (!need || need > UINT64_MAX / n_slots) {
 		snprintf(why, whylen, "model '%s': %u slots of %llu bytes overflow", m->name,
 		         n_slots, (unsigned long long)bytes);
 		return -EINVAL;
 	}
-	need = unbacked ? 0 : bytes * n_slots;
+	need = unbacked ? 0 : need * n_slots;
+	m->slab_pages = pages;
 	avail = b->cfg.shm_limit > b->shm_used ? b->cfg.shm_limit - b->shm_used : 0;
 	if (need > avail) {
 		snprintf(why, whylen, "model '%s' needs %llu bytes, %llu of the limit %llu "
@@ -296,26 +338,27 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	if (err)
 		goto out_unlink_layout;
 
-	for (k = 0; k < n_slots; k++) {
-		fd = unbacked ? slab_create_unbacked(bytes) : slab_create(b, m->id, k, bytes);
-		if (fd < 0) {
-			err = fd;
-			goto out_slabs;
-		}
-		m->slab_fd[k] = fd;
-		m->slab_ro_fd[k] = wsync_seg_reopen_ro(fd);
-		if (m->slab_ro_fd[k] < 0) {
-			err = m->slab_ro_fd[k];
-			k++;
-			goto out_slabs;
-		}
+	err = slabs_create(b, m, bytes, n_slots);
+	if (err && pages_fallback(b, m->name, err, &pages)) {
+		m->slab_pages = pages;
+		err = slabs_create(b, m, bytes, n_slots);
 	}
-
+	if (err) {
+		huge_short = pages != WSYNC_PAGES_4K;
+		goto out_layout;
+	}
+	need = unbacked ? 0 : pages_seg_bytes(pages, bytes) * n_slots;
 	if (dev && dev->n) {
 		err = gpu_slabs_create(dev->uuid, dev->n, dev->flags, bytes, n_slots, m->name,
 		                       &m->gpu, why, whylen);
-		if (err)
-			goto out_slabs_why;
+		if (err) {
+			slabs_remove(b, m, n_slots, true);
+			close(m->layout_ro_fd);
+			m->layout_ro_fd = -1;
+			seg_unlink(b, m, SEG_LAYOUT);
+			m->gpu_unbacked = false;
+			return err;
+		}
 		m->ctl->n_devices = dev->n;
 		m->ctl->dev_flags = dev->flags;
 		m->ctl->dev_bytes = m->gpu->dev_bytes;
@@ -325,10 +368,10 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	m->tensors = tensors;
 	m->n_tensors = n_tensors;
 	m->bytes = bytes;
+	m->seg_bytes = pages_seg_bytes(pages, bytes);
 	m->hash = hash;
 	m->layout_bytes = lbytes;
 	m->accounted = need;
-	m->gpu_unbacked = unbacked;
 	memset(&m->books, 0, sizeof(m->books));
 	m->books.n_slots = n_slots;
 	b->shm_used += need;
@@ -338,28 +381,26 @@ int model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tenso
 	m->ctl->n_tensors = n_tensors;
 	m->ctl->n_slots = n_slots;
 	m->ctl->layout_hash = hash;
+	m->ctl->slab_pages = pages;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&m->ctl->slot_state[i], WSYNC_SLOT_FREE);
 	m->state = WSYNC_MODEL_READY;
 	atomic_store(&m->ctl->state, WSYNC_MODEL_READY);
-	log_info("model '%s' ready: %u tensors, %u slots of %llu bytes", m->name,
-	         n_tensors, n_slots, (unsigned long long)bytes);
+	log_info("model '%s' ready: %u tensors, %u slots of %llu bytes on %s pages", m->name,
+	         n_tensors, n_slots, (unsigned long long)bytes, pages_name(pages));
 	return 0;
 
-out_slabs_why:
-	slabs_remove(b, m, k, !unbacked);
-	close(m->layout_ro_fd);
-	m->layout_ro_fd = -1;
-	seg_unlink(b, m->id, SEG_LAYOUT);
-	return err;
-out_slabs:
-	slabs_remove(b, m, k, !unbacked);
+out_layout:
 	close(m->layout_ro_fd);
 	m->layout_ro_fd = -1;
 out_unlink_layout:
-	seg_unlink(b, m->id, SEG_LAYOUT);
+	seg_unlink(b, m, SEG_LAYOUT);
 out_why:
-	if (err == -ENOSPC)
+	if (err == -ENOSPC && huge_short)
+		snprintf(why, whylen, "model '%s' needs %llu bytes of %s pages and they ran "
+		         "out while making its slabs", m->name, (unsigned long long)need,
+		         pages_name(pages));
+	else if (err == -ENOSPC)
 		snprintf(why, whylen, "model '%s' needs %llu bytes: %s is full (%llu of "
 		         "the limit %llu are free)", m->name, (unsigned long long)need,
 		         WSYNC_SHM_DIR, (unsigned long long)avail,
@@ -375,11 +416,11 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 	if (m->state == WSYNC_MODEL_READY) {
 		gpu_slabs_free(m->gpu);
 		m->gpu = NULL;
-		slabs_remove(b, m, m->books.n_slots, unlink_them && !m->gpu_unbacked);
+		slabs_remove(b, m, m->books.n_slots, unlink_them);
 		if (m->layout_ro_fd >= 0)
 			close(m->layout_ro_fd);
 		if (unlink_them)
-			seg_unlink(b, m->id, SEG_LAYOUT);
+			seg_unlink(b, m, SEG_LAYOUT);
 		b->shm_used -= m->accounted;
 		if (b->ctl)
 			atomic_store(&b->ctl->shm_used, b->shm_used);

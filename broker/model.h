@@ -48,6 +48,9 @@ struct model {
 	wsync_tensor_desc *tensors;      /* canonical copy */
 	uint32_t n_tensors;
 	uint64_t bytes;                  /* one slab */
+	uint32_t slab_pages;             /* enum wsync_slab_pages (pages.h) */
+	uint64_t seg_bytes;              /* one slab object: bytes, or rounded
+	                                    up to huge pages; its mapping length */
 	uint64_t hash;
 	uint64_t accounted;              /* slab bytes counted against the limit */
 	struct slot_books books;

@@ -88,6 +88,7 @@ struct wsync_pub {
 	char model[WSYNC_NAME_MAX];
 	uint32_t model_id, n_slots;
 	uint64_t bytes;
+	uint64_t map_bytes;              /* of each slab mapping (wsync_map_slab) */
 	size_t n_tensors;
 	wsync_tensor_desc *tensors;      /* canonical, with offsets */
 	struct wsync_name_index index;
@@ -136,6 +137,7 @@ struct wsync_pub {
 struct sub_maps {
 	uint32_t n_slots;
 	uint64_t bytes;
+	uint64_t map_bytes;              /* of each slab mapping (wsync_map_slab) */
 	size_t n_tensors;
 	wsync_tensor_desc *tensors;      /* private, validated copy */
 	struct wsync_name_index index;
@@ -255,6 +257,15 @@ int wsync_conn_error(const struct wsync_msg_error *e, uint32_t req_type);
  */
 int wsync_map_fd(int fd, uint64_t bytes, int writable, int populate,
                  const char *what, void **out);
+/*
+ * Maps a slab of bytes (what views see), populated unless told not to (the
+ * empty host slabs of device-only models). On huge pages the mapping is
+ * longer: munmap and mprotect take *map_bytes, the length every slab of
+ * the model must share: 0 before the model's first slab (then it is set),
+ * checked against each later one (-EPROTO if it differs).
+ */
+int wsync_map_slab(int fd, uint64_t bytes, int writable, int populate, uint64_t *map_bytes,
+                   void **out);
 /* Checks a model page's magic, layout version and model id. */
 int wsync_page_check(const struct wsync_model_page *pg, uint32_t model_id,
                      const char *model);

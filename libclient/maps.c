@@ -33,6 +33,35 @@ int wsync_map_fd(int fd, uint64_t bytes, int writable, int populate,
 	return 0;
 }
 
+int wsync_map_slab(int fd, uint64_t bytes, int writable, int populate, uint64_t *map_bytes,
+                   void **out)
+{
+	int64_t page = wsync_seg_page_size(fd);
+	uint64_t len;
+	int err;
+
+	if (page < 0)
+		return wsync_fail((int)page, "slab: fstatfs: %s", strerror((int)-page));
+	/* hugetlb mappings, their munmap and mprotect included, come in whole
+	 * huge pages; the broker sized the object so */
+	len = wsync_seg_round(bytes, (uint64_t)page);
+	if (!len || (*map_bytes && *map_bytes != len))
+		return wsync_fail(-EPROTO, "slab: %llu bytes on %lld-byte pages, and the "
+		                  "model's other slabs map %llu", (unsigned long long)bytes,
+		                  (long long)page, (unsigned long long)*map_bytes);
+	err = wsync_map_fd(fd, len, writable, populate, "slab", out);
+	if (err)
+		return err;
+#ifdef MADV_HUGEPAGE
+	/* A hint for slabs on transparent huge pages (shmem_enabled advise);
+	 * nothing where the kernel gives tmpfs none. */
+	if (page == WSYNC_PAGE)
+		(void)madvise(*out, len, MADV_HUGEPAGE);
+#endif
+	*map_bytes = len;
+	return 0;
+}
+
 int wsync_page_check(const struct wsync_model_page *pg, uint32_t model_id,
                      const char *model)
 {

@@ -130,7 +130,7 @@ static void pub_free(struct wsync_pub *p)
 	wsync_gpu_pub_free(p);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (p->slabs[i])
-			munmap(p->slabs[i], p->bytes);
+			munmap(p->slabs[i], p->map_bytes);
 	if (p->page)
 		munmap(p->page, sizeof(*p->page));
 	if (p->next.valid && p->next.fd >= 0)
@@ -172,7 +172,8 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		                  "slots", p->model, n_fds, p->n_slots);
 	for (uint32_t k = 0; k < p->n_slots; k++) {
 		void *addr;
-		int err = wsync_map_fd(fds[k], p->bytes, 1, !p->device_only, "slab", &addr);
+		int err = wsync_map_slab(fds[k], p->bytes, 1, !p->device_only,
+		                         &p->map_bytes, &addr);
 
 		if (err)
 			return err;

@@ -243,7 +243,7 @@ void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
 	/* Only a guard against stray writes: a failure here (VMA limit) does
 	 * not make the published version any less valid. */
 	if (p->guarded && p->slabs[slot])
-		(void)mprotect(p->slabs[slot], p->bytes, PROT_READ);
+		(void)mprotect(p->slabs[slot], p->map_bytes, PROT_READ);
 }
 
 /* Makes the granted slab writable: a fresh mapping when the fd came with the
@@ -255,10 +255,10 @@ static int grant_map(struct wsync_pub *p, struct pub_grant *g)
 
 	if (g->fd >= 0) {
 		if (p->slabs[g->slot]) {
-			munmap(p->slabs[g->slot], p->bytes);
+			munmap(p->slabs[g->slot], p->map_bytes);
 			p->slabs[g->slot] = NULL;
 		}
-		err = wsync_map_fd(g->fd, p->bytes, 1, !p->device_only, "slab", &addr);
+		err = wsync_map_slab(g->fd, p->bytes, 1, !p->device_only, &p->map_bytes, &addr);
 		close(g->fd);
 		g->fd = -1;
 		if (err)
@@ -266,7 +266,7 @@ static int grant_map(struct wsync_pub *p, struct pub_grant *g)
 		p->slabs[g->slot] = addr;
 		return 0;
 	}
-	if (p->guarded && mprotect(p->slabs[g->slot], p->bytes, PROT_READ | PROT_WRITE) < 0)
+	if (p->guarded && mprotect(p->slabs[g->slot], p->map_bytes, PROT_READ | PROT_WRITE) < 0)
 		return wsync_fail(-errno, "model '%s': making slot %u writable: %s",
 		                  p->model, g->slot, strerror(errno));
 	return 0;

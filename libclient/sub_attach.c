@@ -24,7 +24,7 @@ void wsync_sub_maps_free(struct sub_maps *m)
 		return;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (m->slabs[i])
-			munmap((void *)m->slabs[i], m->bytes);
+			munmap((void *)m->slabs[i], m->map_bytes);
 	wsync_name_index_free(&m->index);
 	free(m->tensors);
 	free(m);
@@ -115,7 +115,8 @@ static int slabs_map(const struct wsync_sub *s, struct sub_maps *m, const int *f
 		void *addr;
 		/* the host slabs of a device-only model are empty: mapped so that
 		 * slots work alike, never populated (that would back them) */
-		int err = wsync_map_fd(fds[i], m->bytes, 0, !m->device_only, "slab", &addr);
+		int err = wsync_map_slab(fds[i], m->bytes, 0, !m->device_only, &m->map_bytes,
+		                         &addr);
 
 		if (err) {
 			char why[WSYNC_ERRMSG_LEN];

@@ -118,6 +118,14 @@ enum wsync_slot_state {
 	WSYNC_SLOT_GRANTED = 3,      /* being written by the publisher */
 };
 
+/* What backs the slabs of a model (ctl entry slab_pages; shm/segment.h makes
+ * them); 0 is what brokers before huge pages always used. */
+enum wsync_slab_pages {
+	WSYNC_PAGES_4K      = 0,     /* named tmpfs file (or --group memfd) */
+	WSYNC_PAGES_THP     = 1,     /* memfd, transparent huge pages (shmem_enabled) */
+	WSYNC_PAGES_HUGETLB = 2,     /* memfd, MFD_HUGETLB: reserved 2 MiB pages */
+};
+
 struct wsync_ctl_model {
 	_Atomic uint32_t state;          /* enum wsync_model_state */
 	uint32_t id;                     /* index in the table */
@@ -165,7 +173,10 @@ struct wsync_ctl_model {
 	uint32_t dev_flags;
 	uint64_t dev_bytes;
 	uint8_t  dev_uuid[WSYNC_MODEL_GPUS][16];
-	uint8_t  reserved[72];
+	/* What backs the slabs (enum wsync_slab_pages, shm/segment.h), for
+	 * monitors and for the next generation's adoption; 0 = 4 KiB pages */
+	uint32_t slab_pages;
+	uint8_t  reserved[68];
 };
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
@@ -173,6 +184,7 @@ static_assert(offsetof(struct wsync_ctl_model, incarnation) == 264, "ctl model i
 static_assert(offsetof(struct wsync_ctl_model, group_first_ns) == 280, "ctl model group");
 static_assert(offsetof(struct wsync_ctl_model, n_devices) == 296, "ctl model devices");
 static_assert(offsetof(struct wsync_ctl_model, dev_uuid) == 312, "ctl model device uuids");
+static_assert(offsetof(struct wsync_ctl_model, slab_pages) == 440, "ctl model slab pages");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

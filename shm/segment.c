@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 static int name_fmt(size_t len, int n)
@@ -180,16 +181,23 @@ int wsync_seg_dir_remove(const char *name, uid_t uid)
 }
 
 /* Reserves the object's memory now: on tmpfs, fallocate fails with ENOSPC
- * where a later page fault would have raised SIGBUS. */
+ * where a later page fault would have raised SIGBUS. hugetlbfs stops a long
+ * fallocate with EINTR whenever signal_pending() (io_uring task work in the
+ * broker counts): again, the pages it got stay. */
 static int seg_reserve(int fd, uint64_t bytes)
 {
+	int err, tries = 0;
+
 	if (bytes > (uint64_t)INT64_MAX)
 		return -EFBIG;
 	if (ftruncate(fd, (off_t)bytes) < 0)
 		return -errno;
-	if (bytes && posix_fallocate(fd, 0, (off_t)bytes) != 0)
-		return -ENOSPC;
-	return 0;
+	if (!bytes)
+		return 0;
+	do
+		err = posix_fallocate(fd, 0, (off_t)bytes);
+	while (err == EINTR && ++tries < 1000);
+	return err ? -ENOSPC : 0;
 }
 
 int wsync_seg_create_at(int dirfd, const char *name, uint64_t bytes)
@@ -283,13 +291,37 @@ int64_t wsync_seg_size(int fd)
 	return st.st_size;
 }
 
-int wsync_memfd_create(const char *label, uint64_t bytes)
+/* With shmem_enabled "advise", memory allocated without a mapping (the
+ * fallocate in seg_reserve) comes in 4 KiB pages: fault it in first through
+ * a MADV_HUGEPAGE mapping, so it comes as 2 MiB pages where the kernel has
+ * them. Best effort: what this leaves out, seg_reserve allocates after. */
+static void thp_prefault(int fd, uint64_t bytes)
+{
+	void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return;
+#if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_WRITE)
+	if (madvise(p, (size_t)bytes, MADV_HUGEPAGE) == 0)
+		(void)madvise(p, (size_t)bytes, MADV_POPULATE_WRITE);
+#endif
+	munmap(p, (size_t)bytes);
+}
+
+static int memfd_make(const char *label, uint64_t bytes, unsigned int flags, bool thp)
 {
 	int fd, err;
 
-	fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
 	if (fd < 0)
 		return -errno;
+	if (thp) {
+		if (ftruncate(fd, (off_t)bytes) < 0) {
+			err = -errno;
+			goto out_close;
+		}
+		thp_prefault(fd, bytes);
+	}
 	err = seg_reserve(fd, bytes);
 	if (err < 0)
 		goto out_close;
@@ -308,6 +340,55 @@ int wsync_memfd_create(const char *label, uint64_t bytes)
 out_close:
 	close(fd);
 	return err;
+}
+
+int wsync_memfd_create(const char *label, uint64_t bytes)
+{
+	return memfd_make(label, bytes, 0, false);
+}
+
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21u << 26)     /* log2(2 MiB) << MFD_HUGE_SHIFT */
+#endif
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+uint64_t wsync_seg_round(uint64_t bytes, uint64_t page)
+{
+	if (bytes == 0 || page == 0 || (page & (page - 1)) || bytes > UINT64_MAX - (page - 1))
+		return 0;
+	return (bytes + page - 1) & ~(page - 1);
+}
+
+int64_t wsync_seg_page_size(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return -errno;
+	if ((uint32_t)sf.f_type == (uint32_t)HUGETLBFS_MAGIC && sf.f_bsize > WSYNC_PAGE &&
+	    !((uint64_t)sf.f_bsize & ((uint64_t)sf.f_bsize - 1)))
+		return (int64_t)sf.f_bsize;
+	return WSYNC_PAGE;
+}
+
+int wsync_memfd_create_huge(const char *label, uint64_t bytes, enum wsync_slab_pages kind)
+{
+	uint64_t size = wsync_seg_round(bytes, WSYNC_HUGE_PAGE);
+
+	if (!size)
+		return -EINVAL;
+	switch (kind) {
+	case WSYNC_PAGES_HUGETLB:
+		/* ftruncate to a multiple of the page size, fallocate takes
+		 * every page from the pool now (ENOSPC when it is short) */
+		return memfd_make(label, size, MFD_HUGETLB | MFD_HUGE_2MB, false);
+	case WSYNC_PAGES_THP:
+		return memfd_make(label, size, 0, true);
+	default:
+		return -EINVAL;
+	}
 }
 
 int wsync_pwrite_all(int fd, const void *buf, size_t len, off_t at)

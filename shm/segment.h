@@ -67,4 +67,26 @@ int wsync_pwrite_all(int fd, const void *buf, size_t len, off_t at);
  * session pages, model pages and --group slabs): fd or -errno. */
 int wsync_memfd_create(const char *label, uint64_t bytes);
 
+/* ---- huge pages (docs/HUGEPAGES.md) ------------------------------------- */
+
+#define WSYNC_HUGE_PAGE    (UINT64_C(2) << 20)   /* the one huge page size used */
+
+/* bytes rounded up to a multiple of page (a power of two); 0 if that
+ * overflows or bytes is 0. */
+uint64_t wsync_seg_round(uint64_t bytes, uint64_t page);
+/* The granularity of fd's object for mmap, munmap and mprotect lengths: the
+ * huge page size of a hugetlbfs object (memfd MFD_HUGETLB included), else
+ * WSYNC_PAGE. Positive, or -errno. */
+int64_t wsync_seg_page_size(int fd);
+/*
+ * A memfd of bytes on huge pages, otherwise as wsync_memfd_create: bytes is
+ * rounded up to WSYNC_HUGE_PAGE first (the object's size; callers map
+ * wsync_seg_round(bytes, WSYNC_HUGE_PAGE)). HUGETLB takes reserved 2 MiB
+ * pages, all allocated here: -ENOSPC when there are not enough, never a
+ * SIGBUS at a client's first touch. THP allocates the memory here too, as
+ * 2 MiB pages where the kernel has them (shmem_enabled advise: through a
+ * MADV_HUGEPAGE mapping). fd or -errno.
+ */
+int wsync_memfd_create_huge(const char *label, uint64_t bytes, enum wsync_slab_pages kind);
+
 #endif

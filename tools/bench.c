@@ -19,6 +19,8 @@
  *   checksum   XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) vs memcpy
  *   gpu        device slabs vs the bare CUDA driver copies (skipped without
  *              a GPU; WSYNC_BENCH_GPU_FAKE=1 runs them on the tests' fake)
+ *   scale      publish, first publish, first acquire and end-to-end at 256
+ *              MiB, 1 GiB, 2 GiB on 4 KiB and huge pages, vs memcpy
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.
@@ -41,9 +43,11 @@ static const char usage_text[] =
 	"same run, stops the broker and prints one table.\n"
 	"\n"
 	"  --wsyncd PATH        broker to run (default: wsyncd next to this program)\n"
-	"  --quick              smaller sizes and fewer repeats (under a minute)\n"
+	"  --quick              smaller sizes and fewer repeats (under a minute;\n"
+	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
-	"                       wake, sustained, peers, shard, checksum, gpu (default: all)\n"
+	"                       wake, sustained, peers, shard, checksum, scale, gpu\n"
+	"                       (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
 	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
@@ -62,6 +66,7 @@ static const struct {
 	{ "peers",     SC_PEERS,     bench_peers },
 	{ "shard",     SC_SHARD,     bench_shard },
 	{ "checksum",  SC_CHECKSUM,  bench_checksum },
+	{ "scale",     SC_SCALE,     bench_scale },
 	{ "gpu",       SC_GPU,       bench_gpu },
 };
 

@@ -36,7 +36,8 @@ enum bench_scenario {
 	SC_SHARD     = 1u << 5,
 	SC_CHECKSUM  = 1u << 6,
 	SC_GPU       = 1u << 7,
-	SC_ALL       = (1u << 8) - 1,
+	SC_SCALE     = 1u << 8,
+	SC_ALL       = (1u << 9) - 1,
 };
 
 struct bench {
@@ -54,6 +55,7 @@ struct bench {
 	char instance[32];             /* bench-<pid> */
 	char broker_log[96];
 	pid_t broker_pid;
+	const char *huge_pages;        /* the broker's --huge-pages, NULL: its default */
 	/* results */
 	int failures;                  /* scenarios that could not run */
 	double others_pct;             /* CPU used by other processes, % of
@@ -170,6 +172,9 @@ int   spin_counter(_Atomic int *counter, int want, int64_t timeout_ns,
 int  broker_start(struct bench *b);
 /* SIGTERM and wait; 0 if it exited with status 0. */
 int  broker_stop(struct bench *b);
+/* Stops the broker (a clean stop frees its slabs) and starts a fresh one
+ * with --huge-pages huge_pages (NULL: the broker's default). */
+int  broker_restart(struct bench *b, const char *huge_pages);
 /* Broker CPU time (user + system) in ns so far, from /proc; -1 on failure. */
 int64_t broker_cpu_ns(const struct bench *b);
 /* Installs handlers so SIGINT/SIGTERM/SIGHUP stop children and the broker
@@ -230,6 +235,11 @@ int bench_shard(struct bench *b);
 /* checksum: XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) against memcpy. */
 int bench_checksum(struct bench *b);
 int bench_gpu(struct bench *b);
+/* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
+ * and 2 GiB, on 4 KiB and on huge pages (tools/bench_scale.c). */
+int bench_scale(struct bench *b);
+/* Writes back the nr_hugepages that scale changed, if it did (signal-safe). */
+void scale_restore_pages(void);
 
 /* ---- fan-out: one publisher, N collector processes waiting (wake, peers) --- */
 
@@ -244,6 +254,7 @@ struct fan_cfg {
 	const char *model;          /* a fresh name */
 	size_t bytes, n_tensors;    /* model size; a source buffer is copied in */
 	int collectors;
+	uint32_t slots;             /* of the model, 0 = the default */
 	int warmup, samples;        /* warm-up samples are not reported */
 	int64_t pause_min_ns, pause_max_ns;   /* idle before each sample */
 	bool hot;                   /* no pause, and the publisher never sleeps

@@ -233,7 +233,8 @@ static int fan_open(struct fan_pub *fp)
 		return fan_fail(fp, "out of memory", 0);
 	if ((err = wsync_connect(cfg->endpoint, "bench-publisher", &fp->c)))
 		return fan_fail(fp, "wsync_connect", err);
-	if ((err = model_open(fp->c, cfg->model, cfg->bytes, cfg->n_tensors, 0, &fp->p)))
+	if ((err = model_open(fp->c, cfg->model, cfg->bytes, cfg->n_tensors, cfg->slots,
+	                      &fp->p)))
 		return fan_fail(fp, "wsync_pub_open", err);
 	return 0;
 }

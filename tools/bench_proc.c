@@ -387,10 +387,14 @@ static _Noreturn void broker_exec(const struct bench *b, pid_t parent)
 	char limit[32];
 	char *argv[] = { (char *)b->wsyncd, "--name", (char *)b->instance,
 	                 "--socket", (char *)b->endpoint, "--shm-limit", limit,
-	                 "--log-level", "warn", NULL };
+	                 "--log-level", "warn", NULL, NULL, NULL };
 	int fd;
 
 	snprintf(limit, sizeof limit, "%llu", shm_limit_bytes());
+	if (b->huge_pages) {
+		argv[9] = "--huge-pages";
+		argv[10] = (char *)b->huge_pages;
+	}
 	setpgid(0, 0);          /* Ctrl-C reaches the bench, which stops it */
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
@@ -436,15 +440,8 @@ static int broker_wait_ready(struct bench *b)
 	return -1;
 }
 
-int broker_start(struct bench *b)
+static int broker_spawn(struct bench *b, pid_t parent)
 {
-	pid_t parent = getpid();
-
-	snprintf(b->instance, sizeof b->instance, "bench-%d", (int)parent);
-	snprintf(shm_prefix, sizeof shm_prefix, "wsync.%u.%s.", (unsigned)getuid(),
-	         b->instance);
-	if (make_dir(b))
-		return -1;
 	fflush(NULL);
 	b->broker_pid = fork();
 	if (b->broker_pid < 0) {
@@ -455,6 +452,26 @@ int broker_start(struct bench *b)
 	if (b->broker_pid == 0)
 		broker_exec(b, parent);
 	return broker_wait_ready(b);
+}
+
+int broker_start(struct bench *b)
+{
+	pid_t parent = getpid();
+
+	snprintf(b->instance, sizeof b->instance, "bench-%d", (int)parent);
+	snprintf(shm_prefix, sizeof shm_prefix, "wsync.%u.%s.", (unsigned)getuid(),
+	         b->instance);
+	if (make_dir(b))
+		return -1;
+	return broker_spawn(b, parent);
+}
+
+int broker_restart(struct bench *b, const char *huge_pages)
+{
+	if (broker_stop(b))
+		return -1;
+	b->huge_pages = huge_pages;
+	return broker_spawn(b, getpid());
 }
 
 /* SIGTERM, then waits up to timeout; SIGKILL after. Returns the wait status
@@ -516,6 +533,7 @@ static void on_fatal_signal(int sig)
 	if (b && b->dir[0])
 		rm_at(AT_FDCWD, b->dir, 0);
 	shm_leftovers_remove();
+	scale_restore_pages();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }

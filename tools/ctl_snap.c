@@ -13,6 +13,7 @@
 #include "client_internal.h"
 #include "ctl_snap.h"
 #include "shm/cuda_discover.h"
+#include "shm/layout.h"
 
 #define RELAXED memory_order_relaxed
 #define LOAD(p) atomic_load_explicit(&(p), RELAXED)
@@ -68,6 +69,7 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->group_committed = LOAD(e->group_committed);
 	m->group_first_ns = LOAD(e->group_first_ns);
 	m->group_last_ns = LOAD(e->group_last_ns);
+	m->slab_pages = e->slab_pages;
 	m->publisher = LOAD(e->publisher);
 	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
 	m->dev_flags = e->dev_flags;
@@ -328,6 +330,11 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 		json_object_set_new(o, "devices", json_pack("{s:o, s:b}", "gpus", gpus,
 		                    "host_mirror", (m->dev_flags & WSYNC_DEV_HOST_MIRROR) != 0));
 	}
+	/* what backs the slabs: "4k", "thp" (2 MiB transparent huge pages
+	 * where the kernel had them) or "hugetlb" (2 MiB); null before a layout */
+	json_object_set_new(o, "pages", m->state != WSYNC_MODEL_READY ? json_null() :
+	                    json_string(m->slab_pages == WSYNC_PAGES_HUGETLB ? "hugetlb" :
+	                                m->slab_pages == WSYNC_PAGES_THP ? "thp" : "4k"));
 	if (m->checksum_known && m->checksum) {
 		snprintf(cs, sizeof(cs), "%016" PRIx64, m->checksum);
 		json_object_set_new(o, "checksum", json_string(cs));

@@ -38,6 +38,7 @@ struct snap_model {
 	uint8_t  dev_uuid[WSYNC_MAX_DEVICES][16];
 	bool     checksum_known;         /* checksum below was read */
 	uint64_t checksum;               /* of the latest version, 0 = none */
+	uint32_t slab_pages;             /* enum wsync_slab_pages (shm/segment.h) */
 };
 
 struct snap_session {

@@ -165,6 +165,15 @@ static void reg_kill_and_clean(struct reg_entry *r)
 	r->used = 0;
 }
 
+static void (*cleanup_hook)(void);
+static void harness_init(void);
+
+void harness_at_cleanup(void (*fn)(void))
+{
+	harness_init();          /* the exit and signal handlers that run it */
+	cleanup_hook = fn;
+}
+
 static void cleanup_all(void)
 {
 	if (!inited || getpid() != owner_pid)
@@ -179,6 +188,12 @@ static void cleanup_all(void)
 	for (int i = 0; i < REG_MAX; i++)
 		if (reg[i].used)
 			reg_kill_and_clean(&reg[i]);
+	if (cleanup_hook) {
+		void (*fn)(void) = cleanup_hook;
+
+		cleanup_hook = NULL;
+		fn();
+	}
 }
 
 static void write_str(const char *s)
@@ -588,8 +603,18 @@ static int broker_spawn(struct broker *b)
 		argv[n++] = "--socket";
 		argv[n++] = b->sock;
 	}
-	for (int i = 0; i < b->n_args; i++)
+	int pages_given = 0;
+	for (int i = 0; i < b->n_args; i++) {
+		pages_given |= !strcmp(b->args[i], "--huge-pages");
 		argv[n++] = b->args[i];
+	}
+	/* The same pages on every machine: huge-page slabs are not adopted
+	 * across a restart, which tests of adoption count on. Tests of huge
+	 * pages say --huge-pages themselves. */
+	if (!pages_given) {
+		argv[n++] = "--huge-pages";
+		argv[n++] = "off";
+	}
 	argv[n] = NULL;
 
 	fflush(NULL);
@@ -919,13 +944,25 @@ int harness_raw_send(int fd, const void *buf, size_t len, const int *fds, int nf
 	return n == (ssize_t)len ? 0 : -EMSGSIZE;
 }
 
+uint64_t harness_publish_verify(wsync_pub *p, wsync_sub *s, uint64_t step)
+{
+	uint64_t version = 0;
+	wsync_view v;
+
+	TEST_OK(harness_publish(p, step, 5 * HARNESS_S, &version));
+	TEST_OK(wsync_sub_acquire(s, &v));
+	TEST_EQ_U64(v.version, version);
+	TEST_EQ_U64(v.step, step);
+	TEST_ASSERT(harness_verify_view(&v) == 0);
+	wsync_sub_release(s, &v);
+	return version;
+}
+
 void harness_publish_and_read(const struct broker *b, const char *model, uint64_t step)
 {
 	wsync_client *c;
 	wsync_pub *p;
 	wsync_sub *s;
-	wsync_view v;
-	uint64_t version = 0;
 	int rc;
 	TEST_OK(harness_connect(b, "publish-and-read", &c));
 	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
@@ -934,12 +971,7 @@ void harness_publish_and_read(const struct broker *b, const char *model, uint64_
 		harness_sleep_ms(10);
 	TEST_RC(rc, 0);
 	TEST_OK(wsync_sub_open(c, model, &s));
-	TEST_OK(harness_publish(p, step, 5 * HARNESS_S, &version));
-	TEST_OK(wsync_sub_acquire(s, &v));
-	TEST_EQ_U64(v.version, version);
-	TEST_EQ_U64(v.step, step);
-	TEST_ASSERT(harness_verify_view(&v) == 0);
-	wsync_sub_release(s, &v);
+	harness_publish_verify(p, s, step);
 	wsync_sub_close(s);
 	wsync_pub_close(p);
 	wsync_close(c);

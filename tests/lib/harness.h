@@ -233,6 +233,11 @@ int    harness_pub_open_2t(wsync_client *c, const char *model, uint32_t slots, w
 int    harness_publish(wsync_pub *p, uint64_t step, int64_t begin_timeout_ns,
                        uint64_t *version);
 
+/* Publishes step through p (harness_publish) and acquires it through s:
+ * the same version and step, every word right; fails the test otherwise.
+ * Returns the version. */
+uint64_t harness_publish_verify(wsync_pub *p, wsync_sub *s, uint64_t step);
+
 /* A client of its own opens model as publisher (two-tensor layout, retrying
  * -EBUSY for 5 s while an earlier publisher is reaped) and subscriber,
  * publishes step and reads it back verified; fails the test otherwise. */
@@ -244,6 +249,11 @@ void   harness_publish_and_read(const struct broker *b, const char *model, uint6
  * group 'nogroup'. 0 with their ids, or HARNESS_SKIP after printing why
  * (what names what the test would do as that user). */
 int     harness_other_user(const char *what, uid_t *uid, gid_t *gid);
+/* Runs fn once when the test ends (exit, failed assertion, alarm or a
+ * signal), after its brokers and children were killed: for undoing a change
+ * to the system (tests/integ/huge_pages.c). Only async-signal-safe calls in
+ * fn. One hook; a second call replaces the first. */
+void    harness_at_cleanup(void (*fn)(void));
 int64_t harness_mono_ns(void);
 int64_t harness_real_ns(void);
 void    harness_sleep_ms(int ms);

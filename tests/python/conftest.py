@@ -68,6 +68,10 @@ class Broker:
         self.log = os.path.join(self.dir, "wsyncd.log")
         self.prefix = "wsync.%d.%s." % (os.getuid(), self.name)
         self.args = list(args)
+        # the same pages on every machine: huge-page slabs are not adopted
+        # across a restart, which tests of adoption count on
+        if "--huge-pages" not in self.args:
+            self.args += ["--huge-pages", "off"]
         self.proc = None
 
     @property

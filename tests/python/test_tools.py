@@ -164,6 +164,7 @@ def test_status_models_sessions(broker):
         assert m["version"] == view.version + 1 and m["commits"] == 4
         assert m["collectors"] == 1 and m["worst_lag"] == 1 and m["checksum"] is None
         assert m["slots"] == 4 and m["slots_used"] >= 2 and m["bytes"] >= 64 * 64 * 4
+        assert m["pages"] == "4k"            # test brokers run --huge-pages off
         r = ctl("models")
         lines = r.stdout.splitlines()
         assert lines[0].split()[:4] == ["MODEL", "STATE", "VERSION", "STEP"]
