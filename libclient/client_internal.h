@@ -97,6 +97,7 @@ struct wsync_pub {
 	uint64_t incarnation;
 	void *slabs[WSYNC_MAX_SLOTS];    /* cached rw mappings, NULL = none */
 	bool guarded;                    /* slabs read-only outside a grant */
+	bool unguarded;                  /* WSYNC_PUB_UNGUARDED: never guarded */
 	/* one rank of a group (group_size > 1): the broker books a version when
 	 * every rank committed it, so commit neither writes the page nor
 	 * returns before then; no grant is prefetched */

@@ -113,19 +113,21 @@ typedef struct wsync_tensor_desc {
 } wsync_tensor_desc;
 
 enum wsync_model_flags {
-	/* Accepted for compatibility: unguarded is the default. */
+	/* No write guard even where it is the default: slabs on 2 MiB hugetlb
+	 * pages (wsyncd --huge-pages), where it costs about 0.1 ms per 256 MiB
+	 * published. On 4 KiB pages unguarded is the default anyway. */
 	WSYNC_PUB_UNGUARDED = 1u << 0,
 	/* Every version carries an XXH3-64 checksum of its slab, computed by
 	 * the publisher at commit (one read pass over the slab: about a
 	 * memcpy's time, docs/BENCHMARKS.md); collectors check a view with
 	 * wsync_view_verify(). */
 	WSYNC_PUB_CHECKSUM = 1u << 1,
-	/* Opt-in write guard: this publisher's slabs are mprotect()ed read-only
-	 * at commit and writable again at begin, so a stray write after commit
+	/* Write guard: this publisher's slabs are mprotect()ed read-only at
+	 * commit and writable again at begin, so a stray write after commit
 	 * faults in the trainer instead of reaching collectors. It costs two
-	 * page-table walks over the slab and a write fault per page per publish
-	 * (on 4 KiB pages about as much as copying the slab), which is why it
-	 * is not the default. */
+	 * page-table walks over the slab and a write fault per page per publish:
+	 * on 4 KiB pages about as much as copying the slab, which is why it is
+	 * opt-in there; on hugetlb slabs it is on by default (see above). */
 	WSYNC_PUB_GUARDED = 1u << 2,
 	/* If the model exists with another layout and has no publisher, it is
 	 * deleted (its readers get -EIDRM and subscribe again; views they hold

@@ -9,7 +9,8 @@
  * Then, as root, the test reserves 32 more hugetlb pages (the old
  * nr_hugepages is written back when it ends, however it ends) and with
  * `--huge-pages on`: a model of 6 MiB + 4 KiB slabs takes exactly 4 pages
- * per slab; versions read back bit-exact; a guarded publisher (mprotect of
+ * per slab; versions read back bit-exact; the write guard on by default there
+ * (a committed slab is read-only in the trainer); a guarded publisher (mprotect of
  * whole huge pages) publishes; a model needing more pages than are free is
  * refused with -ENOSPC naming huge pages (where shmem THP is on, it goes
  * there instead); wsyncctl models --json says the pages. After a SIGKILL of the broker a
@@ -179,6 +180,21 @@ static void on_hugetlb(long free0)
 	harness_publish_verify(p, s, 1);
 	harness_publish_verify(p, s, 2);
 	harness_publish_verify(p, s, 3);       /* every slot written and read */
+	/* on hugetlb pages the write guard is the default: the slab is
+	 * read-only in the trainer outside begin..commit */
+	{
+		char perms[5], path[256];
+		wsync_slab slab;
+
+		TEST_OK(wsync_pub_begin(p, HARNESS_S, &slab));
+		TEST_ASSERT(harness_mapping_of(slab.base, perms, path, sizeof path) == 0);
+		TEST_ASSERT_MSG(perms[1] == 'w', "a begun slab is mapped %s", perms);
+		harness_fill(slab.base, slab.bytes, 4);
+		TEST_OK(wsync_pub_commit(p, 4, NULL));
+		TEST_ASSERT(harness_mapping_of(slab.base, perms, path, sizeof path) == 0);
+		TEST_ASSERT_MSG(perms[0] == 'r' && perms[1] == '-',
+		                "a committed hugetlb slab is mapped %s, want read-only", perms);
+	}
 
 	/* the write guard's mprotect, on whole huge pages */
 	TEST_OK(open_big(c, "hp.guarded", 2, WSYNC_PUB_GUARDED, &pg));
