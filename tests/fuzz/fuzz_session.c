@@ -378,6 +378,7 @@ static struct wsync_model_ref *model_ref(union wsync_msg_any *m, uint32_t type)
 	case WSYNC_MSG_ABORT:  return &m->abort.m;
 	case WSYNC_MSG_NOTIFY: return &m->notify.m;
 	case WSYNC_MSG_CLOSE:  return &m->close.m;
+	case WSYNC_MSG_GPU_ATTACH: return &m->gpu_attach.m;
 	default:               return NULL;
 	}
 }
@@ -420,6 +421,12 @@ static void structured(struct client *c, union wsync_msg_any *m, uint32_t type, 
 		m->pub_open.rank = 0;
 		m->pub_open.n_parts = 0;
 		m->pub_open.group_timeout_ms = 0;
+		/* sometimes a device model (this broker has no GPU: -ENODEV) */
+		m->pub_open.n_devices = f & 0x01;
+		m->pub_open.dev_flags = 0;
+		memset(m->pub_open.devices + m->pub_open.n_devices, 0,
+		       sizeof(m->pub_open.devices) -
+		       m->pub_open.n_devices * sizeof(m->pub_open.devices[0]));
 		break;
 	case WSYNC_MSG_SUB_OPEN:
 		snprintf(m->sub_open.model, sizeof(m->sub_open.model), "%s",
