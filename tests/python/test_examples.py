@@ -23,3 +23,20 @@ def test_example_short_run(broker, example):
     assert "killed collector 0" in out and out.rstrip().endswith("OK"), out
     for i in range(4):
         assert "collector %d: " % i in out, out
+
+
+def test_gpu_example(broker):
+    """collectors_gpu.py: where torch has CUDA, the same short run on the
+    GPUs; elsewhere it says what it needs and exits 3, starting nothing."""
+    import torch
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python",
+                                                     "collectors_gpu.py"),
+                        "--short", "--endpoint", broker.sock],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=300)
+    if torch.cuda.is_available():
+        assert p.returncode == 0, p.stdout
+        assert "killed collector 0" in p.stdout and p.stdout.rstrip().endswith("OK"), p.stdout
+    else:
+        assert p.returncode == 3, p.stdout
+        assert "needs PyTorch with CUDA and a GPU" in p.stdout, p.stdout
