@@ -16,8 +16,9 @@
  *  - a host mirror serves host views of the same versions;
  *  - a 20 MiB slab reaches a GPU without peer access intact, through the
  *    double-buffered staging with slow copies;
- *  - two ranks of a publisher group write their shards on GPUs 0 and 1 and
- *    each copies only its parts to the other GPUs; a collector on GPU 2
+ *  - two ranks of a publisher group write their column shards (dim 1) on
+ *    GPUs 0 and 1 and each copies only its parts, row by row, to the other
+ *    GPUs; a collector on GPU 2
  *    reads whole, bit-exact tensors of every version;
  *  - a collector killed (SIGKILL) while holding a device view gives its
  *    slot back; a trainer killed in the middle of its device copies leaves
@@ -289,12 +290,14 @@ static int dying_trainer(void *arg)
 
 static size_t group_parts(uint32_t r, wsync_shard *parts)
 {
+	/* the weight [64, 129] split along dim 1 (column-parallel): each rank's
+	 * part is 64 runs, copied row by row to the other GPUs */
 	if (r == 0) {
-		parts[0] = (wsync_shard){ .tensor = 0, .dim = 0, .start = 0, .end = 32 };
+		parts[0] = (wsync_shard){ .tensor = 0, .dim = 1, .start = 0, .end = 64 };
 		parts[1] = (wsync_shard){ .tensor = 1, .dim = WSYNC_SHARD_WHOLE };
 		return 2;
 	}
-	parts[0] = (wsync_shard){ .tensor = 0, .dim = 0, .start = 32, .end = 64 };
+	parts[0] = (wsync_shard){ .tensor = 0, .dim = 1, .start = 64, .end = 129 };
 	return 1;
 }
 
@@ -330,9 +333,13 @@ static int group_rank(void *arg)
 			wsync_slice sl;
 
 			TEST_OK(wsync_shard_slice(&s.tensors[parts[i].tensor], &parts[i], &sl));
-			TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base + sl.offset, host + sl.offset,
-			                                        sl.rows * sl.row_bytes, st) ==
-			            CUDA_SUCCESS);
+			for (uint64_t row = 0; row < sl.rows; row++) {
+				uint64_t off = sl.offset + row * sl.stride;
+
+				TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(s.base + off, host + off,
+				                                        sl.row_bytes, st) ==
+				            CUDA_SUCCESS);
+			}
 		}
 		TEST_OK(wsync_pub_commit_gpu(p, st, 500 + step, NULL));
 	}
