@@ -40,6 +40,7 @@ struct gpu_pub {
 	 * contexts, a stream in each, and two pinned host buffers */
 	CUcontext ctx[WSYNC_MAX_DEVICES];
 	CUstream  up[WSYNC_MAX_DEVICES];
+	CUevent   up_done[WSYNC_MAX_DEVICES][2];  /* upload from buffer b recorded */
 	void    *stage[2];
 	bool     stage_pinned[2];
 };
@@ -60,6 +61,9 @@ void wsync_gpu_pub_free(struct wsync_pub *p)
 
 				cu->api.cu_cuCtxGetCurrent(&prev);
 				cu->api.cu_cuCtxSetCurrent(g->ctx[d]);
+				for (int b = 0; b < 2; b++)
+					if (g->up_done[d][b])
+						cu->api.cu_cuEventDestroy(g->up_done[d][b]);
 				cu->api.cu_cuStreamDestroy(g->up[d]);
 				cu->api.cu_cuCtxSetCurrent(prev);
 			}
@@ -192,7 +196,8 @@ int wsync_dslab_copy_from_device(wsync_dslab *s, const uint64_t *src, size_t n, 
 }
 
 /* What a staged upload to dst_dev needs, made once: the destination's
- * primary context and a stream in it, and the two pinned buffers. */
+ * primary context, a stream and two events in it (an event is recorded on a
+ * stream of its own context), and the two pinned buffers. */
 static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev)
 {
 	CUcontext prev = NULL;
@@ -220,11 +225,22 @@ static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 		return CUDA_SUCCESS;
 	cu->api.cu_cuCtxGetCurrent(&prev);
 	r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
+	for (int b = 0; b < 2 && r == CUDA_SUCCESS; b++) {
+		r = cu->api.cu_cuEventCreate(&g->up_done[dst_dev][b], CU_EVENT_DISABLE_TIMING);
+		if (r != CUDA_SUCCESS)
+			g->up_done[dst_dev][b] = NULL;
+	}
 	if (r == CUDA_SUCCESS)
 		r = cu->api.cu_cuStreamCreate(&g->up[dst_dev], CU_STREAM_NON_BLOCKING);
-	cu->api.cu_cuCtxSetCurrent(prev);
-	if (r != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
 		g->up[dst_dev] = NULL;
+		for (int b = 0; b < 2; b++) {
+			if (g->up_done[dst_dev][b])
+				cu->api.cu_cuEventDestroy(g->up_done[dst_dev][b]);
+			g->up_done[dst_dev][b] = NULL;
+		}
+	}
+	cu->api.cu_cuCtxSetCurrent(prev);
 	return r;
 }
 
@@ -233,12 +249,13 @@ static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint
  * downloaded on the caller's stream into buffer k % 2 and uploaded on the
  * destination's stream, so the upload of chunk k overlaps the download of
  * chunk k + 1. A buffer is downloaded into again only once its previous
- * upload finished (events), and the caller's stream is waited for before
- * each upload. The uploads still running are waited for by fan_out.
+ * upload finished (an event recorded after it, in the destination's
+ * context), and each chunk's download is waited for before its upload.
+ * fan_out waits for the uploads still running.
  */
 static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev,
                             CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream,
-                            CUevent down, CUevent uploaded[2])
+                            CUevent down, CUevent last_up[2])
 {
 	CUcontext prev = NULL;
 	CUresult r = stage_ready(cu, g, dst_dev);
@@ -247,7 +264,9 @@ static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 	for (size_t off = 0; off < bytes && r == CUDA_SUCCESS; off += STAGE_BYTES, b ^= 1) {
 		size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
 
-		r = cu->api.cu_cuEventSynchronize(uploaded[b]);
+		/* the buffer's last upload, to whichever GPU it went */
+		if (last_up[b])
+			r = cu->api.cu_cuEventSynchronize(last_up[b]);
 		if (r == CUDA_SUCCESS)
 			r = cu->api.cu_cuMemcpyDtoHAsync(g->stage[b], src + off, n, stream);
 		if (r == CUDA_SUCCESS)
@@ -261,7 +280,9 @@ static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 		if (r == CUDA_SUCCESS)
 			r = cu->api.cu_cuMemcpyHtoDAsync(dst + off, g->stage[b], n, g->up[dst_dev]);
 		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuEventRecord(uploaded[b], g->up[dst_dev]);
+			r = cu->api.cu_cuEventRecord(g->up_done[dst_dev][b], g->up[dst_dev]);
+		if (r == CUDA_SUCCESS)
+			last_up[b] = g->up_done[dst_dev][b];
 		cu->api.cu_cuCtxSetCurrent(prev);
 	}
 	return r;
@@ -295,7 +316,9 @@ struct fan {
 	CUstream stream;
 	uint32_t dst;                    /* model GPU, or UINT32_MAX = host mirror */
 	bool peer;
-	CUevent down, uploaded[2];       /* staged copies (copy_staged) */
+	CUevent down;                    /* staged copies (copy_staged): the last
+	                                    download, in the caller's context */
+	CUevent last_up[2];              /* each buffer's last upload, NULL = none */
 };
 
 static CUresult copy_range(struct wsync_pub *p, uint64_t off, uint64_t len, void *arg)
@@ -312,7 +335,7 @@ static CUresult copy_range(struct wsync_pub *p, uint64_t off, uint64_t len, void
 		return f->cu->api.cu_cuMemcpyDtoDAsync(g->map[f->dst]->base[slot] + off, src, len,
 		                                       f->stream);
 	return copy_staged(f->cu, g, f->dst, g->map[f->dst]->base[slot] + off, src, len,
-	                   f->stream, f->down, f->uploaded);
+	                   f->stream, f->down, f->last_up);
 }
 
 /* Copies what this publisher wrote of the begun version (a group rank: its
@@ -330,15 +353,11 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 	err = wsync_gpu_driver("wsync_pub_commit_gpu", &f.cu);
 	if (err)
 		return err;
-	/* events of the caller's context, for the staged copies' handshakes
-	 * (a new one is complete: the first use of a buffer does not wait) */
-	what = "creating events";
+	/* an event of the caller's context, for the staged copies' downloads */
+	what = "creating an event";
 	r = f.cu->api.cu_cuEventCreate(&f.down, CU_EVENT_DISABLE_TIMING);
-	for (int b = 0; b < 2 && r == CUDA_SUCCESS; b++) {
-		r = f.cu->api.cu_cuEventCreate(&f.uploaded[b], CU_EVENT_DISABLE_TIMING);
-		if (r != CUDA_SUCCESS)
-			f.uploaded[b] = NULL;
-	}
+	if (r != CUDA_SUCCESS)
+		f.down = NULL;
 	for (uint32_t d = 0; d < g->n && r == CUDA_SUCCESS; d++) {
 		int can = 0;
 
@@ -378,9 +397,6 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 	}
 	if (f.down)
 		f.cu->api.cu_cuEventDestroy(f.down);
-	for (int b = 0; b < 2; b++)
-		if (f.uploaded[b])
-			f.cu->api.cu_cuEventDestroy(f.uploaded[b]);
 	if (r == CUDA_SUCCESS)
 		return 0;
 	if (bad >= 0)
