@@ -240,6 +240,40 @@ int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst,
 	return 0;
 }
 
+int wsync_dview_slice_read(const wsync_dview *v, const wsync_slice *s, uint64_t dst,
+                           void *stream)
+{
+	const struct wsync_cuda *cu;
+	int err;
+
+	if (!v || !v->priv_view.priv_sub || !v->base || !s)
+		return wsync_fail(-EINVAL, "wsync_dview_slice_read: not a held device view, or "
+		                  "no slice");
+	/* the slice's last byte, overflow-checked, inside the view */
+	if (s->rows && (s->row_bytes > v->bytes || s->offset > v->bytes - s->row_bytes ||
+	                (s->rows > 1 && (s->stride == 0 ||
+	                                 s->rows - 1 > (v->bytes - s->row_bytes - s->offset) /
+	                                               s->stride))))
+		return wsync_fail(-EINVAL, "wsync_dview_slice_read: %llu rows of %llu bytes "
+		                  "every %llu from %llu leave the view's %llu bytes",
+		                  (unsigned long long)s->rows, (unsigned long long)s->row_bytes,
+		                  (unsigned long long)s->stride, (unsigned long long)s->offset,
+		                  (unsigned long long)v->bytes);
+	err = wsync_gpu_driver("wsync_dview_slice_read", &cu);
+	if (err)
+		return err;
+	for (uint64_t r = 0; r < s->rows; r++) {
+		CUresult res = cu->api.cu_cuMemcpyDtoDAsync(dst + r * s->row_bytes,
+		                                            v->base + s->offset + r * s->stride,
+		                                            s->row_bytes, (CUstream)stream);
+
+		if (res != CUDA_SUCCESS)
+			return wsync_fail(wsync_cu_errno(res), "wsync_dview_slice_read: row %llu: %s",
+			                  (unsigned long long)r, wsync_cu_name(cu, res));
+	}
+	return 0;
+}
+
 #else /* built without cuda.h */
 
 void wsync_gpu_sub_free(struct wsync_sub *s)
@@ -299,6 +333,16 @@ int wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst, s
 	(void)len;
 	(void)stream;
 	return no_cuda("wsync_view_copy_to_device");
+}
+
+int wsync_dview_slice_read(const wsync_dview *v, const wsync_slice *s, uint64_t dst,
+                           void *stream)
+{
+	(void)v;
+	(void)s;
+	(void)dst;
+	(void)stream;
+	return no_cuda("wsync_dview_slice_read");
 }
 
 int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst, size_t len,

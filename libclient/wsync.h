@@ -520,6 +520,13 @@ int  wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst,
                                size_t len, void *stream);
 int  wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst,
                                 size_t len, void *stream);
+/* wsync_slice_read for a device view: copies a slice of it (from
+ * wsync_tensor_part, the tensor-parallel part a collector reads, or
+ * wsync_shard_slice) into dst contiguous (rows * row_bytes bytes),
+ * asynchronously on stream like wsync_dview_copy_to_device. -EINVAL for a
+ * slice outside the view. */
+int  wsync_dview_slice_read(const wsync_dview *v, const wsync_slice *s, uint64_t dst,
+                            void *stream);
 
 #pragma GCC visibility pop
 

@@ -636,6 +636,34 @@ static void host_mirror(void)
 			                v.tensors[t].name);
 		wsync_sub_release(s, &v);
 	}
+	/* a tensor-parallel part of a device view, read into a device buffer
+	 * of the caller's (here: a begun slab, aborted after) */
+	{
+		static char want[64 << 10], exp[64 << 10], got[64 << 10];
+		wsync_slice sl, bad;
+		wsync_sub *other;
+		wsync_dslab ds;
+		uint64_t step;
+
+		TEST_OK(wsync_sub_open(c, MODEL, &other));
+		TEST_OK(wsync_sub_acquire_gpu(other, uuid[0], &dv));
+		step = dv.step;
+		TEST_OK(wsync_tensor_part(&dv.tensors[0], 1, 1, 3, &sl));   /* columns 43..85 */
+		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+		TEST_OK(wsync_dview_slice_read(&dv, &sl, ds.base, NULL));
+		bad = sl;
+		bad.rows = 1000;
+		TEST_RC(wsync_dview_slice_read(&dv, &bad, ds.base, NULL), -EINVAL);
+		harness_fill(want, dv.bytes, step);
+		wsync_sub_release_gpu(other, &dv, NULL);   /* waits for the copy */
+		TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(got, ds.base, sl.rows * sl.row_bytes) ==
+		            CUDA_SUCCESS);
+		wsync_slice_read(exp, want, &sl);
+		TEST_ASSERT_MSG(!memcmp(got, exp, sl.rows * sl.row_bytes),
+		                "the part read from the device view differs");
+		TEST_OK(wsync_pub_abort(p));
+		wsync_sub_close(other);
+	}
 	/* wsyncctl shows where models live; the device-only one has no host
 	 * checksum to read, and says nothing wrong about it */
 	{
