@@ -224,7 +224,19 @@ def collector(sock, model, gpu, last_step, ready):
                 # release at the end of the block waits for the copy
                 dst = fake.alloc(dv.nbytes)
                 dv.copy_to_device(dst)
+                # a tensor-parallel part: columns 11..21 of w (64 x 33)
+                pdst = fake.alloc(64 * 11 * 4)
+                pn = dv.read_part("w", 1, 3, 1, pdst)
+                try:
+                    dv.read_part("w", 0, 4, 1, pdst)       # 4 does not divide 33
+                    facts["part_uneven"] = "accepted"
+                except ValueError as e:
+                    facts["part_uneven"] = str(e)
+                pstep = dv.step
             whole = fake.dtoh(dst, dv.nbytes)
+            part = fake.dtoh(pdst, pn)
+            if part.tobytes() != np.ascontiguousarray(weights(pstep)["w"][:, 11:22]).tobytes():
+                bad.append(("part", pstep))
             for s in dv.layout:
                 if whole[s.offset:s.offset + s.nbytes].tobytes() != _expect(dv.step)[s.name]:
                     bad.append(("copy", dv.step, s.name))

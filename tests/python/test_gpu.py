@@ -83,6 +83,8 @@ def test_round_trip_every_gpu(gpu_broker, children):
                             "readonly": True, "ptr_ok": True, "strides": None,
                             "stream": None}
         assert f["cai_b16"]["typestr"] == "<u2" and f["cai_b16"]["readonly"] is True
+        # read_part: the bytes were checked with the rest (bad); uneven parts refused
+        assert "part 0 of 4" in f["part_uneven"], f["part_uneven"]
         assert f["released_is_closed"]
         assert f["live"] == ZERO, "GPU %d: the fake still holds %s" % (gpu, f["live"])
 

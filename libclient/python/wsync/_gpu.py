@@ -26,7 +26,7 @@ import errno as _errno
 from . import _dtypes, _module
 from ._errors import ClosedError, NoCudaError, NoDeviceError, gpu_check, gpu_error_from_rc
 from ._ends import SlabLife, ViewLife
-from ._lib import DEV_HOST_MIRROR, GPU_UUID_LEN, MAX_DEVICES, CDSlab, CDView, lib
+from ._lib import DEV_HOST_MIRROR, GPU_UUID_LEN, MAX_DEVICES, CDSlab, CDView, Slice, lib
 
 _UUID = re.compile(r"(?:gpu-)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",
                    re.I)
@@ -623,6 +623,42 @@ class DeviceView(ViewLife):
                      stream_handle(stream, self.device))
         if h not in self._copy_streams:
             self._copy_streams.append(h)
+
+    def read_part(self, name: str, part: int, parts: int, dim: int, dst, stream=None) -> int:
+        """Copies part `part` of `parts` equal parts of tensor name along dim
+        (0: row-parallel, 1: column-parallel, as tensor-parallel inference
+        splits it) into dst (a device pointer, a contiguous CUDA tensor or a
+        writable __cuda_array_interface__), contiguous, on stream,
+        asynchronously (wsync_dview_slice_read); release() waits for it like
+        for copy_to_device. Returns the bytes copied. ValueError if parts
+        does not divide the dim or dst is too small."""
+        from ._core import _uint
+        spec = self._spec(name)
+        i = self.subscriber._layout.index(spec)
+        sl = Slice()
+        rc = lib.wsync_tensor_part(ctypes.byref(self._c.tensors[i]), _uint(dim, "dim", 32),
+                                   _uint(part, "part", 32), _uint(parts, "parts", 32),
+                                   ctypes.byref(sl))
+        if rc:
+            raise ValueError("wsync: part %s of %s of %r along dim %s: %s"
+                             % (part, parts, name, dim, lib.wsync_errmsg().decode()))
+        n = sl.rows * sl.row_bytes
+        ptr, size = _dst_of(dst)
+        if size is not None and n > size:
+            raise ValueError("wsync: the part is %d bytes, the destination holds %d"
+                             % (n, size))
+        h = stream_handle(stream, self.device)
+        sub = self.subscriber
+        sub._enter()
+        try:
+            self._check()
+            gpu_check(lib.wsync_dview_slice_read(ctypes.byref(self._c), ctypes.byref(sl),
+                                                 ptr, h))
+        finally:
+            sub._leave()
+        if h not in self._copy_streams:
+            self._copy_streams.append(h)
+        return n
 
     def load_into(self, module, strict: bool = True):
         """Copies this version into module's parameters and buffers in place

@@ -222,6 +222,7 @@ _PROTOS = {
     "wsync_sub_release_gpu": (None, [_vp, _P(CDView), _vp]),
     "wsync_view_copy_to_device": (_i32, [_P(CView), _u64, _u64, _sz, _vp]),
     "wsync_dview_copy_to_device": (_i32, [_P(CDView), _u64, _u64, _sz, _vp]),
+    "wsync_dview_slice_read": (_i32, [_P(CDView), _P(Slice), _u64, _vp]),
 }
 
 
