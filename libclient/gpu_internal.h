@@ -45,13 +45,15 @@ int wsync_cu_errno(CUresult r);
 int  wsync_gpu_model_device(const struct wsync_ctl_model *e, const char *model,
                             const char *uuid, uint32_t *device);
 /*
- * GPU_ATTACH round trip for the model's GPU `device`, then maps its slots
+ * GPU_ATTACH round trip for the model's GPU `device` by deadline_ns
+ * (CLOCK_MONOTONIC, -1 = the client's reply limit), then maps its slots
  * (read-only unless writable). -ENODEV if this process does not see that
- * GPU. Caller holds c->lock.
+ * GPU, -ETIMEDOUT past the deadline (the late reply is dropped). Caller
+ * holds c->lock.
  */
 int  wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t model_id,
                           const struct wsync_ctl_model *e, uint32_t device, bool writable,
-                          struct gpu_map **out);
+                          int64_t deadline_ns, struct gpu_map **out);
 /* Unmaps and frees (NULL is a no-op). */
 void wsync_gpu_map_free(struct gpu_map *g);
 

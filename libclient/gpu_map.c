@@ -147,7 +147,7 @@ out_fail:
 
 int wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t model_id,
                          const struct wsync_ctl_model *e, uint32_t device, bool writable,
-                         struct gpu_map **out)
+                         int64_t deadline_ns, struct gpu_map **out)
 {
 	const struct wsync_msg_gpu_attach_ok *ok;
 	const struct wsync_cuda *cu;
@@ -179,7 +179,8 @@ int wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t mod
 	wsync_msg_init(&m.hdr, WSYNC_MSG_GPU_ATTACH, 0);
 	m.gpu_attach.m.model_id = model_id;
 	m.gpu_attach.device = device;
-	err = wsync_conn_call(c, &m, NULL, 0, WSYNC_MSG_GPU_ATTACH_OK, &rep);
+	err = wsync_conn_call_by(c, &m, NULL, 0, WSYNC_MSG_GPU_ATTACH_OK,
+	                         wsync_conn_deadline(c, deadline_ns), NULL, &rep);
 	if (err) {
 		free(g);
 		return err;
@@ -226,7 +227,7 @@ void wsync_gpu_map_free(struct gpu_map *g)
 
 int wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t model_id,
                          const struct wsync_ctl_model *e, uint32_t device, bool writable,
-                         struct gpu_map **out)
+                         int64_t deadline_ns, struct gpu_map **out)
 {
 	const struct wsync_cuda *cu;
 
@@ -236,6 +237,7 @@ int wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t mod
 	(void)e;
 	(void)device;
 	(void)writable;
+	(void)deadline_ns;
 	(void)out;
 	return wsync_gpu_driver("device slabs", &cu);   /* -ENOSYS, saying why */
 }

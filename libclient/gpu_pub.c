@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "gpu_internal.h"
+#include "shm/clock.h"
 #include "shm/errmsg.h"
 
 #define STAGE_BYTES ((size_t)8 << 20)     /* each of the two pinned buffers of a
@@ -81,8 +82,8 @@ void wsync_gpu_pub_free(struct wsync_pub *p)
 	p->gpu = NULL;
 }
 
-/* Maps the model's slots on all its GPUs, writable, once. */
-static int pub_gpu_setup(struct wsync_pub *p)
+/* Maps the model's slots on all its GPUs, writable, once, by deadline_ns. */
+static int pub_gpu_setup(struct wsync_pub *p, int64_t deadline_ns)
 {
 	struct gpu_pub *g;
 	int err = 0;
@@ -98,7 +99,7 @@ static int pub_gpu_setup(struct wsync_pub *p)
 	client_lock(p->c);
 	for (uint32_t d = 0; d < g->n && !err; d++)
 		err = wsync_gpu_map_attach(p->c, p->model, p->model_id, p->entry, d, true,
-		                           &g->map[d]);
+		                           deadline_ns, &g->map[d]);
 	client_unlock(p->c);
 	p->gpu = g;
 	if (err)
@@ -109,20 +110,31 @@ static int pub_gpu_setup(struct wsync_pub *p)
 int wsync_pub_begin_gpu(wsync_pub *p, const char *uuid, int64_t timeout_ns, wsync_dslab *out)
 {
 	struct gpu_map *map;
+	int64_t deadline;
 	uint32_t device;
 	int err;
 
 	if (!p || !uuid || !out)
 		return wsync_fail(-EINVAL, "wsync_pub_begin_gpu: publisher, uuid and out must not "
 		                  "be NULL");
+	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
+		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative", p->model,
+		                  (long long)timeout_ns);
+	deadline = wsync_deadline(timeout_ns);
 	if (!p->device_model)
 		return wsync_fail(-EINVAL, "model '%s' is a host model: begin with "
 		                  "wsync_pub_begin (or open it with opts.devices)", p->model);
 	err = wsync_gpu_model_device(p->entry, p->model, uuid, &device);
 	if (!err)
-		err = pub_gpu_setup(p);
+		err = pub_gpu_setup(p, deadline);
 	if (err)
 		return err;
+	/* what is left of the caller's timeout after the first mapping */
+	if (deadline >= 0) {
+		int64_t left = deadline - wsync_mono_ns();
+
+		timeout_ns = left > 0 ? left : 0;
+	}
 	err = wsync_pub_begin_slab(p, timeout_ns, &out->priv_slab);
 	if (err)
 		return err;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gpu_internal.h"
+#include "shm/clock.h"
 #include "shm/errmsg.h"
 
 #ifdef WSYNC_HAVE_CUDA_H
@@ -28,7 +29,8 @@ void wsync_gpu_sub_free(struct wsync_sub *s)
 	}
 }
 
-static int sub_gpu_map(struct wsync_sub *s, uint32_t device, struct gpu_map **out)
+static int sub_gpu_map(struct wsync_sub *s, uint32_t device, int64_t deadline_ns,
+                       struct gpu_map **out)
 {
 	struct gpu_map *g = atomic_load_explicit(&s->gpu[device], memory_order_acquire);
 	int err = 0;
@@ -41,7 +43,7 @@ static int sub_gpu_map(struct wsync_sub *s, uint32_t device, struct gpu_map **ou
 	g = atomic_load_explicit(&s->gpu[device], memory_order_relaxed);
 	if (!g) {
 		err = wsync_gpu_map_attach(s->c, s->model, s->model_id, s->entry, device, false,
-		                           &g);
+		                           deadline_ns, &g);
 		if (!err)
 			atomic_store_explicit(&s->gpu[device], g, memory_order_release);
 	}
@@ -51,14 +53,16 @@ static int sub_gpu_map(struct wsync_sub *s, uint32_t device, struct gpu_map **ou
 	return err;
 }
 
-/* Turns a pinned host-form view into a device view on GPU device. */
-static int dview_fill(struct wsync_sub *s, uint32_t device, wsync_dview *out)
+/* Turns a pinned host-form view into a device view on GPU device (mapping
+ * the GPU's slots by deadline_ns the first time). */
+static int dview_fill(struct wsync_sub *s, uint32_t device, int64_t deadline_ns,
+                      wsync_dview *out)
 {
 	const wsync_view *v = &out->priv_view;
 	struct gpu_map *g;
 	int err;
 
-	err = sub_gpu_map(s, device, &g);
+	err = sub_gpu_map(s, device, deadline_ns, &g);
 	if (!err && v->priv_slot >= g->n_slots)
 		err = wsync_fail(-EPROTO, "model '%s': slot %u of %u mapped on the GPU", s->model,
 		                 v->priv_slot, g->n_slots);
@@ -115,18 +119,23 @@ int wsync_sub_acquire_gpu(wsync_sub *s, const char *uuid, wsync_dview *out)
 	err = wsync_sub_acquire_by(s, -1, true, &out->priv_view);
 	if (err)
 		return err == -ESTALE ? -EAGAIN : err;
-	return dview_fill(s, device, out);
+	return dview_fill(s, device, -1, out);
 }
 
 int wsync_sub_wait_gpu(wsync_sub *s, const char *uuid, uint64_t after_version,
                        int64_t timeout_ns, wsync_dview *out)
 {
 	uint32_t device;
+	int64_t deadline;
 	int err;
 
 	if (!s || !uuid || !out)
 		return wsync_fail(-EINVAL, "wsync_sub_wait_gpu: subscription, uuid and out must "
 		                  "not be NULL");
+	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
+		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative", s->model,
+		                  (long long)timeout_ns);
+	deadline = wsync_deadline(timeout_ns);
 	/* a model without a layout yet is waited for like any other; which
 	 * GPU it has is known once it has one */
 	err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
@@ -140,7 +149,7 @@ int wsync_sub_wait_gpu(wsync_sub *s, const char *uuid, uint64_t after_version,
 		wsync_sub_release(s, &out->priv_view);
 		return err;
 	}
-	return dview_fill(s, device, out);
+	return dview_fill(s, device, deadline, out);
 }
 
 int wsync_dview_tensor(const wsync_dview *v, const char *name, uint64_t *dptr,

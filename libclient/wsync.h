@@ -465,8 +465,8 @@ int  wsync_gpu_ordinal(const char *uuid);
  * slot as soon as it is released.
  *
  * The first call on a GPU maps the model's slots there (a broker round
- * trip and one map per slot); later ones make no system call on the host
- * path. Without a CUDA driver these return -ENOENT; built without the CUDA
+ * trip, within the call's timeout where it has one, and one map per slot);
+ * later ones make no system call on the host path. Without a CUDA driver these return -ENOENT; built without the CUDA
  * headers, -ENOSYS.
  */
 typedef struct wsync_dslab {             /* filled by wsync_pub_begin_gpu */

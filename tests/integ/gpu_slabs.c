@@ -23,6 +23,9 @@
  *  - a collector killed (SIGKILL) while holding a device view gives its
  *    slot back; a trainer killed in the middle of its device copies leaves
  *    the previous version latest and the next trainer publishes;
+ *  - a stopped broker (SIGSTOP): the first wait_gpu and begin_gpu on a GPU
+ *    return by their deadline though they need a GPU_ATTACH round trip, and
+ *    go on after SIGCONT;
  *  - a GPU that is full gives -ENOSPC naming it, a driver failure while
  *    mapping gives -EIO naming the call, and nothing leaks: every client
  *    process and the broker end with no allocation, mapping, reservation,
@@ -752,6 +755,58 @@ static void staged_large(void)
 	fake_reconfigure();
 }
 
+/* A stopped broker: the first device call on a GPU needs a GPU_ATTACH
+ * round trip, and still returns by its caller's deadline; after SIGCONT the
+ * same handles go on (the late answers are dropped). */
+#define LATE_NS (2500 * HARNESS_MS)     /* 25 times the 100 ms asked; the reply limit is 30 s */
+
+static void stopped_broker(void)
+{
+	wsync_client *c, *t;
+	wsync_pub *p, *p2;
+	wsync_sub *s;
+	wsync_dslab ds;
+	wsync_dview v;
+	uint64_t version;
+	int64_t t0;
+
+	cuda_up(0);
+	TEST_OK(harness_connect(&B, "gpu-dl-trainer", &t));
+	TEST_OK(open_dev(t, "gpu.deadline", 0, &p));
+	TEST_OK(publish_dev(p, 31, NULL, &version));       /* this client mapped them */
+	TEST_OK(harness_connect(&B, "gpu-dl-collector", &c));
+	TEST_OK(wsync_sub_open(c, "gpu.deadline", &s));    /* nothing mapped yet */
+	TEST_OK(open_dev(c, "gpu.deadline2", 0, &p2));     /* nothing mapped yet */
+
+	TEST_ASSERT(kill(B.pid, SIGSTOP) == 0);
+	t0 = harness_mono_ns();
+	TEST_RC(wsync_sub_wait_gpu(s, uuid[1], 0, 100 * HARNESS_MS, &v), -ETIMEDOUT);
+	TEST_ASSERT_MSG(harness_mono_ns() - t0 < LATE_NS, "wait_gpu(100 ms) needing a "
+	                "GPU_ATTACH took %lld ms",
+	                (long long)((harness_mono_ns() - t0) / HARNESS_MS));
+	t0 = harness_mono_ns();
+	TEST_RC(wsync_pub_begin_gpu(p2, uuid[0], 100 * HARNESS_MS, &ds), -ETIMEDOUT);
+	TEST_ASSERT_MSG(harness_mono_ns() - t0 < LATE_NS, "begin_gpu(100 ms) needing "
+	                "GPU_ATTACHs took %lld ms",
+	                (long long)((harness_mono_ns() - t0) / HARNESS_MS));
+	TEST_ASSERT(kill(B.pid, SIGCONT) == 0);
+
+	/* nobody was given up, no slot stayed pinned */
+	TEST_OK(wsync_sub_wait_gpu(s, uuid[1], 0, 5 * HARNESS_S, &v));
+	TEST_EQ_U64(v.version, version);
+	verify_dview(&v);
+	wsync_sub_release_gpu(s, &v, NULL);
+	TEST_OK(publish_dev(p2, 32, NULL, NULL));
+	for (uint64_t step = 33; step < 40; step++)         /* more than the slots */
+		TEST_OK(publish_dev(p, step, NULL, NULL));
+	wsync_sub_close(s);
+	wsync_pub_close(p2);
+	wsync_pub_close(p);
+	wsync_close(c);
+	wsync_close(t);
+	cuda_down_checked("deadlines");
+}
+
 /* Driver failures become clear errors, and leave nothing behind. */
 static void driver_errors(void)
 {
@@ -893,6 +948,7 @@ int main(void)
 	host_mirror();
 	group_of_ranks();
 	staged_large();
+	stopped_broker();
 	driver_errors();
 	no_gpu_broker();
 	gpu_full();
