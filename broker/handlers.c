@@ -507,6 +507,16 @@ static int handle_gpu_attach(struct req *r)
 	if (a->device >= m->gpu->n_devices)
 		return req_fail(r, -ENODEV, "model '%s' lives on %u GPUs, not on its GPU %u",
 		                m->name, m->gpu->n_devices, a->device);
+	/* An exported VMM allocation carries no access mode: whoever imports it
+	 * may map it writable. Host slabs reach other users (--group) as
+	 * read-only fds; device slabs cannot, so only the broker's own user
+	 * (and root) read them, and another user only as their publisher. */
+	if (r->s->uid != r->b->uid && r->s->uid != 0 && m->pub != r->s &&
+	    !group_rank_of(m, r->s, NULL))
+		return req_fail(r, -EPERM, "model '%s': device memory cannot be shared read-only "
+		                "with another user (uid %u; the broker runs as %u): read its host "
+		                "mirror instead (WSYNC_DEV_HOST_MIRROR)", m->name,
+		                (unsigned)r->s->uid, (unsigned)r->b->uid);
 	for (uint32_t k = 0; k < m->books.n_slots; k++)
 		fds[k] = m->gpu->fd[a->device][k];
 	memset(&ok, 0, sizeof(ok));

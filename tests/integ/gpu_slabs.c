@@ -26,6 +26,9 @@
  *  - a stopped broker (SIGSTOP): the first wait_gpu and begin_gpu on a GPU
  *    return by their deadline though they need a GPU_ATTACH round trip, and
  *    go on after SIGCONT;
+ *  - another user admitted with --group reads a device model's host mirror
+ *    but is refused its device memory (-EPERM: VMM exports carry no
+ *    access mode);
  *  - a GPU that is full gives -ENOSPC naming it, a driver failure while
  *    mapping gives -EIO naming the call, and nothing leaks: every client
  *    process and the broker end with no allocation, mapping, reservation,
@@ -40,7 +43,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -807,6 +813,67 @@ static void stopped_broker(void)
 	cuda_down_checked("deadlines");
 }
 
+/* Another user admitted with --group reads a device model's host mirror,
+ * never its device memory (an exported VMM allocation carries no access
+ * mode: it could map it writable). */
+static struct broker GB;
+static uid_t other_uid;
+static gid_t other_gid;
+static struct chan member_go;
+
+static int device_group_member(void *arg)
+{
+	wsync_client *c;
+	wsync_sub *s;
+	wsync_dview dv;
+	wsync_view v;
+
+	(void)arg;
+	chan_recv(&member_go, getppid());             /* the model is published */
+	TEST_ASSERT(setgroups(0, NULL) == 0);
+	TEST_ASSERT(setgid(other_gid) == 0);
+	TEST_ASSERT(setuid(other_uid) == 0);
+	prctl(PR_SET_DUMPABLE, 1);
+	cuda_up(1);
+	TEST_OK(wsync_connect(GB.sock, "gpu-member", &c));
+	TEST_OK(wsync_sub_open(c, MIRRORED, &s));
+	TEST_RC(wsync_sub_acquire_gpu(s, uuid[1], &dv), -EPERM);
+	TEST_CONTAINS(wsync_errmsg(), "cannot be shared read-only with another user");
+	TEST_OK(wsync_sub_acquire(s, &v));                   /* the mirror, read-only */
+	TEST_ASSERT(harness_verify_view(&v) == 0);
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+	wsync_close(c);
+	cuda_down_checked("group member");
+	return 0;
+}
+
+static void other_user(void)
+{
+	wsync_client *c;
+	wsync_pub *p;
+	pid_t pid;
+
+	if (harness_other_user("read a device model as another user", &other_uid,
+	                       &other_gid) == HARNESS_SKIP)
+		return;
+	TEST_ASSERT(harness_broker_start(&GB, "--group", "nogroup", NULL) == 0);
+	TEST_ASSERT(chmod(GB.dir, 0755) == 0);    /* the test's own directory */
+	/* forked while this process holds nothing of the driver */
+	chan_open(&member_go);
+	pid = harness_fork(device_group_member, NULL);
+	cuda_up(0);
+	TEST_OK(harness_connect(&GB, "gpu-group-trainer", &c));
+	TEST_OK(open_dev(c, MIRRORED, WSYNC_DEV_HOST_MIRROR, &p));
+	TEST_OK(publish_dev(p, 61, NULL, NULL));
+	chan_send(&member_go, 1);
+	harness_expect_exit0(pid, "the group member");
+	wsync_pub_close(p);
+	wsync_close(c);
+	cuda_down_checked("group trainer");
+	harness_broker_finish(&GB);
+}
+
 /* Driver failures become clear errors, and leave nothing behind. */
 static void driver_errors(void)
 {
@@ -949,6 +1016,7 @@ int main(void)
 	group_of_ranks();
 	staged_large();
 	stopped_broker();
+	other_user();
 	driver_errors();
 	no_gpu_broker();
 	gpu_full();
