@@ -194,26 +194,27 @@ void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream)
 	v->base = 0;
 }
 
-static int copy_check(const char *what, uint64_t bytes, uint64_t off, size_t len)
+/* The checks both copies out of a view make, then the driver. */
+static int copy_ready(const char *what, bool held, uint64_t bytes, uint64_t off, size_t len,
+                      const struct wsync_cuda **cu)
 {
+	if (!held)
+		return wsync_fail(-EINVAL, "%s: not a held view", what);
 	if (off > bytes || len > bytes - off)
 		return wsync_fail(-EINVAL, "%s: %zu bytes at %llu, the view has %llu", what, len,
 		                  (unsigned long long)off, (unsigned long long)bytes);
-	return 0;
+	return wsync_gpu_driver(what, cu);
 }
 
 int wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst, size_t len,
                               void *stream)
 {
+	static const char what[] = "wsync_view_copy_to_device";
 	const struct wsync_cuda *cu;
 	CUresult r;
 	int err;
 
-	if (!v || !v->priv_sub || !v->base)
-		return wsync_fail(-EINVAL, "wsync_view_copy_to_device: not a held view");
-	err = copy_check("wsync_view_copy_to_device", v->bytes, off, len);
-	if (!err)
-		err = wsync_gpu_driver("wsync_view_copy_to_device", &cu);
+	err = copy_ready(what, v && v->priv_sub && v->base, v ? v->bytes : 0, off, len, &cu);
 	if (err)
 		return err;
 	r = cu->api.cu_cuMemcpyHtoDAsync(dst, (const char *)v->base + off, len,
@@ -222,30 +223,26 @@ int wsync_view_copy_to_device(const wsync_view *v, uint64_t off, uint64_t dst, s
 	if (r == CUDA_SUCCESS)
 		r = cu->api.cu_cuStreamSynchronize((CUstream)stream);
 	if (r != CUDA_SUCCESS)
-		return wsync_fail(wsync_cu_errno(r), "wsync_view_copy_to_device: %s",
-		                  wsync_cu_name(cu, r));
+		return wsync_fail(wsync_cu_errno(r), "%s: %s", what, wsync_cu_name(cu, r));
 	return 0;
 }
 
 int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst, size_t len,
                                void *stream)
 {
+	static const char what[] = "wsync_dview_copy_to_device";
 	const struct wsync_cuda *cu;
 	CUresult r;
 	int err;
 
-	if (!v || !v->priv_view.priv_sub || !v->base)
-		return wsync_fail(-EINVAL, "wsync_dview_copy_to_device: not a held device view");
-	err = copy_check("wsync_dview_copy_to_device", v->bytes, off, len);
-	if (!err)
-		err = wsync_gpu_driver("wsync_dview_copy_to_device", &cu);
+	err = copy_ready(what, v && v->priv_view.priv_sub && v->base, v ? v->bytes : 0, off,
+	                 len, &cu);
 	if (err)
 		return err;
 	/* asynchronous: wsync_sub_release_gpu with this stream waits for it */
 	r = cu->api.cu_cuMemcpyDtoDAsync(dst, v->base + off, len, (CUstream)stream);
 	if (r != CUDA_SUCCESS)
-		return wsync_fail(wsync_cu_errno(r), "wsync_dview_copy_to_device: %s",
-		                  wsync_cu_name(cu, r));
+		return wsync_fail(wsync_cu_errno(r), "%s: %s", what, wsync_cu_name(cu, r));
 	return 0;
 }
 

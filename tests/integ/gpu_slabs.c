@@ -67,17 +67,6 @@ static struct wsync_cuda cu;
 static CUcontext ctx;
 static int ctx_ordinal = -1;
 
-static const char *read_file(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, len - 1);
-
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return buf;
-}
-
 /* This process's driver and a current context on GPU ordinal, as the CUDA
  * runtime of a torch program would have. */
 static void cuda_up(int ordinal)
@@ -938,7 +927,7 @@ static void gpu_full(void)
 	{
 		char out[4096];
 
-		TEST_CONTAINS(read_file(report, out, sizeof out),
+		TEST_CONTAINS(harness_read_file(report, out, sizeof out),
 		              "allocations=0 exports=0 mappings=0 reservations=0");
 		unlink(report);
 	}
@@ -984,7 +973,7 @@ static void broker_restart(void)
 	{
 		char log[65536];
 
-		TEST_CONTAINS(read_file(B.log, log, sizeof log), "whose memory ended with the "
+		TEST_CONTAINS(harness_read_file(B.log, log, sizeof log), "whose memory ended with the "
 		              "last broker");
 	}
 }
@@ -1024,7 +1013,7 @@ int main(void)
 
 	/* the restarted broker released every allocation it made */
 	harness_broker_finish(&B);
-	TEST_CONTAINS(read_file(report, out, sizeof out),
+	TEST_CONTAINS(harness_read_file(report, out, sizeof out),
 	              "allocations=0 exports=0 mappings=0 reservations=0");
 	unlink(report);
 	return 0;

@@ -23,17 +23,6 @@
 
 static char logbuf[65536], out[16384];
 
-static const char *read_file(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, len - 1);
-
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return buf;
-}
-
 static int count_of(const char *hay, const char *needle)
 {
 	int n = 0;
@@ -67,7 +56,7 @@ static const char *serve_and_stop(struct broker *b, const char *a1, const char *
 	wsync_pub_close(p);
 	wsync_close(c);
 	harness_broker_finish(b);
-	read_file(b->log, logbuf, sizeof logbuf);
+	harness_read_file(b->log, logbuf, sizeof logbuf);
 	harness_log("log:\n%s", logbuf);
 	return logbuf;
 }
@@ -165,7 +154,7 @@ static void with_fake_driver(void)
 	TEST_CONTAINS(logbuf, "gpu: peer access 0>1 1>0\n");
 	TEST_CONTAINS(logbuf, "gpu: serving device models on GPU 0,1,2\n");
 	/* the broker held no context and no device memory */
-	TEST_CONTAINS(read_file(report, out, sizeof out),
+	TEST_CONTAINS(harness_read_file(report, out, sizeof out),
 	              "allocations=0 exports=0 mappings=0 reservations=0 mem_allocs=0 "
 	              "host_registrations=0 streams=0 events=0 contexts=0");
 	unlink(report);

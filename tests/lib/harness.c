@@ -446,6 +446,17 @@ void harness_wait_sleeping(pid_t pid, int timeout_ms)
 	} while (harness_mono_ns() < deadline);
 }
 
+const char *harness_read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, len - 1);
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
 int harness_run(char *const argv[], char *out, size_t outlen, int timeout_ms)
 {
 	harness_init();

@@ -263,6 +263,9 @@ void    harness_sleep_ms(int ms);
  * Returns 0, or -1 if addr is not mapped.
  */
 int     harness_mapping_of(const void *addr, char perms[5], char *path, size_t pathlen);
+/* The first len - 1 bytes of the file at path, NUL-terminated, into buf
+ * ("" if it cannot be read); returns buf. */
+const char *harness_read_file(const char *path, char *buf, size_t len);
 /* Runs argv (argv[0] a path) with stdout and stderr captured into out
  * (NUL-terminated, truncated), waiting up to timeout_ms. Returns the wait
  * status, or -1 if it had to be killed. */
