@@ -9,13 +9,18 @@
 
 #include "adopt.h"
 #include "ctl.h"
+#include "events.h"
 #include "log.h"
 #include "loop.h"
 #include "model.h"
 #include "pages.h"
+#include "readers.h"
 #include "rundir.h"
+#include "session.h"
 #include "state.h"
 #include "shm/clock.h"
+
+#define BROKER_DRAIN_NS (3 * 1000000000ll)
 
 static void startup_fail(const char *msg)
 {
@@ -83,7 +88,7 @@ int broker_start(struct broker *b, const struct config *cfg)
 		e = adopted;
 		goto out_close_listen;
 	}
-	e = loop_init(b);
+	e = events_start(b);
 	if (e) {
 		snprintf(err, sizeof(err), "cannot set up io_uring: %s", strerror(-e));
 		goto out_segments;
@@ -127,9 +132,15 @@ void broker_stop(struct broker *b)
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
 		if (b->models[i])
 			model_close_page(b->models[i]);
-	/* Reaping settles outstanding grants (and may version a restore), so
-	 * the versions file is written after it. */
-	loop_shutdown(b);
+	/* Every session ends through the one teardown point, which settles
+	 * outstanding grants (and may version a restore), so the versions file
+	 * is written after it. */
+	session_doom_all(b, "the broker is shutting down");
+	session_settle(b);
+	if (!loop_drain(b->loop, BROKER_DRAIN_NS))
+		log_warn("shutdown: operations still in flight after %lld s",
+		         (long long)(BROKER_DRAIN_NS / 1000000000));
+	readers_free_all(b);
 	err = state_save(b->versions_path, b);
 	if (err)
 		log_error("cannot write %s: %s; the next start relies on the control "
@@ -138,7 +149,11 @@ void broker_stop(struct broker *b)
 		if (b->models[i])
 			model_destroy(b, b->models[i], !keep);
 	ctl_destroy(b, !keep);
-	loop_exit(b);
+	loop_free(b->loop);
+	b->loop = NULL;
+	/* Only if the drain timed out: the ring is gone, nothing points here. */
+	while (b->all_sessions)
+		session_free(b, b->all_sessions);
 	close(b->listen_fd);
 	if (rundir_unlink_socket(b->cfg.socket_path, &b->sock_bound) == -ESTALE)
 		log_warn("%s is another broker's socket now: left in place",

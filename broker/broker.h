@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "outbox.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
 
@@ -47,10 +48,17 @@ struct broker {
 	uint32_t        n_sessions;            /* entries in use in sessions[] */
 	uint32_t        next_session_id;       /* never reused in a generation */
 	struct session *all_sessions;          /* every allocated session */
+	struct session *doomed;                /* marked for teardown (session.h) */
 	uint32_t        n_rejected;            /* refused peers awaiting their answer */
 	uint64_t        incarnations;          /* last model incarnation given */
-	struct reader_wait *reader_waits;      /* pending WAIT_READERS (readers.c) */
 	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
+	bool            pending_full_logged;   /* one line per spell (events.c) */
+	int64_t         hello_wait_ns;         /* a connection must say HELLO by then */
+
+	/* what state modules owe the layer above (outbox.h), and pending
+	 * WAIT_READERS per model (readers.c) */
+	struct outbox   out;
+	struct reader_wait *reader_waits[WSYNC_MAX_MODELS];
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
 	bool     hugetlb_ok, thp_ok;           /* huge pages to try (pages.c) */

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gpu_slab.h"
 #include "log.h"
 
 static struct {
@@ -161,7 +160,6 @@ out_unload:
 
 void gpu_stop(void)
 {
-	gpu_slabs_shutdown();
 	wsync_cuda_unload(&gpu.cu);
 	memset(&gpu, 0, sizeof(gpu));
 }

@@ -9,10 +9,10 @@
 
 #include "fault.h"
 #include "log.h"
-#include "loop.h"
 #include "model.h"
+#include "outbox.h"
+#include "peer.h"
 #include "publish.h"
-#include "session.h"
 #include "shm/clock.h"
 #include "shm/shard.h"
 
@@ -21,21 +21,19 @@ static uint32_t all_ranks(const struct pub_group *g)
 	return g->size >= 32 ? UINT32_MAX : (1u << g->size) - 1;
 }
 
-void group_free(struct pub_group *g)
+static void group_free(struct pub_group *g)
 {
-	if (!g)
-		return;
 	for (uint32_t r = 0; r < WSYNC_MAX_RANKS; r++)
 		free(g->parts[r]);
 	free(g);
 }
 
-bool group_rank_of(const struct model *m, const struct session *s, uint32_t *rank)
+bool group_rank_of(const struct model *m, const struct peer *p, uint32_t *rank)
 {
 	if (!m->group)
 		return false;
 	for (uint32_t r = 0; r < m->group->size; r++) {
-		if (m->group->rank[r] == s) {
+		if (m->group->rank[r] == p) {
 			if (rank)
 				*rank = r;
 			return true;
@@ -44,7 +42,7 @@ bool group_rank_of(const struct model *m, const struct session *s, uint32_t *ran
 	return false;
 }
 
-int group_join(struct broker *b, struct model *m, struct session *s, uint32_t size,
+int group_join(struct broker *b, struct model *m, struct peer *p, uint32_t size,
                uint32_t rank, uint32_t timeout_ms, wsync_shard *parts, size_t n_parts,
                char *why, size_t whylen)
 {
@@ -52,6 +50,7 @@ int group_join(struct broker *b, struct model *m, struct session *s, uint32_t si
 	const wsync_shard *all[WSYNC_MAX_RANKS];
 	size_t counts[WSYNC_MAX_RANKS];
 	bool complete = true;
+	uint32_t mine;
 	int err;
 
 	(void)b;
@@ -68,6 +67,11 @@ int group_join(struct broker *b, struct model *m, struct session *s, uint32_t si
 		snprintf(why, whylen, "model '%s' is published by a group of %u ranks, not %u",
 		         m->name, g->size, size);
 		return -EINVAL;
+	} else if (group_rank_of(m, p, &mine)) {
+		snprintf(why, whylen, "model '%s': this session already publishes rank %u of the "
+		         "group; each rank needs a client of its own (one wsync_connect per "
+		         "rank)", m->name, mine);
+		return -EBUSY;
 	} else if (g->rank[rank]) {
 		snprintf(why, whylen, "model '%s': rank %u is already open by session %u '%s' "
 		         "(pid %d)", m->name, rank, g->rank[rank]->id, g->rank[rank]->name,
@@ -80,15 +84,8 @@ int group_join(struct broker *b, struct model *m, struct session *s, uint32_t si
 		if (r != rank && !g->rank[r] && !g->parts[r])
 			complete = false;
 	}
-	/* a rank that left keeps its parts: a rank coming back must declare the
-	 * same ones, or parts that fit the others' */
-	if (g->parts[rank]) {
-		free(g->parts[rank]);
-		g->parts[rank] = NULL;
-		g->n_parts[rank] = 0;
-		counts[rank] = n_parts;
-		all[rank] = parts;
-	}
+	/* A rank that left keeps its parts: a rank coming back must declare
+	 * the same ones, or parts that fit the others'. */
 	err = wsync_shards_check(m->tensors, m->n_tensors, all, counts, size, complete,
 	                         why, whylen);
 	if (err) {
@@ -96,72 +93,76 @@ int group_join(struct broker *b, struct model *m, struct session *s, uint32_t si
 			group_free(g);
 		return err;
 	}
-	g->rank[rank] = s;
+	free(g->parts[rank]);
+	g->rank[rank] = p;
 	g->parts[rank] = parts;
 	g->n_parts[rank] = n_parts;
+	memset(&g->dropped[rank], 0, sizeof(g->dropped[rank]));
 	m->group = g;
 	atomic_store(&m->ctl->group_size, size);
 	log_info("model '%s': rank %u of %u is session %u '%s' pid %d (%zu parts)", m->name,
-	         rank, size, s->id, s->name, (int)s->pid, n_parts);
+	         rank, size, p->id, p->name, (int)p->pid, n_parts);
 	return 0;
 }
 
 int group_ready(const struct model *m, char *why, size_t whylen)
 {
 	const struct pub_group *g = m->group;
+	char ranks[128];
 	size_t at = 0;
 	int missing = 0;
 
+	ranks[0] = '\0';
 	for (uint32_t r = 0; r < g->size; r++) {
 		if (g->rank[r])
 			continue;
-		if (at < whylen) {
-			int n = snprintf(why + at, whylen - at, "%s%u", missing ? ", " : "", r);
-			at = n < 0 ? whylen : at + (size_t)n;
+		if (at < sizeof(ranks)) {
+			int n = snprintf(ranks + at, sizeof(ranks) - at, "%s%u", missing ? ", " : "",
+			                 r);
+			at = n < 0 ? sizeof(ranks) : at + (size_t)n;
 		}
 		missing++;
 	}
 	if (!missing)
 		return 0;
-	{
-		char ranks[128];
-
-		snprintf(ranks, sizeof(ranks), "%s", why);
-		snprintf(why, whylen, "model '%s': waiting for rank%s %s of %u to open it",
-		         m->name, missing > 1 ? "s" : "", ranks, g->size);
-	}
+	snprintf(why, whylen, "model '%s': waiting for rank%s %s of %u to open it", m->name,
+	         missing > 1 ? "s" : "", ranks, g->size);
 	return -EAGAIN;
 }
 
-static void answer(struct broker *b, struct session *s, uint32_t seq, int err,
-                   const char *why, const struct model *m, uint64_t version)
+void group_begun(struct model *m, uint32_t rank)
+{
+	m->group->begun |= 1u << rank;
+}
+
+static void answer(struct broker *b, struct peer *p, uint32_t seq, int err, const char *why,
+                   const struct model *m, uint64_t version)
 {
 	union wsync_msg_any msg;
 
-	if (!s || s->state != SESSION_ACTIVE)
-		return;
 	if (err) {
-		wsync_msg_init(&msg.hdr, WSYNC_MSG_ERROR, seq);
-		msg.error.err = err;
-		msg.error.req_type = WSYNC_MSG_COMMIT;
-		snprintf(msg.error.msg, sizeof(msg.error.msg), "%s", why);
-	} else {
-		wsync_msg_init(&msg.hdr, WSYNC_MSG_COMMIT_OK, seq);
-		msg.commit_ok.model_id = m->id;
-		msg.commit_ok.version = version;
+		outbox_error(&b->out, p, seq, WSYNC_MSG_COMMIT, err, why);
+		return;
 	}
-	loop_send(b, s, &msg, NULL, 0);
+	wsync_msg_init(&msg.hdr, WSYNC_MSG_COMMIT_OK, seq);
+	msg.commit_ok.model_id = m->id;
+	msg.commit_ok.version = version;
+	outbox_reply(&b->out, p, &msg);
 }
 
 static void group_reset(struct model *m)
 {
 	m->group->committed = 0;
+	m->group->begun = 0;
 	m->group->deadline_ns = -1;
 	atomic_store(&m->ctl->group_committed, 0);
 	atomic_store(&m->ctl->group_first_ns, 0);
 }
 
-void group_drop(struct broker *b, struct model *m, int err, const char *why)
+/* Drops the version in progress: the ranks that committed are answered
+ * with err, those that began it and did not commit yet keep the reason for
+ * when they do. */
+static void group_drop(struct broker *b, struct model *m, int err, const char *why)
 {
 	struct pub_group *g = m->group;
 	char text[WSYNC_ERRMSG_MAX];
@@ -170,12 +171,17 @@ void group_drop(struct broker *b, struct model *m, int err, const char *why)
 		return;
 	snprintf(text, sizeof(text), "model '%s': v%llu was dropped: %s", m->name,
 	         (unsigned long long)m->grant_version, why);
-	g->dropped_version = m->grant_version;
-	g->dropped_err = err;
-	snprintf(g->dropped_why, sizeof(g->dropped_why), "%s", why);
-	for (uint32_t r = 0; r < g->size; r++)
-		if (g->committed & (1u << r))
+	for (uint32_t r = 0; r < g->size; r++) {
+		struct group_dropped *d = &g->dropped[r];
+
+		if (g->committed & (1u << r)) {
 			answer(b, g->rank[r], g->commit_seq[r], err, text, m, 0);
+		} else if (g->begun & (1u << r)) {
+			d->version = m->grant_version;
+			d->err = err;
+			snprintf(d->why, sizeof(d->why), "%s", why);
+		}
+	}
 	publish_abort(b, m);
 	group_reset(m);
 	log_info("%s", text);
@@ -214,17 +220,31 @@ static void group_complete(struct broker *b, struct model *m)
 	group_reset(m);
 }
 
+/* The answer owed to rank r for a version dropped before its COMMIT or
+ * ABORT of it came: true (and err, why) if version is that one. */
+static bool dropped_owed(struct model *m, uint32_t r, uint64_t version, int *err,
+                         char *why, size_t whylen)
+{
+	struct group_dropped *d = &m->group->dropped[r];
+
+	if (!d->version || d->version != version)
+		return false;
+	snprintf(why, whylen, "model '%s': v%llu was dropped: %s", m->name,
+	         (unsigned long long)version, d->why);
+	*err = d->err;
+	d->version = 0;
+	return true;
+}
+
 int group_commit(struct broker *b, struct model *m, uint32_t rank, uint32_t seq,
                  uint32_t slot, uint64_t version, uint64_t step, char *why, size_t whylen)
 {
 	struct pub_group *g = m->group;
+	int err;
 
+	if (dropped_owed(m, rank, version, &err, why, whylen))
+		return err;
 	if (!m->granted || slot != m->grant_slot || version != m->grant_version) {
-		if (version == g->dropped_version) {
-			snprintf(why, whylen, "model '%s': v%llu was dropped: %s", m->name,
-			         (unsigned long long)version, g->dropped_why);
-			return g->dropped_err;
-		}
 		snprintf(why, whylen, "model '%s': COMMIT of v%llu slot %u by rank %u, the grant "
 		         "is %s", m->name, (unsigned long long)version, slot, rank,
 		         m->granted ? "another" : "none");
@@ -238,6 +258,7 @@ int group_commit(struct broker *b, struct model *m, uint32_t rank, uint32_t seq,
 	if (!g->committed)
 		atomic_store(&m->ctl->group_first_ns, wsync_real_ns());
 	g->committed |= 1u << rank;
+	g->begun |= 1u << rank;
 	atomic_store(&m->ctl->group_committed, g->committed);
 	g->commit_seq[rank] = seq;
 	g->step[rank] = step;
@@ -247,24 +268,46 @@ int group_commit(struct broker *b, struct model *m, uint32_t rank, uint32_t seq,
 	}
 	if (g->timeout_ms && g->deadline_ns < 0) {
 		g->deadline_ns = wsync_mono_ns() + (int64_t)g->timeout_ms * 1000000;
-		loop_poll_soon(b, (int64_t)g->timeout_ms * 1000000);
+		outbox_timer_in(&b->out, (int64_t)g->timeout_ms * 1000000);
 	}
 	return 0;
 }
 
-void group_leave(struct broker *b, struct model *m, struct session *s, const char *why)
+int group_abort(struct broker *b, struct model *m, uint32_t rank, uint32_t slot,
+                uint64_t version, char *why, size_t whylen)
+{
+	char text[64];
+	int err;
+
+	if (dropped_owed(m, rank, version, &err, why, whylen))
+		return 0;
+	if (!m->granted || slot != m->grant_slot || version != m->grant_version) {
+		snprintf(why, whylen, "model '%s': ABORT of v%llu slot %u does not match the "
+		         "grant", m->name, (unsigned long long)version, slot);
+		return -EPROTO;
+	}
+	snprintf(text, sizeof(text), "rank %u aborted it", rank);
+	group_drop(b, m, -ECONNABORTED, text);
+	return 0;
+}
+
+void group_leave(struct broker *b, struct model *m, struct peer *p, const char *why)
 {
 	struct pub_group *g = m->group;
 	uint32_t r;
 	char text[160];
 
-	if (!group_rank_of(m, s, &r))
+	if (!group_rank_of(m, p, &r))
 		return;
-	snprintf(text, sizeof(text), "rank %u (session %u '%s' pid %d) left: %s", r, s->id,
-	         s->name, (int)s->pid, why);
+	snprintf(text, sizeof(text), "rank %u (session %u '%s' pid %d) left: %s", r, p->id,
+	         p->name, (int)p->pid, why);
 	group_drop(b, m, -ECONNABORTED, text);
 	g->rank[r] = NULL;
 	g->committed &= ~(1u << r);
+	g->begun &= ~(1u << r);
+	memset(&g->dropped[r], 0, sizeof(g->dropped[r]));
+	p->m[m->id].pub = false;
+	p->m[m->id].fds_sent = 0;
 	log_info("model '%s': %s", m->name, text);
 	for (uint32_t k = 0; k < g->size; k++) {
 		if (g->rank[k]) {
@@ -285,7 +328,9 @@ int64_t group_poll(struct broker *b)
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
 		struct model *m = b->models[i];
 		struct pub_group *g = m ? m->group : NULL;
-		char why[160];
+		char why[160], late[96];
+		uint32_t missing;
+		size_t at = 0;
 
 		if (!g || g->deadline_ns < 0)
 			continue;
@@ -294,9 +339,18 @@ int64_t group_poll(struct broker *b)
 				next = g->deadline_ns - now;
 			continue;
 		}
-		snprintf(why, sizeof(why), "not every rank committed within the group "
-		         "deadline of %u ms (committed: 0x%x of 0x%x)", g->timeout_ms,
-		         g->committed, all_ranks(g));
+		missing = all_ranks(g) & ~g->committed;
+		late[0] = '\0';
+		for (uint32_t r = 0; r < g->size && at < sizeof(late); r++) {
+			int n;
+
+			if (!(missing & (1u << r)))
+				continue;
+			n = snprintf(late + at, sizeof(late) - at, "%s%u", at ? ", " : "", r);
+			at = n < 0 ? sizeof(late) : at + (size_t)n;
+		}
+		snprintf(why, sizeof(why), "rank%s %s missed the group deadline of %u ms",
+		         missing & (missing - 1) ? "s" : "", late, g->timeout_ms);
 		group_drop(b, m, -ECONNABORTED, why);
 	}
 	return next;

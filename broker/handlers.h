@@ -1,27 +1,27 @@
 /*
- * broker/handlers.h — one function per request type (see shm/proto.h), and
- * the checks every message passes first.
+ * broker/handlers.h — one function per request type (shm/proto.h), grouped
+ * by family: handle_session.c (HELLO), handle_publish.c (PUB_OPEN, BEGIN,
+ * COMMIT, ABORT), handle_subscribe.c (SUB_OPEN, ATTACH, GPU_ATTACH, NOTIFY),
+ * handle_lifecycle.c (CLOSE, DELETE, WAIT_READERS). dispatch.c holds the
+ * table. Each returns 0 after sending its reply, or -errno with the reason
+ * in r->why (request.h).
  */
 #ifndef WSYNC_BROKER_HANDLERS_H
 #define WSYNC_BROKER_HANDLERS_H
 
-#include <stddef.h>
-#include <stdint.h>
+struct req;
 
-#include "broker.h"
-
-struct session;
-
-/*
- * Handles the message in s->rx (len bytes, recvmsg flags msg_flags) with the
- * n_fds fds received with it. An fd a handler keeps is set to -1 in fds[];
- * the caller (loop.c on_recv) closes every other one, on every path. Sends
- * at most one reply; may reap the session.
- */
-void handle_message(struct broker *b, struct session *s, size_t len, int msg_flags,
-                    int *fds, int n_fds);
-/* Answers a refused peer (ERROR with its refusal, for request seq) and
- * reaps it. */
-void handle_refusal(struct broker *b, struct session *s, uint32_t seq, uint32_t req_type);
+int handle_hello(struct req *r);
+int handle_pub_open(struct req *r);
+int handle_begin(struct req *r);
+int handle_commit(struct req *r);
+int handle_abort(struct req *r);
+int handle_sub_open(struct req *r);
+int handle_attach(struct req *r);
+int handle_gpu_attach(struct req *r);
+int handle_notify(struct req *r);
+int handle_close(struct req *r);
+int handle_delete(struct req *r);
+int handle_wait_readers(struct req *r);
 
 #endif

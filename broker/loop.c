@@ -1,42 +1,39 @@
 /*
- * broker/loop.c — one thread, one io_uring, no polling.
+ * broker/loop.c — one thread, one io_uring, no polling (see loop.h).
  *
  * Ops in flight and what they point at (user_data = pointer | kind):
  *   accept    multishot on the listening socket, re-armed when it stops
- *   signal    a read of the signalfd (SIGTERM/SIGINT are blocked)
- *   tick      a 1 s timeout: heartbeat, refused peers' expiry, accept re-arm
- *   recv      one recvmsg per session, into the session's own buffers
+ *   signal    a read of the signalfd (the signals are blocked)
+ *   tick      a 1 s timeout; timer: the owner's timeout (loop_timer_in)
+ *   recv      one recvmsg per connection, into the connection's buffers
  *   send      sendmsg of a reply; the buffer (message + SCM_RIGHTS) is a
- *             malloc'd sendbuf owned by the op until its CQE
- *   eventfd   a write of 1 to a NOTIFY subscriber's eventfd (a notifier)
+ *             malloc'd sendbuf owned by the op until its completion
+ *   eventfd   a write of 1 to a subscriber's eventfd (a notifier)
  *
  * Memory safety rests on one rule: nothing an op points at is freed before
- * its CQE. A session counts its ops (inflight); reaping it only shuts its
- * socket down, which completes its pending recv, and the session is freed by
- * the handler of its last CQE. A notifier is reference-counted by its
- * session and its write in flight. The fds a reply carries are the broker's:
- * the control segment's and a READY model's live until the broker stops, a
- * session page as long as its session; only a never-published model's page
- * is closed earlier, when the last session holding it lets go, which that
- * session can only ask for after the reply that carried the page was
- * submitted. A send with MSG_DONTWAIT is issued during io_uring_submit and
- * never parked, so the kernel has taken its fds by then.
+ * its completion. A connection counts its ops (inflight); closing it only
+ * shuts its socket down, which completes its pending recv, and the owner
+ * frees it when ops->released says the last one came back. A notifier is
+ * reference-counted by its owner and its write in flight. The fds a reply
+ * carries must outlive the send (the owner's rule, loop.h); a send with
+ * MSG_DONTWAIT is issued during io_uring_submit and never parked, so the
+ * kernel has taken its fds by then.
  *
  * Replies are sent with MSG_DONTWAIT: a full socket buffer fails the send
  * (-EAGAIN) instead of parking it, so replies leave in order and a client
- * that does not read is disconnected, never waited for.
+ * that does not read is reported (ops->send_failed), never waited for.
  *
  * Received descriptors: the kernel installs the fds of a message in this
- * process before the CQE arrives, whatever the message is (zero bytes,
- * truncated, for a session being closed). on_recv takes every one of them
- * out of the control buffer into fds[] as soon as res >= 0, and closes
- * whatever is still there after the one call that may take ownership
- * (handle_message, which sets an fd it keeps to -1). There is no other path.
+ * process before the completion arrives, whatever the message is (zero
+ * bytes, truncated, for a connection being closed). on_recv takes every one
+ * of them out of the control buffer as soon as res >= 0, hands them to
+ * ops->received, and closes whatever the callee did not keep. There is no
+ * other path.
  *
- * Budgets: connections that have not said HELLO are at most
- * LOOP_MAX_PENDING (the newest is closed at once past it); NOTIFY eventfds
- * are at most l->max_notifiers (a share of RLIMIT_NOFILE), so no client can
- * run the broker out of descriptors.
+ * No re-entry: the loop calls a callback only from the completion loop,
+ * never from a function the callbacks call (loop_send, loop_conn_close,
+ * loop_notify only queue SQEs), and ops->settle runs after each completion,
+ * so the layer above finishes one event before the next begins.
  */
 #include "loop.h"
 
@@ -48,30 +45,16 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fault.h"
-#include "auth.h"
-#include "ctl.h"
-#include "group.h"
-#include "handlers.h"
 #include "log.h"
-#include "model.h"
-#include "publish.h"
-#include "readers.h"
-#include "session.h"
 #include "shm/clock.h"
-#include "stats.h"
+#include "shm/layout.h"
 
 #define LOOP_SQ_ENTRIES     512
 #define LOOP_CQ_ENTRIES     8192
-#define LOOP_MAX_REJECTED   16                 /* refused peers awaiting an answer */
-#define LOOP_REJECT_WAIT_NS (2 * 1000000000ll) /* ...for their first message */
-#define LOOP_HELLO_WAIT_NS  (10 * 1000000000ll)/* a connection must say HELLO */
-#define LOOP_DRAIN_NS       (3 * 1000000000ll)
-#define LOOP_MAX_PENDING    256                /* connections before their HELLO */
-#define LOOP_MAX_NOTIFIERS  16384              /* NOTIFY eventfds, at most */
+#define LOOP_MAX_NOTIFIERS  16384              /* eventfds, at most */
 
 enum op_kind {
 	OP_ACCEPT = 1,
@@ -85,38 +68,47 @@ enum op_kind {
 #define OP_KIND_MASK 7u
 
 struct sendbuf {
-	struct session *s;
+	struct conn *c;
 	union wsync_msg_any msg;
 	struct {
-		_Alignas(struct cmsghdr) char buf[SESSION_CMSG_BYTES];
+		_Alignas(struct cmsghdr) char buf[LOOP_CMSG_BYTES];
 	} ctl;
 	struct iovec iov;
 	struct msghdr mh;
 };
 
+struct notifier {
+	_Alignas(8) int fd;              /* aligned: user_data keeps a tag below */
+	uint32_t refs;
+	bool     writing;
+	struct loop *loop;
+};
+
 struct loop {
 	struct io_uring ring;
+	const struct loop_ops *ops;
+	void    *ctx;
+	int      listen_fd;
 	int      signal_fd;
 	struct signalfd_siginfo si;
 	struct __kernel_timespec tick;
-	struct __kernel_timespec poll;   /* readers.c's timer; its address tells
-	                                    its CQE from the tick's */
-	bool     poll_armed;
-	int64_t  poll_due_ns;            /* when the armed one fires (CLOCK_MONOTONIC) */
+	struct __kernel_timespec timer;  /* its address tells its CQE from the tick's */
+	bool     timer_armed;
+	int64_t  timer_due_ns;           /* when the armed one fires (CLOCK_MONOTONIC) */
 	bool     accept_armed, signal_armed, tick_armed;
 	bool     stopping, stop;
 	uint32_t writes;                 /* eventfd writes in flight */
 	uint32_t cancels;                /* cancel requests in flight */
-	int64_t  hello_wait_ns;          /* LOOP_HELLO_WAIT_NS unless a test shortens it */
-	uint32_t notifiers;              /* live NOTIFY eventfds */
+	uint32_t conns;                  /* connections started, not yet released */
+	struct conn *idle;               /* closed with nothing in flight */
+	uint32_t notifiers;              /* live eventfds */
 	uint32_t max_notifiers;          /* their budget */
-	bool     pending_full_logged;    /* one line per spell of LOOP_MAX_PENDING */
 	bool     fds_out_logged;         /* one line per spell of EMFILE on recv */
 };
 
 static const uint64_t eventfd_one = 1;
 
-static_assert(_Alignof(struct session) >= 8 && _Alignof(struct sendbuf) >= 8 &&
+static_assert(_Alignof(struct conn) >= 8 && _Alignof(struct sendbuf) >= 8 &&
               _Alignof(struct notifier) >= 8, "low pointer bits carry the op kind");
 
 static uint64_t op_data(const void *p, enum op_kind kind)
@@ -142,13 +134,10 @@ static struct io_uring_sqe *sqe_get(struct loop *l)
 
 /* ---- notifiers ------------------------------------------------------------ */
 
-int notifier_new(struct broker *b, int fd, struct notifier **out)
+int loop_notifier_new(struct loop *l, int fd, struct notifier **out)
 {
-	struct loop *l = b->loop;
 	struct notifier *n;
 
-	if (!l)
-		return -ESHUTDOWN;
 	if (l->notifiers >= l->max_notifiers)
 		return -EMFILE;
 	n = fault_calloc(1, sizeof(*n));
@@ -162,9 +151,9 @@ int notifier_new(struct broker *b, int fd, struct notifier **out)
 	return 0;
 }
 
-uint32_t loop_notifier_budget(const struct broker *b)
+uint32_t loop_notifier_budget(const struct loop *l)
 {
-	return b->loop ? b->loop->max_notifiers : 0;
+	return l->max_notifiers;
 }
 
 static void notifier_put(struct notifier *n)
@@ -176,13 +165,11 @@ static void notifier_put(struct notifier *n)
 	free(n);
 }
 
-void loop_notifier_release(struct broker *b, struct notifier *n)
+void loop_notifier_release(struct loop *l, struct notifier *n)
 {
-	struct loop *l = b->loop;
-
 	/* A client that never drains its eventfd can park a write forever
 	 * (counter at its maximum): cancel it so the fd and memory go. */
-	if (n->writing && l) {
+	if (n->writing) {
 		struct io_uring_sqe *sqe = sqe_get(l);
 
 		io_uring_prep_cancel64(sqe, op_data(n, OP_EVENTFD), 0);
@@ -192,12 +179,11 @@ void loop_notifier_release(struct broker *b, struct notifier *n)
 	notifier_put(n);
 }
 
-void loop_notify(struct broker *b, struct notifier *n)
+void loop_notify(struct loop *l, struct notifier *n)
 {
-	struct loop *l = b->loop;
 	struct io_uring_sqe *sqe;
 
-	if (!l || n->writing)
+	if (n->writing)
 		return;
 	sqe = sqe_get(l);
 	io_uring_prep_write(sqe, n->fd, &eventfd_one, sizeof(eventfd_one), 0);
@@ -222,9 +208,9 @@ static void on_eventfd(struct loop *l, struct notifier *n, int res)
  * each model a page, a layout and two per slab), and at most
  * LOOP_MAX_NOTIFIERS.
  */
-static uint32_t loop_notifier_cap(void)
+static uint32_t notifier_cap(void)
 {
-	const uint64_t fixed = 2 * WSYNC_MAX_SESSIONS + LOOP_MAX_PENDING +
+	const uint64_t fixed = 2 * WSYNC_MAX_SESSIONS + 256 +
 	                       WSYNC_MAX_MODELS * (3 + 2 * WSYNC_MAX_SLOTS) + 64;
 	struct rlimit rl;
 	uint64_t cap;
@@ -239,12 +225,11 @@ static uint32_t loop_notifier_cap(void)
 
 /* ---- arming --------------------------------------------------------------- */
 
-static void arm_accept(struct broker *b)
+static void arm_accept(struct loop *l)
 {
-	struct loop *l = b->loop;
 	struct io_uring_sqe *sqe = sqe_get(l);
 
-	io_uring_prep_multishot_accept(sqe, b->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_prep_multishot_accept(sqe, l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, op_data(NULL, OP_ACCEPT));
 	l->accept_armed = true;
 }
@@ -269,111 +254,109 @@ static void arm_tick(struct loop *l)
 	l->tick_armed = true;
 }
 
-void loop_poll_soon(struct broker *b, int64_t ns)
+void loop_timer_in(struct loop *l, int64_t ns)
 {
-	struct loop *l = b->loop;
 	struct io_uring_sqe *sqe;
-	int64_t due = wsync_mono_ns() + ns;
+	int64_t due;
 
-	if (!l || l->stopping || (l->poll_armed && l->poll_due_ns <= due))
+	if (ns < 0)
+		ns = 0;
+	due = wsync_mono_ns() + ns;
+	if (l->stopping || (l->timer_armed && l->timer_due_ns <= due))
 		return;
 	sqe = sqe_get(l);
-	l->poll.tv_sec = ns / 1000000000;
-	l->poll.tv_nsec = ns % 1000000000;
-	if (l->poll_armed) {
-		/* sooner than the timer armed: move it */
-		io_uring_prep_timeout_update(sqe, &l->poll, op_data(&l->poll, OP_TICK), 0);
+	l->timer.tv_sec = ns / 1000000000;
+	l->timer.tv_nsec = ns % 1000000000;
+	if (l->timer_armed) {
+		/* sooner than the one armed: move it */
+		io_uring_prep_timeout_update(sqe, &l->timer, op_data(&l->timer, OP_TICK), 0);
 		io_uring_sqe_set_data64(sqe, op_data(NULL, OP_CANCEL));
 		l->cancels++;
 	} else {
-		io_uring_prep_timeout(sqe, &l->poll, 0, 0);
-		io_uring_sqe_set_data64(sqe, op_data(&l->poll, OP_TICK));
-		l->poll_armed = true;
+		io_uring_prep_timeout(sqe, &l->timer, 0, 0);
+		io_uring_sqe_set_data64(sqe, op_data(&l->timer, OP_TICK));
+		l->timer_armed = true;
 	}
-	l->poll_due_ns = due;
+	l->timer_due_ns = due;
 }
 
-static void on_poll(struct broker *b)
+static void arm_recv(struct loop *l, struct conn *c)
 {
-	struct loop *l = b->loop;
-
-	int64_t next;
-
-	l->poll_armed = false;
-	if (l->stopping)
-		return;
-	next = group_poll(b);
-	if (readers_poll(b) && (next < 0 || next > READERS_POLL_NS))
-		next = READERS_POLL_NS;
-	if (next >= 0)
-		loop_poll_soon(b, next);
-}
-
-static void arm_recv(struct loop *l, struct session *s)
-{
-	struct session_rx *rx = &s->rx;
 	struct io_uring_sqe *sqe = sqe_get(l);
 
-	rx->iov.iov_base = &rx->msg;
-	rx->iov.iov_len = sizeof(rx->msg);
-	memset(&rx->mh, 0, sizeof(rx->mh));
-	rx->mh.msg_iov = &rx->iov;
-	rx->mh.msg_iovlen = 1;
+	c->rx_iov.iov_base = &c->rx;
+	c->rx_iov.iov_len = sizeof(c->rx);
+	memset(&c->rx_mh, 0, sizeof(c->rx_mh));
+	c->rx_mh.msg_iov = &c->rx_iov;
+	c->rx_mh.msg_iovlen = 1;
 	/* A zeroed buffer: nothing of an earlier message can pass for fds. */
-	memset(rx->ctl.buf, 0, sizeof(rx->ctl.buf));
-	rx->mh.msg_control = rx->ctl.buf;
-	rx->mh.msg_controllen = sizeof(rx->ctl.buf);
-	io_uring_prep_recvmsg(sqe, s->fd, &rx->mh, MSG_CMSG_CLOEXEC);
-	io_uring_sqe_set_data64(sqe, op_data(s, OP_RECV));
-	s->inflight++;
+	memset(c->rx_ctl.buf, 0, sizeof(c->rx_ctl.buf));
+	c->rx_mh.msg_control = c->rx_ctl.buf;
+	c->rx_mh.msg_controllen = sizeof(c->rx_ctl.buf);
+	io_uring_prep_recvmsg(sqe, c->fd, &c->rx_mh, MSG_CMSG_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, op_data(c, OP_RECV));
+	c->inflight++;
 }
 
-/* ---- sessions ------------------------------------------------------------- */
+/* ---- connections ---------------------------------------------------------- */
 
-static void session_shutdown(struct session *s)
+void loop_conn_start(struct loop *l, struct conn *c, int fd)
 {
-	s->shutdown_pending = false;
-	/* Completes the pending recv (with 0); the socket is closed at free. */
-	shutdown(s->fd, SHUT_RDWR);
+	c->fd = fd;
+	l->conns++;
+	arm_recv(l, c);
 }
 
-void loop_close_session(struct broker *b, struct session *s)
+static void conn_shutdown(struct conn *c)
 {
-	(void)b;
-	if (s->sends)
-		s->shutdown_pending = true;   /* after the last reply left */
-	else
-		session_shutdown(s);
+	c->shutdown_pending = false;
+	/* Completes the pending recv (with 0); the owner closes the socket. */
+	shutdown(c->fd, SHUT_RDWR);
 }
 
-static void session_maybe_free(struct broker *b, struct session *s)
+/* The owner hears of c for the last time once it is closed and idle. */
+static void conn_maybe_release(struct loop *l, struct conn *c)
 {
-	if (s->state == SESSION_CLOSING && !s->inflight)
-		session_free(b, s);
+	if (c->closing && !c->inflight) {
+		l->conns--;
+		l->ops->released(l->ctx, c);
+	}
 }
 
-int loop_send(struct broker *b, struct session *s, const union wsync_msg_any *msg,
+void loop_conn_close(struct loop *l, struct conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	if (c->sends) {
+		c->shutdown_pending = true;   /* after the last reply left */
+	} else if (c->inflight) {
+		conn_shutdown(c);
+	} else {
+		/* Nothing will complete on it: released after this event's
+		 * settle, never from inside the owner's own call. */
+		c->idle_next = l->idle;
+		l->idle = c;
+	}
+}
+
+int loop_send(struct loop *l, struct conn *c, const union wsync_msg_any *msg,
               const int *fds, int n_fds)
 {
-	struct loop *l = b->loop;
 	struct io_uring_sqe *sqe;
 	struct sendbuf *sb;
 	size_t len = msg->hdr.len;
 
-	if (s->state == SESSION_CLOSING || !l)
+	if (c->closing)
 		return -ENOTCONN;
 	if (len > sizeof(sb->msg) || n_fds < 0 || n_fds > WSYNC_MSG_MAX_FDS)
 		return -EINVAL;
-	if (s->sends >= LOOP_MAX_SENDS) {
-		session_disconnect(b, s, "it does not read its replies");
+	if (c->sends >= LOOP_MAX_SENDS)
 		return -ENOBUFS;
-	}
 	sb = fault_malloc(sizeof(*sb));
-	if (!sb) {
-		session_disconnect(b, s, "out of memory for its reply");
+	if (!sb)
 		return -ENOMEM;
-	}
-	sb->s = s;
+	sb->c = c;
 	memcpy(&sb->msg, msg, len);
 	sb->iov.iov_base = &sb->msg;
 	sb->iov.iov_len = len;
@@ -393,33 +376,26 @@ int loop_send(struct broker *b, struct session *s, const union wsync_msg_any *ms
 		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n_fds);
 	}
 	sqe = sqe_get(l);
-	io_uring_prep_sendmsg(sqe, s->fd, &sb->mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	io_uring_prep_sendmsg(sqe, c->fd, &sb->mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 	io_uring_sqe_set_data64(sqe, op_data(sb, OP_SEND));
-	s->inflight++;
-	s->sends++;
+	c->inflight++;
+	c->sends++;
 	return 0;
 }
 
-static void on_send(struct broker *b, struct sendbuf *sb, int res)
+static void on_send(struct loop *l, struct sendbuf *sb, int res)
 {
-	struct session *s = sb->s;
+	struct conn *c = sb->c;
 	size_t len = sb->iov.iov_len;
 
 	free(sb);
-	s->inflight--;
-	s->sends--;
-	if (s->state != SESSION_CLOSING && (res < 0 || (size_t)res != len)) {
-		if (res == -EAGAIN)
-			session_disconnect(b, s, "its socket buffer is full: it does not "
-			                   "read its replies");
-		else if (res < 0)
-			session_disconnect(b, s, strerror(-res));
-		else
-			session_disconnect(b, s, "short send");
-	}
-	if (s->state == SESSION_CLOSING && s->shutdown_pending && !s->sends)
-		session_shutdown(s);
-	session_maybe_free(b, s);
+	c->inflight--;
+	c->sends--;
+	if (!c->closing && (res < 0 || (size_t)res != len))
+		l->ops->send_failed(l->ctx, c, res);
+	if (c->closing && c->shutdown_pending && !c->sends)
+		conn_shutdown(c);
+	conn_maybe_release(l, c);
 }
 
 /* Moves the received fds into fds[] (closing any past WSYNC_MSG_MAX_FDS);
@@ -468,7 +444,11 @@ static void close_fds(int *fds, int n)
  */
 static bool rx_out_of_fds(struct loop *l, int msg_flags, int n_fds)
 {
-	if (!(msg_flags & MSG_CTRUNC) || n_fds >= WSYNC_MSG_MAX_FDS)
+	if (!(msg_flags & MSG_CTRUNC)) {
+		l->fds_out_logged = false;
+		return false;
+	}
+	if (n_fds >= WSYNC_MSG_MAX_FDS)
 		return false;
 	if (!l->fds_out_logged)
 		log_error("the broker is out of file descriptors (RLIMIT_NOFILE): a "
@@ -477,148 +457,71 @@ static bool rx_out_of_fds(struct loop *l, int msg_flags, int n_fds)
 	return true;
 }
 
-static void on_recv(struct broker *b, struct session *s, int res)
+static void on_recv(struct loop *l, struct conn *c, int res)
 {
-	struct loop *l = b->loop;
 	int fds[WSYNC_MSG_MAX_FDS];
 	int n_fds = 0, flags = 0;
+	bool out_of_fds = false;
 
-	s->inflight--;
+	c->inflight--;
 	/* Every fd that came with the message is in fds[] from here on and is
-	 * closed at the end unless handle_message kept it (set it to -1). */
+	 * closed at the end unless the callee kept it (set it to -1). */
 	if (res >= 0) {
-		n_fds = rx_fds(&s->rx.mh, fds);
-		flags = s->rx.mh.msg_flags;
+		n_fds = rx_fds(&c->rx_mh, fds);
+		flags = c->rx_mh.msg_flags;
+		out_of_fds = rx_out_of_fds(l, flags, n_fds);
 	}
-	if (s->state == SESSION_CLOSING) {
-		/* reaped while the recv was pending: nothing more to read */
-	} else if (res == 0) {
-		session_disconnect(b, s, n_fds ? "it sent an empty message with fds"
-		                               : "the client closed its socket");
+	if (c->closing) {
+		/* closed while the recv was pending: nothing more to read */
 	} else if (res == -EINTR || res == -EAGAIN) {
-		arm_recv(l, s);
-	} else if (res < 0) {
-		session_disconnect(b, s, strerror(-res));
+		arm_recv(l, c);
 	} else {
-		s->rx.out_of_fds = rx_out_of_fds(l, flags, n_fds);
-		if (!(flags & MSG_CTRUNC))
-			l->fds_out_logged = false;
-		handle_message(b, s, (size_t)res, flags, fds, n_fds);
-		if (s->state != SESSION_CLOSING)
-			arm_recv(l, s);
+		l->ops->received(l->ctx, c, res, fds, n_fds, flags, out_of_fds);
+		if (!c->closing && res > 0)
+			arm_recv(l, c);
 	}
 	close_fds(fds, n_fds);
-	session_maybe_free(b, s);
+	conn_maybe_release(l, c);
 }
 
-static void on_accept(struct broker *b, int fd)
+/* ---- signal, tick, accept ------------------------------------------------- */
+
+static void on_signal(struct loop *l, int res)
 {
-	struct loop *l = b->loop;
-	struct ucred cred;
-	struct session *s;
-	char why[160];
-	int err;
-
-	err = auth_peer(fd, &cred);
-	if (err) {
-		log_warn("accepted a connection without peer credentials: %s", strerror(-err));
-		close(fd);
-		return;
-	}
-	/* Silent connections cost a socket each until their HELLO deadline:
-	 * bounded, the newest goes first. Admitted sessions are bounded by the
-	 * session table, which they enter at HELLO. */
-	if (b->n_pending >= LOOP_MAX_PENDING) {
-		if (!l->pending_full_logged)
-			log_warn("%d connections have not said HELLO yet: closing new ones "
-			         "at once (latest pid %d uid %u)", LOOP_MAX_PENDING,
-			         (int)cred.pid, (unsigned)cred.uid);
-		l->pending_full_logged = true;
-		close(fd);
-		return;
-	}
-	l->pending_full_logged = false;
-	s = session_new(b, fd, cred.pid, cred.uid, cred.gid);
-	if (!s) {
-		log_error("out of memory for a session of pid %d", (int)cred.pid);
-		close(fd);
-		return;
-	}
-	if (!auth_admit(&b->cfg, b->uid, fd, &cred)) {
-		snprintf(why, sizeof(why), "uid %u is not allowed by broker '%s'",
-		         (unsigned)cred.uid, b->cfg.name);
-		log_warn("refused pid %d uid %u gid %u: %s", (int)cred.pid,
-		         (unsigned)cred.uid, (unsigned)cred.gid,
-		         b->cfg.has_group ? "neither the broker's uid nor in its group"
-		                          : "not the broker's uid");
-		session_reject(b, s, -EPERM, why);
-	} else {
-		log_debug("session %u: accepted pid %d uid %u", s->id, (int)cred.pid,
-		          (unsigned)cred.uid);
-	}
-	/* A refused peer gets its answer in reply to its first message (so it
-	 * carries that request's seq); too many waiting: answer right away. */
-	if (s->state == SESSION_REJECTED && b->n_rejected > LOOP_MAX_REJECTED) {
-		handle_refusal(b, s, 0, 0);
-		return;
-	}
-	arm_recv(l, s);
-}
-
-/* ---- signal, tick --------------------------------------------------------- */
-
-static void on_signal(struct broker *b, int res)
-{
-	struct loop *l = b->loop;
-
 	l->signal_armed = false;
-	if (res == (int)sizeof(l->si)) {
-		log_info("SIG%s received: shutting down", sigabbrev_np((int)l->si.ssi_signo));
-		l->stop = true;
-		return;
-	}
-	if (res < 0 && res != -EINTR && res != -EAGAIN && res != -ECANCELED)
+	if (res == (int)sizeof(l->si))
+		l->ops->signal(l->ctx, (int)l->si.ssi_signo);
+	else if (res < 0 && res != -EINTR && res != -EAGAIN && res != -ECANCELED)
 		log_error("reading the signalfd: %s", strerror(-res));
 	if (!l->stopping && res != -ECANCELED)
 		arm_signal(l);
 }
 
-static void on_tick(struct broker *b, int res)
+static void on_tick(struct loop *l, int res)
 {
-	struct loop *l = b->loop;
-	int64_t now = wsync_mono_ns();
-
 	l->tick_armed = false;
 	if (l->stopping || res == -ECANCELED)
 		return;
-	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
-	publish_audit(b);
-	stats_tick(b);
-	/* Reaping never frees (only CQE handlers do): the walk stays valid. */
-	for (struct session *s = b->all_sessions; s; s = s->all_next) {
-		int64_t age = now - s->accepted_mono_ns;
-
-		if (s->state == SESSION_REJECTED && age > LOOP_REJECT_WAIT_NS)
-			handle_refusal(b, s, 0, 0);
-		else if (s->state == SESSION_NEW && age > l->hello_wait_ns) {
-			log_info("session %u pid %d sent no HELLO within %lld ms: closed",
-			         s->id, (int)s->pid, (long long)(l->hello_wait_ns / 1000000));
-			session_disconnect(b, s, "no HELLO in time");
-		}
-	}
+	l->ops->tick(l->ctx);
+	/* out of fds earlier: accepting again once a second, never a spin */
 	if (!l->accept_armed)
-		arm_accept(b);
+		arm_accept(l);
 	arm_tick(l);
 }
 
-static void on_accept_cqe(struct broker *b, int res, uint32_t flags)
+static void on_timer(struct loop *l)
 {
-	struct loop *l = b->loop;
+	l->timer_armed = false;
+	if (!l->stopping)
+		l->ops->timer(l->ctx);
+}
 
+static void on_accept(struct loop *l, int res, uint32_t flags)
+{
 	if (res >= 0 && l->stopping)
 		close(res);
 	else if (res >= 0)
-		on_accept(b, res);
+		l->ops->accepted(l->ctx, res);
 	else if (res != -ECANCELED)
 		log_warn("accept: %s", strerror(-res));
 	if (!(flags & IORING_CQE_F_MORE)) {
@@ -626,26 +529,37 @@ static void on_accept_cqe(struct broker *b, int res, uint32_t flags)
 		/* Out of fds: try again at the next tick rather than spin. */
 		if (!l->stopping && res != -EMFILE && res != -ENFILE && res != -ENOBUFS &&
 		    res != -ENOMEM && res != -ECANCELED)
-			arm_accept(b);
+			arm_accept(l);
 	}
 }
 
-static void dispatch(struct broker *b, uint64_t data, int res, uint32_t flags)
+/* Connections closed with nothing in flight: the owner frees them now. */
+static void release_idle(struct loop *l)
 {
-	struct loop *l = b->loop;
+	while (l->idle) {
+		struct conn *c = l->idle;
+
+		l->idle = c->idle_next;
+		l->conns--;
+		l->ops->released(l->ctx, c);
+	}
+}
+
+static void dispatch(struct loop *l, uint64_t data, int res, uint32_t flags)
+{
 	void *p = (void *)(uintptr_t)(data & ~(uint64_t)OP_KIND_MASK);
 
 	switch (data & OP_KIND_MASK) {
-	case OP_ACCEPT:  on_accept_cqe(b, res, flags); break;
-	case OP_SIGNAL:  on_signal(b, res); break;
+	case OP_ACCEPT:  on_accept(l, res, flags); break;
+	case OP_SIGNAL:  on_signal(l, res); break;
 	case OP_TICK:
-		if (p == &l->poll)
-			on_poll(b);
+		if (p == &l->timer)
+			on_timer(l);
 		else
-			on_tick(b, res);
+			on_tick(l, res);
 		break;
-	case OP_RECV:    on_recv(b, p, res); break;
-	case OP_SEND:    on_send(b, p, res); break;
+	case OP_RECV:    on_recv(l, p, res); break;
+	case OP_SEND:    on_send(l, p, res); break;
 	case OP_EVENTFD: on_eventfd(l, p, res); break;
 	case OP_CANCEL:  l->cancels--; break;
 	default:
@@ -653,19 +567,21 @@ static void dispatch(struct broker *b, uint64_t data, int res, uint32_t flags)
 	}
 }
 
-static void drain_cqes(struct broker *b)
+static void drain_cqes(struct loop *l)
 {
 	struct io_uring_cqe *cqe;
 
-	/* Copy and retire each CQE first: a handler may submit, and the CQ
+	/* Copy and retire each CQE first: a callback may submit, and the CQ
 	 * must keep room for what that completes. */
-	while (io_uring_peek_cqe(&b->loop->ring, &cqe) == 0) {
+	while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
 		uint64_t data = io_uring_cqe_get_data64(cqe);
 		int res = cqe->res;
 		uint32_t flags = cqe->flags;
 
-		io_uring_cqe_seen(&b->loop->ring, cqe);
-		dispatch(b, data, res, flags);
+		io_uring_cqe_seen(&l->ring, cqe);
+		dispatch(l, data, res, flags);
+		l->ops->settle(l->ctx);
+		release_idle(l);
 	}
 }
 
@@ -692,7 +608,8 @@ static int ring_init(struct io_uring *ring)
 	return ret;
 }
 
-int loop_init(struct broker *b)
+int loop_init(struct loop **out, const struct loop_ops *ops, void *ctx, int listen_fd,
+              const int *sigs, int n_sigs)
 {
 	struct loop *l = fault_calloc(1, sizeof(*l));
 	sigset_t set;
@@ -700,15 +617,13 @@ int loop_init(struct broker *b)
 
 	if (!l)
 		return -ENOMEM;
-	l->hello_wait_ns = fault_hello_wait_ns(LOOP_HELLO_WAIT_NS);
-	l->max_notifiers = loop_notifier_cap();
+	l->ops = ops;
+	l->ctx = ctx;
+	l->listen_fd = listen_fd;
+	l->max_notifiers = notifier_cap();
 	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0) {
-		err = -errno;
-		goto out_free;
-	}
+	for (int i = 0; i < n_sigs; i++)
+		sigaddset(&set, sigs[i]);
 	l->signal_fd = signalfd(-1, &set, SFD_CLOEXEC);
 	if (l->signal_fd < 0) {
 		err = -errno;
@@ -717,10 +632,10 @@ int loop_init(struct broker *b)
 	err = ring_init(&l->ring);
 	if (err)
 		goto out_close_signal;
-	b->loop = l;
-	arm_accept(b);
+	arm_accept(l);
 	arm_signal(l);
 	arm_tick(l);
+	*out = l;
 	return 0;
 
 out_close_signal:
@@ -730,10 +645,8 @@ out_free:
 	return err;
 }
 
-int loop_run(struct broker *b)
+int loop_run(struct loop *l)
 {
-	struct loop *l = b->loop;
-
 	while (!l->stop) {
 		int ret = io_uring_submit_and_wait(&l->ring, 1);
 
@@ -741,72 +654,56 @@ int loop_run(struct broker *b)
 			log_error("io_uring: %s", strerror(-ret));
 			return ret;
 		}
-		drain_cqes(b);
+		drain_cqes(l);
 	}
 	return 0;
 }
 
-static bool loop_busy(const struct broker *b)
+void loop_stop(struct loop *l)
 {
-	const struct loop *l = b->loop;
-
-	return b->all_sessions || l->writes || l->cancels || l->accept_armed ||
-	       l->signal_armed || l->tick_armed || l->poll_armed;
+	l->stop = true;
 }
 
-void loop_shutdown(struct broker *b)
+static bool loop_busy(const struct loop *l)
 {
-	struct loop *l = b->loop;
-	struct io_uring_sqe *sqe;
-	int64_t deadline = wsync_mono_ns() + LOOP_DRAIN_NS;
+	return l->conns || l->writes || l->cancels || l->accept_armed || l->signal_armed ||
+	       l->tick_armed || l->timer_armed;
+}
 
-	if (!l)
-		return;
+bool loop_drain(struct loop *l, int64_t drain_ns)
+{
+	struct io_uring_sqe *sqe;
+	int64_t deadline = wsync_mono_ns() + drain_ns;
+
 	l->stopping = true;
-	/* Replies queued by the last completions go out before reaping can
-	 * close an fd one of them carries (a dropped model's page). */
+	/* What the owner queued last (replies, shutdowns) goes out first. */
 	io_uring_submit(&l->ring);
-	for (struct session *s = b->all_sessions; s; s = s->all_next)
-		session_disconnect(b, s, "the broker is shutting down");
-	/* Then cancel whatever still waits (accept, tick, signal read, parked
-	 * eventfd writes). */
-	io_uring_submit(&l->ring);
-	drain_cqes(b);
+	drain_cqes(l);
+	/* Then cancel whatever still waits (accept, tick, timer, signal read,
+	 * parked eventfd writes). */
 	sqe = sqe_get(l);
 	io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
 	io_uring_sqe_set_data64(sqe, op_data(NULL, OP_CANCEL));
 	l->cancels++;
-	while (loop_busy(b)) {
+	release_idle(l);
+	while (loop_busy(l)) {
 		struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000000 };
 		struct io_uring_cqe *cqe;
 
 		io_uring_submit(&l->ring);
 		io_uring_wait_cqe_timeout(&l->ring, &cqe, &ts);
-		drain_cqes(b);
-		if (wsync_mono_ns() > deadline) {
-			log_warn("shutdown: operations still in flight after %lld s",
-			         (long long)(LOOP_DRAIN_NS / 1000000000));
-			break;
-		}
+		drain_cqes(l);
+		if (wsync_mono_ns() > deadline)
+			return false;
 	}
+	return true;
 }
 
-void loop_exit(struct broker *b)
+void loop_free(struct loop *l)
 {
-	struct loop *l = b->loop;
-
 	if (!l)
 		return;
 	io_uring_queue_exit(&l->ring);
 	close(l->signal_fd);
 	free(l);
-	b->loop = NULL;
-	/* Only if the drain timed out: the ring is gone, nothing points here. */
-	while (b->all_sessions) {
-		struct session *s = b->all_sessions;
-
-		s->inflight = 0;
-		s->state = SESSION_CLOSING;
-		session_free(b, s);
-	}
 }

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "fault.h"
 #include "gpu.h"
+#include "gpu_slab.h"
 #include "log.h"
 #include "loop.h"
 #include "shm/layout.h"
@@ -75,9 +76,10 @@ int main(int argc, char **argv)
 		free(b);
 		return 1;
 	}
-	r = loop_run(b);
+	r = loop_run(b->loop);
 	broker_stop(b);
 	free(b);
+	gpu_slabs_shutdown();         /* contexts it retained, before the driver goes */
 	gpu_stop();
 	return r ? 1 : 0;
 }

@@ -15,10 +15,8 @@
 #include "fault.h"
 #include "ctl.h"
 #include "gpu_slab.h"
-#include "group.h"
 #include "log.h"
 #include "pages.h"
-#include "session.h"
 #include "state.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -433,7 +431,8 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		close(m->page_fd);
 	if (b->models[m->id] == m)
 		b->models[m->id] = NULL;
-	group_free(m->group);
+	if (m->group)   /* groups end with their last rank, before this */
+		log_error("model '%s': freed with a publisher group still open", m->name);
 	free(m->tensors);
 	free(m->members);
 	free(m);
@@ -472,8 +471,9 @@ bool model_drop_if_unused(struct broker *b, struct model *m)
 
 void model_delete(struct broker *b, struct model *m, const char *why)
 {
-	while (m->n_members)
-		session_forget_model(b, m->members[m->n_members - 1], m);
+	if (m->n_members)
+		log_error("model '%s': deleted with %u members left", m->name, m->n_members);
+	m->n_members = 0;
 	m->subscribers = 0;
 	/* subscribers learn from the entry (incarnation 0), then wake */
 	atomic_store(&m->ctl->incarnation, 0);
@@ -535,21 +535,21 @@ void model_close_page(struct model *m)
 	model_wake(m);
 }
 
-int model_add_member(struct model *m, struct session *s)
+int model_add_member(struct model *m, struct peer *p)
 {
 	for (uint32_t i = 0; i < m->n_members; i++)
-		if (m->members[i] == s)
+		if (m->members[i] == p)
 			return 0;
 	if (m->n_members >= WSYNC_MAX_SESSIONS)
 		return -ENOSPC;
-	m->members[m->n_members++] = s;
+	m->members[m->n_members++] = p;
 	return 0;
 }
 
-void model_remove_member(struct model *m, struct session *s)
+void model_remove_member(struct model *m, struct peer *p)
 {
 	for (uint32_t i = 0; i < m->n_members; i++) {
-		if (m->members[i] == s) {
+		if (m->members[i] == p) {
 			m->members[i] = m->members[--m->n_members];
 			m->members[m->n_members] = NULL;
 			return;

@@ -24,6 +24,7 @@
 
 struct pub_group;
 struct gpu_slabs;
+struct peer;
 
 /* The GPUs a PUB_OPEN asks a model to live on (n 0 = a host model). */
 struct model_devices {
@@ -62,8 +63,9 @@ struct model {
 	struct gpu_slabs *gpu;
 	bool     gpu_unbacked;           /* host slabs are unbacked memfds */
 
-	/* publishing: one publisher (pub), or a group of ranks (group.h) */
-	struct session *pub;
+	/* publishing: one publisher (pub), or a group of ranks (group.h,
+	 * which alone makes and frees it) */
+	struct peer *pub;
 	struct pub_group *group;
 	bool     granted;
 	uint32_t grant_slot;
@@ -73,7 +75,7 @@ struct model {
 	uint64_t hwm;                    /* highest version ever granted */
 	uint64_t latest;                 /* last validated value of page->latest */
 
-	struct session **members;        /* sessions that opened it, dense */
+	struct peer **members;           /* peers that opened it, dense */
 	uint32_t n_members;
 	uint32_t subscribers;            /* sessions subscribed */
 };
@@ -119,14 +121,15 @@ void model_undeclare(struct broker *b, struct model *m, const char *why);
  * a version ever committed; true if it did. */
 bool model_drop_if_unused(struct broker *b, struct model *m);
 /*
- * Deletes a model that has no publisher: every session that has it open
- * forgets it (its notifier goes), the ctl entry is cleared (incarnation 0,
- * which tells subscribers -EIDRM), waiters are woken, and the segments are
- * unlinked; mappings in clients keep the memory while they last. The
- * high-water mark stays the floor of the name.
+ * Deletes a model that has no publisher and no member any more (the session
+ * layer made every member forget it first): the ctl entry is cleared
+ * (incarnation 0, which tells subscribers -EIDRM), waiters are woken, and
+ * the segments are unlinked; mappings in clients keep the memory while they
+ * last. The high-water mark stays the floor of the name.
  */
 void model_delete(struct broker *b, struct model *m, const char *why);
-/* Frees a model at shutdown, unlinking its segments when unlink_them. */
+/* Frees a model at shutdown (every session gone, so no group is left),
+ * unlinking its segments when unlink_them. */
 void model_destroy(struct broker *b, struct model *m, bool unlink_them);
 
 void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t version);
@@ -143,7 +146,7 @@ void model_wake(struct model *m);
 /* Marks the page CLOSED and wakes everyone (clean shutdown). */
 void model_close_page(struct model *m);
 
-int  model_add_member(struct model *m, struct session *s);
-void model_remove_member(struct model *m, struct session *s);
+int  model_add_member(struct model *m, struct peer *p);
+void model_remove_member(struct model *m, struct peer *p);
 
 #endif

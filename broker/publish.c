@@ -28,11 +28,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "group.h"
 #include "log.h"
-#include "loop.h"
 #include "model.h"
-#include "session.h"
+#include "outbox.h"
+#include "peer.h"
 #include "shm/clock.h"
 #include "slots.h"
 
@@ -44,10 +43,10 @@ static size_t member_pages(const struct model *m, struct wsync_session_page **pa
 	size_t n = 0;
 
 	for (uint32_t i = 0; i < m->n_members; i++) {
-		struct session *s = m->members[i];
+		const struct peer *p = m->members[i];
 
-		if (s->state == SESSION_ACTIVE && s->page)
-			pages[n++] = s->page;
+		if (p->active && p->page)
+			pages[n++] = p->page;
 	}
 	return n;
 }
@@ -64,13 +63,13 @@ static void holders_describe(const struct model *m, uint32_t pinned,
 		ptrs[k] = NULL;
 	}
 	for (uint32_t i = 0; i < m->n_members; i++) {
-		struct session *s = m->members[i];
+		const struct peer *p = m->members[i];
 		uint32_t mine = 0;
 
-		if (s->state != SESSION_ACTIVE || !s->page)
+		if (!p->active || !p->page)
 			continue;
 		for (uint32_t h = 0; h < WSYNC_MAX_VIEWS; h++) {
-			uint64_t pin = atomic_load(&s->page->hazards[h].pin);
+			uint64_t pin = atomic_load(&p->page->hazards[h].pin);
 			uint32_t slot = wsync_pin_slot(pin);
 
 			if (pin && wsync_pin_model(pin) == m->id && slot < n_slots)
@@ -84,7 +83,7 @@ static void holders_describe(const struct model *m, uint32_t pinned,
 				continue;
 			at = strlen(text[k]);
 			snprintf(text[k] + at, HOLDER_TEXT - at, "%s'%s' (pid %d)",
-			         count[k] > 1 ? ", " : "", s->name, (int)s->pid);
+			         count[k] > 1 ? ", " : "", p->name, (int)p->pid);
 		}
 	}
 	for (uint32_t k = 0; k < n_slots; k++) {
@@ -98,7 +97,7 @@ static void holders_describe(const struct model *m, uint32_t pinned,
 	}
 }
 
-int publish_grant(struct broker *b, struct model *m, struct session *s,
+int publish_grant(struct broker *b, struct model *m, struct peer *p,
                   struct grant *g, char *why, size_t whylen)
 {
 	struct wsync_session_page *pages[WSYNC_MAX_SESSIONS];
@@ -140,14 +139,18 @@ int publish_grant(struct broker *b, struct model *m, struct session *s,
 	m->granted = true;
 	m->grant_slot = (uint32_t)slot;
 	m->grant_version = version;
-	model_set_grant(m, wsync_latest_pack(version, (uint32_t)slot));
-	publish_current(m, s, g);
+	/* Collectors trust the page's latest while it equals this grant: a
+	 * single publisher makes its own version visible (one hop). A group's
+	 * version is made visible by the broker alone, once every rank
+	 * committed (group.h): its grant is never published. */
+	model_set_grant(m, m->group ? 0 : wsync_latest_pack(version, (uint32_t)slot));
+	publish_current(m, p, g);
 	return 0;
 }
 
-void publish_current(struct model *m, struct session *s, struct grant *g)
+void publish_current(struct model *m, struct peer *p, struct grant *g)
 {
-	struct session_model *sm = &s->m[m->id];
+	struct peer_model *sm = &p->m[m->id];
 	uint32_t bit = 1u << m->grant_slot;
 
 	g->slot = m->grant_slot;
@@ -159,12 +162,7 @@ void publish_current(struct model *m, struct session *s, struct grant *g)
 
 void publish_notify(struct broker *b, struct model *m)
 {
-	for (uint32_t i = 0; i < m->n_members; i++) {
-		struct session *s = m->members[i];
-
-		if (s->state == SESSION_ACTIVE && s->m[m->id].ev)
-			loop_notify(b, s->m[m->id].ev);
-	}
+	outbox_notify(&b->out, m->id);
 }
 
 void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns)
@@ -263,7 +261,8 @@ static void grant_settle(struct broker *b, struct model *m)
 static bool latest_is_valid(const struct model *m, uint64_t cur)
 {
 	return cur == m->latest ||
-	       (m->granted && cur == wsync_latest_pack(m->grant_version, m->grant_slot));
+	       (m->granted && !m->group &&
+	        cur == wsync_latest_pack(m->grant_version, m->grant_slot));
 }
 
 /*
@@ -311,22 +310,16 @@ void publish_audit(struct broker *b)
 	}
 }
 
-void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why)
+void publish_leave(struct broker *b, struct model *m, struct peer *p, const char *why)
 {
-	if (group_rank_of(m, s, NULL)) {
-		group_leave(b, m, s, why);
-		s->m[m->id].pub = false;
-		s->m[m->id].fds_sent = 0;
-		return;
-	}
-	if (m->pub != s)
+	if (m->pub != p)
 		return;
 	if (m->state == WSYNC_MODEL_READY)
 		grant_settle(b, m);
 	m->pub = NULL;
 	atomic_store(&m->ctl->publisher, 0);
-	s->m[m->id].pub = false;
-	s->m[m->id].fds_sent = 0;
+	p->m[m->id].pub = false;
+	p->m[m->id].fds_sent = 0;
 	log_info("model '%s': publisher session %u '%s' pid %d left (%s)", m->name,
-	         s->id, s->name, (int)s->pid, why);
+	         p->id, p->name, (int)p->pid, why);
 }

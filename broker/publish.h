@@ -12,7 +12,7 @@
 #include "broker.h"
 
 struct model;
-struct session;
+struct peer;
 
 struct grant {
 	uint32_t slot;
@@ -22,15 +22,16 @@ struct grant {
 };
 
 /*
- * Grants s (the publisher) the next slot: hazard scan, slot_pick, a fresh
+ * Grants p (the publisher) the next slot: hazard scan, slot_pick, a fresh
  * version stored in the ctl entry. 0, -EBUSY (why names the holders when
  * why != NULL) or -EOVERFLOW (versions exhausted).
  */
-int  publish_grant(struct broker *b, struct model *m, struct session *s,
+int  publish_grant(struct broker *b, struct model *m, struct peer *p,
                    struct grant *g, char *why, size_t whylen);
 /* The outstanding grant again, for a repeated BEGIN. */
-void publish_current(struct model *m, struct session *s, struct grant *g);
-/* Books the outstanding grant as the new latest and signals NOTIFY fds. */
+void publish_current(struct model *m, struct peer *p, struct grant *g);
+/* Books the outstanding grant as the new latest; its NOTIFY fds are owed a
+ * wake-up (outbox). */
 void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns);
 /* Drops the outstanding grant unpublished (ABORT). */
 void publish_abort(struct broker *b, struct model *m);
@@ -39,9 +40,10 @@ void publish_abort(struct broker *b, struct model *m);
  * was found holding seen, which the broker never validated.
  */
 void publish_restore(struct broker *b, struct model *m, uint64_t seen);
-/* The publisher leaves (CLOSE or reap): its grant is booked if it already
- * published it, else freed; then the model has no publisher. */
-void publish_leave(struct broker *b, struct model *m, struct session *s, const char *why);
+/* The single publisher leaves (CLOSE, cut off or teardown): its grant is
+ * booked if it already published it, else freed; then the model has no
+ * publisher. (A group's rank leaves through group_leave.) */
+void publish_leave(struct broker *b, struct model *m, struct peer *p, const char *why);
 /*
  * Checks the page's `latest` against what the broker validated (its latest,
  * or the outstanding grant) and repairs it if it holds anything else
@@ -52,7 +54,7 @@ bool publish_check_latest(struct broker *b, struct model *m, const char *why);
 /* publish_check_latest on every model: run at the housekeeping tick, so a
  * word forged between two messages is undone within a tick. */
 void publish_audit(struct broker *b);
-/* Writes 1 to the eventfd of every NOTIFY subscriber of m. */
+/* Every NOTIFY subscriber of m is owed a wake-up (outbox). */
 void publish_notify(struct broker *b, struct model *m);
 
 #endif

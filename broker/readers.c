@@ -9,171 +9,283 @@
 
 #include "fault.h"
 #include "log.h"
-#include "loop.h"
 #include "model.h"
-#include "session.h"
+#include "outbox.h"
+#include "peer.h"
 #include "shm/clock.h"
 
 #define LAGGARDS_NAMED 3
 
 struct reader_wait {
 	struct reader_wait *next;
-	struct session *s;
+	struct peer *p;
 	uint32_t seq;
-	uint32_t model_id;
 	uint64_t incarnation;
 	uint64_t version;
 	uint32_t n_readers;              /* 0 = every current subscriber */
+	int64_t  since_ns;               /* CLOCK_MONOTONIC when it came */
 	int64_t  deadline_ns;            /* CLOCK_MONOTONIC, -1 = none */
 };
 
-/* Subscribers of m that have version (have), of how many (total); the
- * first laggards named into text. */
-static void readers_count(const struct model *m, uint64_t version, uint32_t *have,
-                          uint32_t *total, char *text, size_t len)
+/* What a model's subscribers acquired, read once per look. */
+struct have_table {
+	uint32_t n;
+	uint64_t got[WSYNC_MAX_SESSIONS];   /* sorted, highest first */
+};
+
+static bool is_reader(const struct model *m, const struct peer *p)
+{
+	return p->active && p->page && p->m[m->id].subs;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x > y ? -1 : x < y;
+}
+
+static void have_read(const struct model *m, struct have_table *t)
+{
+	t->n = 0;
+	for (uint32_t i = 0; i < m->n_members; i++) {
+		const struct peer *p = m->members[i];
+
+		if (is_reader(m, p))
+			t->got[t->n++] = atomic_load(&p->page->acquired[m->id]);
+	}
+	qsort(t->got, t->n, sizeof(t->got[0]), cmp_desc);
+}
+
+/* How many readers have version or newer: the first index below it. */
+static uint32_t have_count(const struct have_table *t, uint64_t version)
+{
+	uint32_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (t->got[mid] >= version)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The first laggards of m for version, named into text. */
+static void laggards_name(const struct model *m, uint64_t version, char *text, size_t len)
 {
 	uint32_t named = 0, late = 0;
 	size_t at = 0;
 
-	*have = *total = 0;
-	if (text && len)
-		text[0] = '\0';
+	text[0] = '\0';
 	for (uint32_t i = 0; i < m->n_members; i++) {
-		const struct session *s = m->members[i];
+		const struct peer *p = m->members[i];
 		uint64_t got;
 
-		if (s->state != SESSION_ACTIVE || !s->page || !s->m[m->id].subs)
+		if (!is_reader(m, p))
 			continue;
-		(*total)++;
-		got = atomic_load(&s->page->acquired[m->id]);
-		if (got >= version) {
-			(*have)++;
+		got = atomic_load(&p->page->acquired[m->id]);
+		if (got >= version)
 			continue;
-		}
 		late++;
-		if (text && at < len && named++ < LAGGARDS_NAMED) {
+		if (at < len && named++ < LAGGARDS_NAMED) {
 			int n = snprintf(text + at, len - at, "%s'%s' (pid %d) at v%llu",
-			                 at ? ", " : "", s->name, (int)s->pid,
+			                 at ? ", " : "", p->name, (int)p->pid,
 			                 (unsigned long long)got);
 			at = n < 0 ? len : at + (size_t)n;
 		}
 	}
-	if (text && at < len && late > LAGGARDS_NAMED)
+	if (at < len && late > LAGGARDS_NAMED)
 		snprintf(text + at, len - at, ", %u more", late - LAGGARDS_NAMED);
 }
 
-static void answer_ok(struct broker *b, const struct reader_wait *w, uint32_t have)
+static void answer_ok(struct broker *b, const struct reader_wait *w, uint32_t model_id,
+                      uint32_t have)
 {
 	union wsync_msg_any ok;
 
 	wsync_msg_init(&ok.hdr, WSYNC_MSG_WAIT_READERS_OK, w->seq);
-	ok.wait_readers_ok.model_id = w->model_id;
+	ok.wait_readers_ok.model_id = model_id;
 	ok.wait_readers_ok.n_readers = have;
 	ok.wait_readers_ok.version = w->version;
-	loop_send(b, w->s, &ok, NULL, 0);
+	outbox_reply(&b->out, w->p, &ok);
 }
 
-static void answer_error(struct broker *b, const struct reader_wait *w, int err,
-                         const char *why)
+/* Answers w if it is done against t (m's readers): true if it was (met,
+ * or late). */
+static bool wait_settle(struct broker *b, const struct model *m, const struct have_table *t,
+                        const struct reader_wait *w, int64_t now)
 {
-	union wsync_msg_any e;
-
-	wsync_msg_init(&e.hdr, WSYNC_MSG_ERROR, w->seq);
-	e.error.err = err;
-	e.error.req_type = WSYNC_MSG_WAIT_READERS;
-	snprintf(e.error.msg, sizeof(e.error.msg), "%s", why);
-	loop_send(b, w->s, &e, NULL, 0);
-}
-
-/* Answers w if it is done: true if it was (met, gone, or late). */
-static bool wait_settle(struct broker *b, const struct reader_wait *w, int64_t now)
-{
-	struct model *m = model_get(b, w->model_id);
 	char laggards[WSYNC_ERRMSG_MAX - 160], why[WSYNC_ERRMSG_MAX];
-	uint32_t have, total, need;
+	uint32_t have = have_count(t, w->version);
+	uint32_t need = w->n_readers ? w->n_readers : t->n;
 
-	if (!m || m->incarnation != w->incarnation) {
-		answer_error(b, w, -EIDRM, "the model was deleted while its publisher waited "
-		             "for its readers");
-		return true;
-	}
-	readers_count(m, w->version, &have, &total, laggards, sizeof(laggards));
-	need = w->n_readers ? w->n_readers : total;
 	if (have >= need) {
-		answer_ok(b, w, have);
+		answer_ok(b, w, m->id, have);
 		return true;
 	}
-	if (w->deadline_ns >= 0 && now >= w->deadline_ns) {
-		snprintf(why, sizeof(why), "model '%s': %u of %u readers have v%llu (%u "
-		         "needed); behind: %s", m->name, have, total,
-		         (unsigned long long)w->version, need, laggards[0] ? laggards : "none");
-		answer_error(b, w, -ETIMEDOUT, why);
-		return true;
-	}
-	return false;
+	if (w->deadline_ns < 0 || now < w->deadline_ns)
+		return false;
+	laggards_name(m, w->version, laggards, sizeof(laggards));
+	snprintf(why, sizeof(why), "model '%s': %u of %u readers have v%llu (%u needed); "
+	         "behind: %s", m->name, have, t->n, (unsigned long long)w->version, need,
+	         laggards[0] ? laggards : "none");
+	outbox_error(&b->out, w->p, w->seq, WSYNC_MSG_WAIT_READERS, -ETIMEDOUT, why);
+	return true;
 }
 
-int readers_wait(struct broker *b, struct session *s, struct model *m, uint32_t seq,
+static void wait_free(struct reader_wait *w)
+{
+	w->p->waits--;
+	free(w);
+}
+
+int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq,
                  uint64_t version, uint32_t n_readers, uint32_t timeout_ms,
                  char *why, size_t whylen)
 {
-	struct reader_wait *w = fault_calloc(1, sizeof(*w));
+	struct have_table *t;
+	struct reader_wait *w;
 	int64_t now = wsync_mono_ns();
+	bool done;
 
-	if (!w) {
+	if (p->waits >= READERS_MAX_PER_PEER) {
+		snprintf(why, whylen, "model '%s': this session already has %d WAIT_READERS "
+		         "pending, the most one session may have", m->name, READERS_MAX_PER_PEER);
+		return -ENOBUFS;
+	}
+	w = fault_calloc(1, sizeof(*w));
+	t = fault_malloc(sizeof(*t));
+	if (!w || !t) {
+		free(w);
+		free(t);
 		snprintf(why, whylen, "out of memory for a wait");
 		return -ENOMEM;
 	}
-	w->s = s;
+	w->p = p;
 	w->seq = seq;
-	w->model_id = m->id;
 	w->incarnation = m->incarnation;
 	w->version = version;
 	w->n_readers = n_readers;
+	w->since_ns = now;
 	w->deadline_ns = timeout_ms == UINT32_MAX ? -1 : now + (int64_t)timeout_ms * 1000000;
-	if (wait_settle(b, w, now)) {
-		free(w);
+	p->waits++;
+	have_read(m, t);
+	done = wait_settle(b, m, t, w, now);
+	free(t);
+	if (done) {
+		wait_free(w);
 		return 0;
 	}
-	w->next = b->reader_waits;
-	b->reader_waits = w;
-	loop_poll_soon(b, READERS_POLL_NS);
+	w->next = b->reader_waits[m->id];
+	b->reader_waits[m->id] = w;
+	outbox_timer_in(&b->out, READERS_POLL_NS);
 	return 0;
 }
 
-bool readers_poll(struct broker *b)
+/* When to look at w again: every READERS_POLL_NS while it is young, then
+ * less often as it ages (an eighth of its age, at most READERS_POLL_MAX_NS),
+ * and at its deadline. */
+static int64_t look_in(const struct reader_wait *w, int64_t now)
 {
-	int64_t now = wsync_mono_ns();
+	int64_t due = (now - w->since_ns) / 8;
 
-	for (struct reader_wait **pp = &b->reader_waits; *pp;) {
+	if (due < READERS_POLL_NS)
+		due = READERS_POLL_NS;
+	if (due > READERS_POLL_MAX_NS)
+		due = READERS_POLL_MAX_NS;
+	if (w->deadline_ns >= 0 && w->deadline_ns - now < due)
+		due = w->deadline_ns - now;
+	return due;
+}
+
+/* Answers and frees every wait on model id that is done; ns until its
+ * next look (-1: none left). */
+static int64_t model_poll(struct broker *b, uint32_t id, struct have_table *t, int64_t now)
+{
+	struct model *m = model_get(b, id);
+	int64_t next = -1;
+
+	if (m)
+		have_read(m, t);
+	for (struct reader_wait **pp = &b->reader_waits[id]; *pp;) {
 		struct reader_wait *w = *pp;
 
-		if (w->s->state == SESSION_ACTIVE && !wait_settle(b, w, now)) {
+		if (!m || m->incarnation != w->incarnation) {
+			outbox_error(&b->out, w->p, w->seq, WSYNC_MSG_WAIT_READERS, -EIDRM,
+			             "the model was deleted while its publisher waited for its "
+			             "readers");
+		} else if (!wait_settle(b, m, t, w, now)) {
+			int64_t due = look_in(w, now);
+
+			if (next < 0 || due < next)
+				next = due;
 			pp = &w->next;
 			continue;
 		}
 		*pp = w->next;
-		free(w);
+		wait_free(w);
 	}
-	return b->reader_waits != NULL;
+	return next;
 }
 
-void readers_session_gone(struct broker *b, struct session *s)
+int64_t readers_poll(struct broker *b)
 {
-	bool any = false;
+	int64_t now = wsync_mono_ns(), next = -1;
+	struct have_table *t = NULL;
 
-	for (struct reader_wait **pp = &b->reader_waits; *pp;) {
-		struct reader_wait *w = *pp;
+	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
+		int64_t due;
 
-		if (w->s == s) {
-			*pp = w->next;
-			free(w);
+		if (!b->reader_waits[id])
 			continue;
+		if (!t) {
+			t = fault_malloc(sizeof(*t));
+			if (!t) {
+				log_warn("out of memory looking at readers; trying again");
+				return READERS_POLL_NS;
+			}
 		}
-		any = true;
-		pp = &w->next;
+		due = model_poll(b, id, t, now);
+		if (due >= 0 && (next < 0 || due < next))
+			next = due;
+	}
+	free(t);
+	return next;
+}
+
+void readers_peer_gone(struct broker *b, struct peer *p)
+{
+	bool others = false;
+
+	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
+		for (struct reader_wait **pp = &b->reader_waits[id]; *pp;) {
+			struct reader_wait *w = *pp;
+
+			if (w->p == p) {
+				*pp = w->next;
+				wait_free(w);
+				continue;
+			}
+			others = true;
+			pp = &w->next;
+		}
 	}
 	/* a reader that went stops counting: some waits may be met now */
-	if (any && readers_poll(b))
-		loop_poll_soon(b, READERS_POLL_NS);
+	if (others)
+		outbox_timer_in(&b->out, 0);
+}
+
+void readers_free_all(struct broker *b)
+{
+	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
+		while (b->reader_waits[id]) {
+			struct reader_wait *w = b->reader_waits[id];
+
+			b->reader_waits[id] = w->next;
+			wait_free(w);
+		}
+	}
 }

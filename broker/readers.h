@@ -5,31 +5,46 @@
  * Readers do not tell the broker when they acquire: each client raises
  * acquired[model] in its own session page, and the broker looks at those
  * words of the model's subscribers. A pending wait is looked at when it
- * comes, when a member session goes, and every READERS_POLL_NS while any is
- * pending (a timer that exists only then), so an unused feature costs
- * nothing, on the acquire path one conditional store.
+ * comes, and then by the poll (readers_poll): every READERS_POLL_NS while it
+ * is young, less often as it ages (up to READERS_POLL_MAX_NS), and at its
+ * deadline — a timer that exists only while waits pend, so an unused
+ * feature costs nothing, on the acquire path one conditional store, and a
+ * wait left pending for minutes costs the broker a look every 10 ms.
+ *
+ * Budget: a session has at most READERS_MAX_PER_PEER waits pending; past
+ * that a WAIT_READERS is refused at once (-ENOBUFS, naming the limit). The
+ * poll's work is per model with waits: one pass over its members, sorted
+ * once, then a binary search per wait — it does not grow with the number of
+ * members times the number of waits a client queued.
  */
 #ifndef WSYNC_BROKER_READERS_H
 #define WSYNC_BROKER_READERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "broker.h"
 
 struct model;
-struct session;
+struct peer;
 
-#define READERS_POLL_NS (500 * 1000)     /* 0.5 ms */
+#define READERS_POLL_NS      (500 * 1000)        /* 0.5 ms */
+#define READERS_POLL_MAX_NS  (10 * 1000 * 1000)  /* 10 ms */
+#define READERS_MAX_PER_PEER 64
 
-/* Starts a wait for session s (request seq): answers at once when it is
- * already met, else queues it. 0, or -errno with a reason in why. */
-int  readers_wait(struct broker *b, struct session *s, struct model *m, uint32_t seq,
+/* Starts a wait for peer p (request seq): answered at once when it is
+ * already met (through the outbox), else queued. 0, or -errno with a reason
+ * in why (-ENOBUFS past the budget). */
+int  readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq,
                   uint64_t version, uint32_t n_readers, uint32_t timeout_ms,
                   char *why, size_t whylen);
 /* Looks at every pending wait: answers those met, deleted or past their
- * deadline. Returns whether some are still pending. */
-bool readers_poll(struct broker *b);
-/* s is going: its own waits are dropped; others may now be met. */
-void readers_session_gone(struct broker *b, struct session *s);
+ * deadline. Returns ns until the next look is due, -1 when none pends. */
+int64_t readers_poll(struct broker *b);
+/* p is going: its own waits are dropped unanswered, and the others are
+ * looked at again soon (p no longer counts as a reader). */
+void readers_peer_gone(struct broker *b, struct peer *p);
+/* Frees every wait (shutdown). */
+void readers_free_all(struct broker *b);
 
 #endif

@@ -1,4 +1,23 @@
-/* broker/session.c — the session table and the life of one session. */
+/*
+ * broker/session.c — the session table, the life of one session, and the
+ * one point where sessions end (see session.h).
+ *
+ * Why nothing re-enters: session_doom only writes the session's own flag,
+ * reason and list link. Every function that can discover trouble — a send
+ * (loop_send refusing), a handler (a violation), a scan (readers, groups),
+ * the tick — calls session_doom at most, never the teardown. The teardown
+ * (session_teardown) is called from one place, session_settle, which runs
+ * after each event, outside every scan: it pops one doomed session, tears it
+ * down, and only then looks at the next. A teardown calls state modules
+ * downward (groups, publishing, readers, models); they queue what they owe
+ * others in the outbox, and settle delivers it before the next teardown, so
+ * a send failing there dooms that session, which is torn down in a later
+ * turn of the same loop, never inside this one. A torn-down session is
+ * CLOSING and not doomed-able again, so no session is torn down twice. No
+ * list is walked while an element of it is freed: the teardown frees waits
+ * and notifiers of the one session it holds, and session memory is freed
+ * only by the loop's release, after settle.
+ */
 #include "session.h"
 
 #include <errno.h>
@@ -9,13 +28,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "fault.h"
 #include "ctl.h"
+#include "fault.h"
+#include "group.h"
 #include "log.h"
-#include "loop.h"
 #include "model.h"
+#include "outbox.h"
 #include "publish.h"
 #include "readers.h"
 #include "shm/clock.h"
@@ -26,31 +47,34 @@ struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_
 {
 	struct session *s = fault_calloc(1, sizeof(*s));
 
-	if (!s)
+	if (!s) {
+		close(fd);
 		return NULL;
+	}
 	if (++b->next_session_id == 0)
 		b->next_session_id = 1;
-	s->id = b->next_session_id;
+	s->p.id = b->next_session_id;
+	s->p.pid = pid;
+	s->p.uid = uid;
+	s->gid = gid;
 	s->index = -1;
 	s->state = SESSION_NEW;
-	s->fd = fd;
-	s->pid = pid;
-	s->uid = uid;
-	s->gid = gid;
 	s->page_fd = -1;
 	s->connected_ns = wsync_real_ns();
 	s->accepted_mono_ns = wsync_mono_ns();
-	snprintf(s->name, sizeof(s->name), "pid-%d", (int)pid);
+	snprintf(s->p.name, sizeof(s->p.name), "pid-%d", (int)pid);
 	s->all_next = b->all_sessions;
 	if (s->all_next)
 		s->all_next->all_pprev = &s->all_next;
 	s->all_pprev = &b->all_sessions;
 	b->all_sessions = s;
 	b->n_pending++;
+	loop_conn_start(b->loop, &s->conn, fd);
 	return s;
 }
 
-int session_admit(struct broker *b, struct session *s)
+/* Takes an entry of the session table: 0 or -EAGAIN (table full). */
+static int session_admit(struct broker *b, struct session *s)
 {
 	if (b->n_sessions >= WSYNC_MAX_SESSIONS)
 		return -EAGAIN;
@@ -67,8 +91,7 @@ int session_admit(struct broker *b, struct session *s)
 }
 
 /* s leaves SESSION_NEW for state. */
-static void session_leave_new(struct broker *b, struct session *s,
-                              enum session_state state)
+static void session_leave_new(struct broker *b, struct session *s, enum session_state state)
 {
 	if (s->state == SESSION_NEW)
 		b->n_pending--;
@@ -91,11 +114,11 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	int fd, err, seals;
 
 	/* The table entry is taken here, not at accept: a connection that never
-	 * says HELLO holds no entry (loop.c bounds those apart). */
+	 * says HELLO holds no entry (the events bound those apart). */
 	if (s->index < 0 && session_admit(b, s)) {
 		snprintf(why, whylen, "broker '%s' has its maximum of %d sessions",
 		         b->cfg.name, WSYNC_MAX_SESSIONS);
-		log_warn("refused session %u pid %d: %s", s->id, (int)s->pid, why);
+		log_warn("refused session %u pid %d: %s", s->p.id, (int)s->p.pid, why);
 		return -EAGAIN;
 	}
 	fd = fault_memfd_create("wsync-session", WSYNC_SESSION_PAGE_BYTES);
@@ -115,31 +138,81 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 		snprintf(why, whylen, "cannot map a session page: %s", strerror(-err));
 		goto out_close;
 	}
-	s->page = map;
+	s->p.page = map;
 	s->page_fd = fd;
-	s->page->magic = WSYNC_MAGIC_SESSION;
-	s->page->layout_version = WSYNC_LAYOUT_VERSION;
-	s->page->session_id = s->id;
-	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->p.page->magic = WSYNC_MAGIC_SESSION;
+	s->p.page->layout_version = WSYNC_LAYOUT_VERSION;
+	s->p.page->session_id = s->p.id;
+	snprintf(s->p.name, sizeof(s->p.name), "%s", name);
 	session_leave_new(b, s, SESSION_ACTIVE);
+	s->p.active = true;
 
 	e = ctl_session(b, (uint32_t)s->index);
-	e->pid = (uint32_t)s->pid;
-	e->uid = (uint32_t)s->uid;
+	e->pid = (uint32_t)s->p.pid;
+	e->uid = (uint32_t)s->p.uid;
 	atomic_store(&e->roles, 0);
 	e->connected_ns = s->connected_ns;
 	atomic_store(&e->models, 0);
-	snprintf(e->name, sizeof(e->name), "%s", s->name);
+	snprintf(e->name, sizeof(e->name), "%s", s->p.name);
 	stats_clear(&e->stats);
-	atomic_store(&e->id, s->id);          /* publishes the entry */
-	log_info("session %u '%s' pid %d uid %u connected", s->id, s->name,
-	         (int)s->pid, (unsigned)s->uid);
+	atomic_store(&e->id, s->p.id);        /* publishes the entry */
+	log_info("session %u '%s' pid %d uid %u connected", s->p.id, s->p.name,
+	         (int)s->p.pid, (unsigned)s->p.uid);
 	return 0;
 
 out_close:
 	close(fd);
 	return err;
 }
+
+/* ---- sending, and the marks a failed send leaves ---------------------------- */
+
+void session_doom(struct broker *b, struct session *s, const char *why)
+{
+	if (s->p.doomed || s->state == SESSION_CLOSING)
+		return;
+	s->p.doomed = true;
+	snprintf(s->doom_why, sizeof(s->doom_why), "%s", why);
+	s->doomed_next = b->doomed;
+	b->doomed = s;
+}
+
+void session_doom_all(struct broker *b, const char *why)
+{
+	for (struct session *s = b->all_sessions; s; s = s->all_next)
+		session_doom(b, s, why);
+}
+
+int session_send(struct broker *b, struct session *s, const union wsync_msg_any *msg,
+                 const int *fds, int n_fds)
+{
+	int err;
+
+	if (s->p.doomed || s->state == SESSION_CLOSING)
+		return -ENOTCONN;
+	err = loop_send(b->loop, &s->conn, msg, fds, n_fds);
+	if (err == -ENOBUFS)
+		session_doom(b, s, "it does not read its replies");
+	else if (err == -ENOMEM)
+		session_doom(b, s, "out of memory for its reply");
+	else if (err)
+		session_doom(b, s, strerror(-err));
+	return err;
+}
+
+void session_send_error(struct broker *b, struct session *s, uint32_t seq,
+                        uint32_t req_type, int err, const char *why)
+{
+	union wsync_msg_any e;
+
+	wsync_msg_init(&e.hdr, WSYNC_MSG_ERROR, seq);
+	e.error.err = err;
+	e.error.req_type = (uint16_t)(wsync_msg_size(req_type) ? req_type : 0);
+	snprintf(e.error.msg, sizeof(e.error.msg), "%s", why);
+	session_send(b, s, &e, NULL, 0);
+}
+
+/* ---- models ------------------------------------------------------------------ */
 
 void session_mirror(struct broker *b, struct session *s)
 {
@@ -149,15 +222,15 @@ void session_mirror(struct broker *b, struct session *s)
 	if (s->index < 0 || s->state != SESSION_ACTIVE)
 		return;
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
-		if (!(s->models & (UINT64_C(1) << i)))
+		if (!(s->p.models & (UINT64_C(1) << i)))
 			continue;
-		if (s->m[i].pub)
+		if (s->p.m[i].pub)
 			roles |= WSYNC_ROLE_PUB;
-		if (s->m[i].subs)
+		if (s->p.m[i].subs)
 			roles |= WSYNC_ROLE_SUB;
 	}
 	e = ctl_session(b, (uint32_t)s->index);
-	atomic_store(&e->models, s->models);
+	atomic_store(&e->models, s->p.models);
 	atomic_store(&e->roles, roles);
 }
 
@@ -166,59 +239,84 @@ int session_open_model(struct broker *b, struct session *s, struct model *m)
 	uint64_t bit = UINT64_C(1) << m->id;
 	int err;
 
-	if (!(s->models & bit)) {
-		err = model_add_member(m, s);
+	if (!(s->p.models & bit)) {
+		err = model_add_member(m, &s->p);
 		if (err)
 			return err;
-		s->models |= bit;
+		s->p.models |= bit;
 	}
 	session_mirror(b, s);
 	return 0;
 }
 
+static void notifier_drop(struct broker *b, struct session *s, uint32_t id)
+{
+	if (s->ev[id]) {
+		loop_notifier_release(b->loop, s->ev[id]);
+		s->ev[id] = NULL;
+	}
+}
+
 void session_release_model(struct broker *b, struct session *s, struct model *m)
 {
-	struct session_model *sm = &s->m[m->id];
+	struct peer_model *sm = &s->p.m[m->id];
 	uint64_t bit = UINT64_C(1) << m->id;
 
-	if (!sm->subs && sm->ev) {
-		loop_notifier_release(b, sm->ev);
-		sm->ev = NULL;
-	}
-	if (!sm->pub && !sm->subs && (s->models & bit)) {
-		model_remove_member(m, s);
-		s->models &= ~bit;
+	if (!sm->subs)
+		notifier_drop(b, s, m->id);
+	if (!sm->pub && !sm->subs && (s->p.models & bit)) {
+		model_remove_member(m, &s->p);
+		s->p.models &= ~bit;
 		memset(sm, 0, sizeof(*sm));
 	}
 	session_mirror(b, s);
 	model_drop_if_unused(b, m);
 }
 
-void session_forget_model(struct broker *b, struct session *s, struct model *m)
+void session_leave_pub(struct broker *b, struct session *s, struct model *m, const char *why)
 {
-	struct session_model *sm = &s->m[m->id];
+	if (group_rank_of(m, &s->p, NULL))
+		group_leave(b, m, &s->p, why);
+	else
+		publish_leave(b, m, &s->p, why);
+}
+
+/* s forgets m entirely (it is being deleted; s does not publish it). */
+static void session_forget_model(struct broker *b, struct session *s, struct model *m)
+{
 	uint64_t bit = UINT64_C(1) << m->id;
 
-	if (sm->ev)
-		loop_notifier_release(b, sm->ev);
-	memset(sm, 0, sizeof(*sm));
-	if (s->models & bit) {
-		model_remove_member(m, s);
-		s->models &= ~bit;
+	notifier_drop(b, s, m->id);
+	memset(&s->p.m[m->id], 0, sizeof(s->p.m[m->id]));
+	if (s->p.models & bit) {
+		model_remove_member(m, &s->p);
+		s->p.models &= ~bit;
 	}
 	session_mirror(b, s);
 }
 
+void session_delete_model(struct broker *b, struct model *m, const char *why)
+{
+	while (m->n_members)
+		session_forget_model(b, session_of_peer(m->members[m->n_members - 1]), m);
+	model_delete(b, m, why);
+	/* its publishers' waits learn of it at the next look */
+	outbox_timer_in(&b->out, 0);
+}
+
+/* ---- the teardown point -------------------------------------------------------- */
+
+/* Drops every model s has open; its hazards stop counting after this. */
 static void session_drop_models(struct broker *b, struct session *s)
 {
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
-		struct session_model *sm = &s->m[i];
+		struct peer_model *sm = &s->p.m[i];
 		struct model *m = b->models[i];
 
-		if (!(s->models & (UINT64_C(1) << i)) || !m)
+		if (!(s->p.models & (UINT64_C(1) << i)) || !m)
 			continue;
 		if (sm->pub)
-			publish_leave(b, m, s, "disconnected");
+			session_leave_pub(b, s, m, "disconnected");
 		if (sm->subs) {
 			m->subscribers--;
 			atomic_store(&m->ctl->subscribers, m->subscribers);
@@ -226,19 +324,18 @@ static void session_drop_models(struct broker *b, struct session *s)
 		}
 		session_release_model(b, s, m);
 	}
-	s->models = 0;
+	s->p.models = 0;
 }
 
-void session_disconnect(struct broker *b, struct session *s, const char *why)
+static void session_teardown(struct broker *b, struct session *s)
 {
 	enum session_state was = s->state;
+	const char *why = s->doom_why;
 
-	if (was == SESSION_CLOSING)
-		return;
-	/* Its hazards stop counting here: the client is gone or cut off. */
 	session_drop_models(b, s);
+	readers_peer_gone(b, &s->p);
+	s->p.active = false;
 	session_leave_new(b, s, SESSION_CLOSING);
-	readers_session_gone(b, s);
 	if (s->index >= 0) {
 		struct wsync_ctl_session *e = ctl_session(b, (uint32_t)s->index);
 
@@ -252,11 +349,79 @@ void session_disconnect(struct broker *b, struct session *s, const char *why)
 	if (was == SESSION_REJECTED)
 		b->n_rejected--;
 	if (was == SESSION_ACTIVE)
-		log_info("session %u '%s' pid %d disconnected: %s", s->id, s->name,
-		         (int)s->pid, why);
+		log_info("session %u '%s' pid %d disconnected: %s", s->p.id, s->p.name,
+		         (int)s->p.pid, why);
 	else
-		log_debug("session %u pid %d closed before HELLO: %s", s->id, (int)s->pid, why);
-	loop_close_session(b, s);
+		log_debug("session %u pid %d closed before HELLO: %s", s->p.id,
+		          (int)s->p.pid, why);
+	loop_conn_close(b->loop, &s->conn);
+}
+
+/* Peers a deferred answer could not be queued for (outbox.h) are doomed. */
+static void doom_unanswered(struct broker *b)
+{
+	for (struct session *s = b->all_sessions; s; s = s->all_next) {
+		if (s->p.unanswered) {
+			s->p.unanswered = false;
+			session_doom(b, s, "out of memory for an answer it was owed");
+		}
+	}
+	b->out.unanswered = 0;
+}
+
+/* Wakes the eventfd subscribers of each model in mask. */
+static void notify_models(struct broker *b, uint64_t mask)
+{
+	while (mask) {
+		uint32_t id = (uint32_t)__builtin_ctzll(mask);
+		struct model *m = b->models[id];
+
+		mask &= mask - 1;
+		for (uint32_t i = 0; m && i < m->n_members; i++) {
+			struct session *s = session_of_peer(m->members[i]);
+
+			if (s->state == SESSION_ACTIVE && !s->p.doomed && s->ev[id])
+				loop_notify(b->loop, s->ev[id]);
+		}
+	}
+}
+
+/* Carries out what the state modules queued. */
+static void deliver(struct broker *b)
+{
+	struct out_reply *r;
+
+	while ((r = outbox_take(&b->out)) != NULL) {
+		session_send(b, session_of_peer(r->to), &r->msg, NULL, 0);
+		free(r);
+	}
+	if (b->out.notify) {
+		uint64_t mask = b->out.notify;
+
+		b->out.notify = 0;
+		notify_models(b, mask);
+	}
+	if (b->out.timer_ns >= 0) {
+		loop_timer_in(b->loop, b->out.timer_ns);
+		b->out.timer_ns = -1;
+	}
+	if (b->out.unanswered)
+		doom_unanswered(b);
+}
+
+void session_settle(struct broker *b)
+{
+	for (;;) {
+		struct session *s;
+
+		deliver(b);
+		s = b->doomed;
+		if (!s)
+			break;
+		b->doomed = s->doomed_next;
+		s->doomed_next = NULL;
+		session_teardown(b, s);
+	}
 }
 
 /*
@@ -270,7 +435,7 @@ static void session_drain(int fd)
 {
 	for (int i = 0; i < 1024; i++) {
 		union {
-			char buf[SESSION_CMSG_BYTES];
+			char buf[LOOP_CMSG_BYTES];
 			struct cmsghdr align;
 		} ctl;
 		char junk[sizeof(union wsync_msg_any)];
@@ -302,13 +467,26 @@ void session_free(struct broker *b, struct session *s)
 	*s->all_pprev = s->all_next;
 	if (s->all_next)
 		s->all_next->all_pprev = s->all_pprev;
-	if (s->page)
-		munmap(s->page, WSYNC_SESSION_PAGE_BYTES);
+	if (s->p.page)
+		munmap(s->p.page, WSYNC_SESSION_PAGE_BYTES);
 	if (s->page_fd >= 0)
 		close(s->page_fd);
-	if (s->fd >= 0) {
-		session_drain(s->fd);
-		close(s->fd);
+	if (s->conn.fd >= 0) {
+		session_drain(s->conn.fd);
+		close(s->conn.fd);
 	}
 	free(s);
+}
+
+void session_mirror_stats(struct broker *b)
+{
+	int64_t mono = wsync_clock_ns(CLOCK_MONOTONIC_COARSE), real = wsync_real_ns();
+
+	for (uint32_t i = 0; i < WSYNC_MAX_SESSIONS; i++) {
+		const struct session *s = b->sessions[i];
+
+		if (!s || s->state != SESSION_ACTIVE || !s->p.page)
+			continue;
+		stats_mirror(&ctl_session(b, i)->stats, s->p.page, s->p.models, mono, real);
+	}
 }

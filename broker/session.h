@@ -1,91 +1,79 @@
 /*
- * broker/session.h — one connected client.
+ * broker/session.h — one connected client, and the one place it ends.
  *
- * A session is accepted (NEW), says HELLO (ACTIVE) and is eventually reaped
- * (CLOSING): its grants settled, subscriptions dropped, ctl entry cleared.
- * Its memory outlives the reap until every io_uring op naming it completed.
- * A peer that is not admitted becomes REJECTED: its first message is
- * answered with the refusal, then it is closed.
+ * A session is accepted (NEW), says HELLO (ACTIVE) and ends (CLOSING). A
+ * peer that is not admitted becomes REJECTED: its first message is answered
+ * with the refusal, then it ends.
+ *
+ * Ending is two steps (DESIGN invariant 9). Whatever notices that a session
+ * must go (a hang-up, a protocol violation, a reply queue that does not
+ * drain, out of memory, the broker stopping) only marks it: session_doom
+ * records the first reason and puts it on the doomed list; nothing else
+ * happens, so it is safe anywhere, inside any scan or send. The teardown —
+ * leaving its groups (the other ranks are answered), settling its grants,
+ * dropping its subscriptions, notifiers, pending waits and ctl entry, and
+ * closing its socket — runs only in session_settle, which the loop calls
+ * after each event, once per session. The session's memory outlives the
+ * teardown until every io_uring op naming it completed (loop.h).
  */
 #ifndef WSYNC_BROKER_SESSION_H
 #define WSYNC_BROKER_SESSION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
-#include <sys/socket.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 
 #include "broker.h"
+#include "loop.h"
+#include "peer.h"
 #include "shm/proto.h"
 
 struct model;
 struct notifier;
 
 #define SESSION_MAX_INVALID 16
+#define SESSION_WHY_MAX     160
 
 enum session_state {
 	SESSION_NEW,
 	SESSION_ACTIVE,
 	SESSION_REJECTED,
-	SESSION_CLOSING,
-};
-
-struct session_model {
-	bool     pub;                    /* it publishes the model */
-	uint32_t subs;                   /* SUB_OPENs not yet closed */
-	uint32_t fds_sent;               /* slots whose rw fd it received */
-	struct notifier *ev;             /* NOTIFY eventfd */
-};
-
-/* CMSG_SPACE(sizeof(int) * WSYNC_MSG_MAX_FDS), spelled as a constant
- * expression that every compiler accepts as an array bound. */
-#define SESSION_CMSG_BYTES (sizeof(struct cmsghdr) + \
-	((sizeof(int) * WSYNC_MSG_MAX_FDS + sizeof(size_t) - 1) & ~(sizeof(size_t) - 1)))
-
-struct session_rx {
-	union wsync_msg_any msg;
-	struct {
-		_Alignas(struct cmsghdr) char buf[SESSION_CMSG_BYTES];
-	} ctl;
-	struct iovec iov;
-	struct msghdr mh;
-	bool     out_of_fds;             /* MSG_CTRUNC because the broker hit
-	                                    RLIMIT_NOFILE, not the client */
+	SESSION_CLOSING,                 /* torn down; freed when its io is done */
 };
 
 struct session {
-	uint32_t id;
-	int      index;                  /* in b->sessions and the ctl table, -1 = none */
+	struct peer p;                   /* what the state modules see */
+	struct conn conn;                /* the loop's part */
 	enum session_state state;
-	int      fd;
-	pid_t    pid;
-	uid_t    uid;
+	int      index;                  /* in b->sessions and the ctl table, -1 = none */
 	gid_t    gid;
-	char     name[WSYNC_INSTANCE_MAX];
 	int64_t  connected_ns;           /* CLOCK_REALTIME */
 	int64_t  accepted_mono_ns;
 	int      page_fd;
-	struct wsync_session_page *page; /* written by the client at any time */
-	uint64_t models;                 /* bit i = model i opened */
 	uint32_t invalid;                /* protocol errors so far */
+	bool     rx_out_of_fds;          /* the message's fds were lost to the
+	                                    broker's own descriptor limit */
 	int      reject_err;
-	char     reject_why[160];
-	struct session_model m[WSYNC_MAX_MODELS];
-
-	/* io state, owned by loop.c */
+	char     reject_why[SESSION_WHY_MAX];
+	char     doom_why[SESSION_WHY_MAX];
+	struct notifier *ev[WSYNC_MAX_MODELS];   /* NOTIFY eventfds */
+	struct session *doomed_next;
 	struct session *all_next, **all_pprev;
-	uint32_t inflight;               /* ops whose CQE is still to come */
-	uint32_t sends;                  /* of which sendmsg */
-	bool     shutdown_pending;
-	struct session_rx rx;
 };
 
-/* Allocates a session for an accepted socket (which it then owns). */
+static inline struct session *session_of_peer(struct peer *p)
+{
+	return (struct session *)((char *)p - offsetof(struct session, p));
+}
+static inline struct session *session_of_conn(struct conn *c)
+{
+	return (struct session *)((char *)c - offsetof(struct session, conn));
+}
+
+/* A session for an accepted socket (which it then owns), receiving; NULL
+ * when out of memory (the socket is closed then). */
 struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_t gid);
-/* Takes an entry of the session table: 0 or -EAGAIN (table full). Done by
- * session_hello. */
-int  session_admit(struct broker *b, struct session *s);
 /* Marks a peer refused: its first message gets err and why. */
 void session_reject(struct broker *b, struct session *s, int err, const char *why);
 /* HELLO: session table entry (-EAGAIN when full), session page and ctl
@@ -93,24 +81,46 @@ void session_reject(struct broker *b, struct session *s, int err, const char *wh
 int  session_hello(struct broker *b, struct session *s, const char *name,
                    char *why, size_t whylen);
 
+/*
+ * Sends a reply. 0; -ENOTCONN if s is ending; or the loop's failure, after
+ * which s is doomed (a reply queue that does not drain, out of memory): the
+ * caller just returns.
+ */
+int  session_send(struct broker *b, struct session *s, const union wsync_msg_any *msg,
+                  const int *fds, int n_fds);
+/* An ERROR reply to request seq of type req_type. */
+void session_send_error(struct broker *b, struct session *s, uint32_t seq,
+                        uint32_t req_type, int err, const char *why);
+
+/* Marks s to be torn down for why (the first reason is kept). Only marks. */
+void session_doom(struct broker *b, struct session *s, const char *why);
+/* Marks every session (the broker is stopping). */
+void session_doom_all(struct broker *b, const char *why);
+/*
+ * The teardown point: delivers what state modules queued (outbox.h), then
+ * tears down each doomed session, again and again until neither is left
+ * (a teardown may owe others answers; their sends may doom them in turn).
+ * Called by the loop after every event and at shutdown; never re-entered.
+ */
+void session_settle(struct broker *b);
+/* Frees a torn-down session with nothing in flight (the loop's release). */
+void session_free(struct broker *b, struct session *s);
+
 /* Opening and closing models: membership, bitmask, ctl mirror. */
 int  session_open_model(struct broker *b, struct session *s, struct model *m);
 /* Lets go of m once s neither publishes nor subscribes to it; m may be
- * freed (a never-published model nobody has open), so callers must not
- * use it afterwards. */
+ * freed (a never-published model nobody has open), so callers must not use
+ * it afterwards. */
 void session_release_model(struct broker *b, struct session *s, struct model *m);
+/* s stops publishing m (alone or as a group's rank): grants settled, the
+ * group's version in progress dropped. */
+void session_leave_pub(struct broker *b, struct session *s, struct model *m, const char *why);
+/* Deletes m: every member forgets it (subscriptions and notifier), then
+ * model_delete. m must have no publisher. */
+void session_delete_model(struct broker *b, struct model *m, const char *why);
+/* Mirrors s's roles and models into its ctl entry. */
 void session_mirror(struct broker *b, struct session *s);
-/* Forgets m entirely (it is being deleted; s does not publish it): its
- * subscriptions and notifier go, without freeing m. */
-void session_forget_model(struct broker *b, struct session *s, struct model *m);
-
-/*
- * Reaps a session (any reason): settles what it published, drops its
- * subscriptions, clears its ctl entry, logs why, and lets the loop close the
- * socket. Idempotent. The session stays allocated until its io is done.
- */
-void session_disconnect(struct broker *b, struct session *s, const char *why);
-/* Frees a closed session with nothing in flight (called by the loop). */
-void session_free(struct broker *b, struct session *s);
+/* Mirrors every active session's reading figures (stats.h), once a tick. */
+void session_mirror_stats(struct broker *b);
 
 #endif

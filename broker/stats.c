@@ -12,9 +12,6 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "ctl.h"
-#include "session.h"
-#include "shm/clock.h"
 #include "stats.h"
 
 #define RELAXED memory_order_relaxed
@@ -82,17 +79,4 @@ void stats_mirror(struct wsync_session_stats *out, const struct wsync_session_pa
 	                      (uint32_t)atomic_load_explicit(&page->waits, RELAXED), RELAXED);
 	atomic_store_explicit(&out->timeouts,
 	                      (uint32_t)atomic_load_explicit(&page->timeouts, RELAXED), RELAXED);
-}
-
-void stats_tick(struct broker *b)
-{
-	int64_t mono = wsync_clock_ns(CLOCK_MONOTONIC_COARSE), real = wsync_real_ns();
-
-	for (uint32_t i = 0; i < WSYNC_MAX_SESSIONS; i++) {
-		const struct session *s = b->sessions[i];
-
-		if (!s || s->state != SESSION_ACTIVE || !s->page)
-			continue;
-		stats_mirror(&ctl_session(b, i)->stats, s->page, s->models, mono, real);
-	}
 }

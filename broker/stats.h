@@ -11,11 +11,8 @@
 
 #include <stdint.h>
 
-#include "broker.h"
 #include "shm/layout.h"
 
-/* Mirrors every active session's figures into the control segment. */
-void stats_tick(struct broker *b);
 /* Computes one session's figures from its page. `models` is the bitmask of
  * models it opened (pins of other models are ignored); mono_ns is
  * CLOCK_MONOTONIC_COARSE now and real_ns CLOCK_REALTIME now. */

@@ -8,6 +8,7 @@
  * begin and commit makes the others' commits fail with -ECONNABORTED,
  * nothing becomes visible, and once it is restarted the group publishes
  * again. A rank that never commits is cut short by the group deadline.
+ * One session cannot open two ranks of a group (-EBUSY naming its rank).
  * A tensor-parallel slice read by a collector equals the same slice of the
  * whole tensor.
  */
@@ -160,7 +161,7 @@ int main(void)
 		wsync_shard parts[3];
 		size_t n = rank_parts(1, parts);
 		wsync_model_opts o = { .group_size = RANKS, .rank = 1 };
-		wsync_client *x = NULL;
+		wsync_client *x = NULL, *y = NULL;
 		wsync_pub *p = NULL;
 
 		layout(d);
@@ -170,9 +171,15 @@ int main(void)
 		parts[0] = (wsync_shard){ 0, 0, 0, 20 };
 		TEST_RC(wsync_pub_open_shard(x, "shard.overlap", d, 3, &o, parts, 1, &p), 0);
 		o.rank = 1;
+		parts[0] = (wsync_shard){ 0, 0, 20, 32 };
+		/* one session, two ranks: refused, naming the rank it has */
+		TEST_RC(wsync_pub_open_shard(x, "shard.overlap", d, 3, &o, parts, 1, &p), -EBUSY);
+		TEST_CONTAINS(wsync_errmsg(), "already publishes rank 0");
+		TEST_OK(harness_connect(&B, "intruder-2", &y));
 		parts[0] = (wsync_shard){ 0, 0, 16, 32 };
-		TEST_RC(wsync_pub_open_shard(x, "shard.overlap", d, 3, &o, parts, 1, &p), -EINVAL);
+		TEST_RC(wsync_pub_open_shard(y, "shard.overlap", d, 3, &o, parts, 1, &p), -EINVAL);
 		TEST_CONTAINS(wsync_errmsg(), "overlap");
+		wsync_close(y);
 		wsync_close(x);
 	}
 

@@ -1,0 +1,146 @@
+/*
+ * broker/dispatch.c — every message: the checks it passes first, then the
+ * handler of its type (one table), then the ERROR if the handler refused.
+ *
+ * Every message is validated statically (wsync_msg_validate) and then
+ * against the session's state. Protocol violations are counted; the 16th,
+ * a message before HELLO, a truncated message or fds where none belong end
+ * the session — by marking it (session_doom), like everything else that
+ * ends one: the teardown runs after this event (session.h).
+ */
+#include "dispatch.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "handlers.h"
+#include "log.h"
+#include "request.h"
+#include "session.h"
+
+typedef int (*handler_fn)(struct req *r);
+
+static const struct {
+	handler_fn fn;
+	int fds;                         /* fds the request carries */
+} handlers[WSYNC_MSG_TYPE_END] = {
+	[WSYNC_MSG_HELLO]    = { handle_hello, 0 },
+	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1 },
+	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0 },
+	[WSYNC_MSG_ATTACH]   = { handle_attach, 0 },
+	[WSYNC_MSG_BEGIN]    = { handle_begin, 0 },
+	[WSYNC_MSG_COMMIT]   = { handle_commit, 0 },
+	[WSYNC_MSG_ABORT]    = { handle_abort, 0 },
+	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1 },
+	[WSYNC_MSG_CLOSE]    = { handle_close, 0 },
+	[WSYNC_MSG_DELETE]   = { handle_delete, 0 },
+	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0 },
+	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0 },
+};
+
+/* Checks that need no handler; 0 or -errno with the reason in r. */
+static int req_screen(struct req *r, size_t len, int msg_flags, uint32_t type)
+{
+	struct session *s = r->s;
+	int err;
+
+	if (msg_flags & MSG_TRUNC) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "message longer than %zu bytes",
+		                sizeof(union wsync_msg_any));
+	}
+	if (msg_flags & MSG_CTRUNC) {
+		if (s->rx_out_of_fds)        /* not the client's fault: refuse, keep it */
+			return req_fail(r, -EMFILE, "broker '%s' is out of file descriptors: "
+			                "the message's fds could not be received",
+			                r->b->cfg.name);
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "more than %d fds in one message", WSYNC_MSG_MAX_FDS);
+	}
+	err = wsync_msg_validate(r->m, len, r->why, sizeof(r->why));
+	if (err) {
+		if (s->state == SESSION_NEW)
+			r->disconnect = true;
+		return err;
+	}
+	if (!handlers[type].fn) {
+		if (s->state == SESSION_NEW)
+			r->disconnect = true;
+		return req_fail(r, -EPROTO, "%s is not a request", wsync_msg_name(type));
+	}
+	if (r->n_fds > handlers[type].fds) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "%s carries %d fds, expected %d",
+		                wsync_msg_name(type), r->n_fds, handlers[type].fds);
+	}
+	if (s->state == SESSION_NEW && type != WSYNC_MSG_HELLO) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "%s before HELLO", wsync_msg_name(type));
+	}
+	if (s->state != SESSION_NEW && type == WSYNC_MSG_HELLO) {
+		r->disconnect = true;
+		return req_fail(r, -EPROTO, "a second HELLO");
+	}
+	return 0;
+}
+
+void dispatch_refusal(struct broker *b, struct session *s, uint32_t seq, uint32_t req_type)
+{
+	session_send_error(b, s, seq, req_type, s->reject_err, s->reject_why);
+	session_doom(b, s, s->reject_why);
+}
+
+void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_flags,
+                      int *fds, int n_fds)
+{
+	struct req r = { .b = b, .s = s, .p = &s->p, .m = &s->conn.rx, .fds = fds,
+	                 .n_fds = n_fds };
+	uint32_t seq = 0, type = 0;
+	const char *what;
+	bool violation;
+	int err;
+
+	atomic_fetch_add(&b->ctl->messages, 1);
+	if (len >= sizeof(struct wsync_msg_hdr)) {
+		seq = r.m->hdr.seq;
+		type = r.m->hdr.type;
+	}
+	if (s->state == SESSION_REJECTED) {
+		dispatch_refusal(b, s, seq, type);
+		return;
+	}
+	r.why[0] = '\0';
+	err = req_screen(&r, len, msg_flags, type);
+	violation = err != 0 && err != -EMFILE;
+	if (!err) {
+		err = handlers[type].fn(&r);
+		/* A refused layout cost the broker work proportional to its size:
+		 * it counts toward the limit like a protocol error. */
+		violation = err == -EPROTO ||
+		            (type == WSYNC_MSG_PUB_OPEN && (err == -EINVAL || err == -EEXIST));
+	}
+	if (!err)
+		return;
+
+	atomic_fetch_add(&b->ctl->bad_messages, 1);
+	what = wsync_msg_size(type) ? wsync_msg_name(type) : "a message";
+	if (!r.why[0])
+		snprintf(r.why, sizeof(r.why), "%s", strerror(-err));
+	session_send_error(b, s, seq, type, err, r.why);
+	if (violation || r.disconnect)
+		log_warn("session %u '%s' pid %d: %s refused: %s", s->p.id, s->p.name,
+		         (int)s->p.pid, what, r.why);
+	else
+		log_debug("session %u '%s' pid %d: %s refused: %s", s->p.id, s->p.name,
+		          (int)s->p.pid, what, r.why);
+	if (violation && ++s->invalid >= SESSION_MAX_INVALID && !r.disconnect) {
+		r.disconnect = true;
+		snprintf(r.why, sizeof(r.why), "%d invalid messages", SESSION_MAX_INVALID);
+	}
+	if (r.disconnect)
+		session_doom(b, s, r.why);
+}
+

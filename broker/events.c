@@ -1,0 +1,200 @@
+/*
+ * broker/events.c — what the broker does with each event of its loop: the
+ * callbacks loop.c was given (loop.h), and nothing else.
+ *
+ *   accepted     a new connection: credentials, the budget of connections
+ *                that have not said HELLO, admission (--group)
+ *   received     a message to dispatch, or the end of a connection
+ *   send_failed  a reply that could not leave: the session is not reading
+ *   released     a torn-down session with nothing in flight: freed
+ *   tick         each second: heartbeat, the audit of every model's latest,
+ *                the monitors' figures, the deadlines of silent connections
+ *   timer        group deadlines and readers' waits, when due
+ *   signal       SIGTERM/SIGINT stop the loop
+ *   settle       after every event: the teardown point (session_settle)
+ *
+ * None of these tears a session down itself; they mark it (session_doom)
+ * and settle does the rest once the event is handled.
+ */
+#include "events.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "dispatch.h"
+#include "fault.h"
+#include "group.h"
+#include "log.h"
+#include "loop.h"
+#include "outbox.h"
+#include "publish.h"
+#include "readers.h"
+#include "session.h"
+#include "shm/clock.h"
+
+#define EVENTS_MAX_REJECTED   16                 /* refused peers awaiting an answer */
+#define EVENTS_REJECT_WAIT_NS (2 * 1000000000ll) /* ...for their first message */
+#define EVENTS_HELLO_WAIT_NS  (10 * 1000000000ll)/* a connection must say HELLO */
+#define EVENTS_MAX_PENDING    256                /* connections before their HELLO */
+
+static void on_accepted(void *ctx, int fd)
+{
+	struct broker *b = ctx;
+	struct ucred cred;
+	struct session *s;
+	char why[160];
+	int err;
+
+	err = auth_peer(fd, &cred);
+	if (err) {
+		log_warn("accepted a connection without peer credentials: %s", strerror(-err));
+		close(fd);
+		return;
+	}
+	/* Silent connections cost a socket each until their HELLO deadline:
+	 * bounded, the newest goes first. Admitted sessions are bounded by the
+	 * session table, which they enter at HELLO. */
+	if (b->n_pending >= EVENTS_MAX_PENDING) {
+		if (!b->pending_full_logged)
+			log_warn("%d connections have not said HELLO yet: closing new ones "
+			         "at once (latest pid %d uid %u)", EVENTS_MAX_PENDING,
+			         (int)cred.pid, (unsigned)cred.uid);
+		b->pending_full_logged = true;
+		close(fd);
+		return;
+	}
+	b->pending_full_logged = false;
+	s = session_new(b, fd, cred.pid, cred.uid, cred.gid);
+	if (!s) {
+		log_error("out of memory for a session of pid %d", (int)cred.pid);
+		return;
+	}
+	if (!auth_admit(&b->cfg, b->uid, fd, &cred)) {
+		snprintf(why, sizeof(why), "uid %u is not allowed by broker '%s'",
+		         (unsigned)cred.uid, b->cfg.name);
+		log_warn("refused pid %d uid %u gid %u: %s", (int)cred.pid,
+		         (unsigned)cred.uid, (unsigned)cred.gid,
+		         b->cfg.has_group ? "neither the broker's uid nor in its group"
+		                          : "not the broker's uid");
+		session_reject(b, s, -EPERM, why);
+		/* A refused peer gets its answer in reply to its first message
+		 * (so it carries that request's seq); too many waiting: now. */
+		if (b->n_rejected > EVENTS_MAX_REJECTED)
+			dispatch_refusal(b, s, 0, 0);
+	} else {
+		log_debug("session %u: accepted pid %d uid %u", s->p.id, (int)cred.pid,
+		          (unsigned)cred.uid);
+	}
+}
+
+static void on_received(void *ctx, struct conn *c, int res, int *fds, int n_fds,
+                        int msg_flags, bool out_of_fds)
+{
+	struct broker *b = ctx;
+	struct session *s = session_of_conn(c);
+
+	if (s->p.doomed)
+		return;
+	if (res == 0) {
+		session_doom(b, s, n_fds ? "it sent an empty message with fds"
+		                         : "the client closed its socket");
+	} else if (res < 0) {
+		session_doom(b, s, strerror(-res));
+	} else {
+		s->rx_out_of_fds = out_of_fds;
+		dispatch_message(b, s, (size_t)res, msg_flags, fds, n_fds);
+	}
+}
+
+static void on_send_failed(void *ctx, struct conn *c, int res)
+{
+	struct broker *b = ctx;
+	struct session *s = session_of_conn(c);
+
+	if (res == -EAGAIN)
+		session_doom(b, s, "its socket buffer is full: it does not read its replies");
+	else if (res < 0)
+		session_doom(b, s, strerror(-res));
+	else
+		session_doom(b, s, "short send");
+}
+
+static void on_released(void *ctx, struct conn *c)
+{
+	session_free(ctx, session_of_conn(c));
+}
+
+static void on_tick(void *ctx)
+{
+	struct broker *b = ctx;
+	int64_t now = wsync_mono_ns();
+
+	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
+	publish_audit(b);
+	session_mirror_stats(b);
+	/* Marking never frees (only the loop's release does): the walk stays
+	 * valid. */
+	for (struct session *s = b->all_sessions; s; s = s->all_next) {
+		int64_t age = now - s->accepted_mono_ns;
+
+		if (s->p.doomed)
+			continue;
+		if (s->state == SESSION_REJECTED && age > EVENTS_REJECT_WAIT_NS) {
+			dispatch_refusal(b, s, 0, 0);
+		} else if (s->state == SESSION_NEW && age > b->hello_wait_ns) {
+			log_info("session %u pid %d sent no HELLO within %lld ms: closed",
+			         s->p.id, (int)s->p.pid, (long long)(b->hello_wait_ns / 1000000));
+			session_doom(b, s, "no HELLO in time");
+		}
+	}
+}
+
+static void on_timer(void *ctx)
+{
+	struct broker *b = ctx;
+	int64_t next = group_poll(b), readers = readers_poll(b);
+
+	if (readers >= 0 && (next < 0 || readers < next))
+		next = readers;
+	if (next >= 0)
+		outbox_timer_in(&b->out, next);
+}
+
+static void on_signal(void *ctx, int signo)
+{
+	struct broker *b = ctx;
+
+	log_info("SIG%s received: shutting down", sigabbrev_np(signo));
+	loop_stop(b->loop);
+}
+
+static void on_settle(void *ctx)
+{
+	session_settle(ctx);
+}
+
+static const struct loop_ops broker_events = {
+	.accepted    = on_accepted,
+	.received    = on_received,
+	.send_failed = on_send_failed,
+	.released    = on_released,
+	.tick        = on_tick,
+	.timer       = on_timer,
+	.signal      = on_signal,
+	.settle      = on_settle,
+};
+
+int events_start(struct broker *b)
+{
+	static const int sigs[] = { SIGTERM, SIGINT };
+
+	b->hello_wait_ns = fault_hello_wait_ns(EVENTS_HELLO_WAIT_NS);
+	outbox_init(&b->out);
+	return loop_init(&b->loop, &broker_events, b, b->listen_fd, sigs,
+	                 (int)(sizeof(sigs) / sizeof(sigs[0])));
+}

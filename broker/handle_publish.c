@@ -1,0 +1,445 @@
+/*
+ * broker/handle_publish.c — the publisher's requests: PUB_OPEN (the layout
+ * checked against the broker's own computation), BEGIN, COMMIT, ABORT.
+ *
+ * The commit path (handle_commit) is the one place where the broker meets
+ * a value the publisher wrote without asking: page->latest. It is loaded
+ * once, seq_cst, and only compared: either it is exactly the grant (booked)
+ * or the model's latest is put back (publish.c explains the invariants).
+ */
+#include "handlers.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "gpu_slab.h"
+#include "group.h"
+#include "log.h"
+#include "model.h"
+#include "publish.h"
+#include "request.h"
+#include "session.h"
+#include "shm/clock.h"
+#include "shm/tensor_layout.h"
+
+
+static int layout_read(struct req *r, int fd, uint32_t n, uint32_t n_parts,
+                       wsync_tensor_desc **out)
+{
+	size_t want = (size_t)n * sizeof(wsync_tensor_desc) +
+	              (size_t)n_parts * sizeof(wsync_shard), done = 0;
+	struct statfs sfs;
+	struct stat st;
+	char *buf;
+
+	/* Only tmpfs/hugetlbfs: a read from them cannot block the broker. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &sfs) < 0 ||
+	    (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
+		return req_fail(r, -EINVAL, "the layout fd is not a memfd");
+	if ((uint64_t)st.st_size != want)
+		return req_fail(r, -EINVAL, "the layout memfd holds %lld bytes; %u tensors "
+		                "and %u parts need exactly %zu", (long long)st.st_size, n,
+		                n_parts, want);
+	buf = fault_malloc(want);
+	if (!buf)
+		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors", n);
+	while (done < want) {
+		ssize_t k = pread(fd, buf + done, want - done, (off_t)done);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			free(buf);
+			return req_fail(r, -EINVAL, "reading the layout memfd: %s",
+			                k < 0 ? strerror(errno) : "it shrank");
+		}
+		done += (size_t)k;
+	}
+	*out = (wsync_tensor_desc *)buf;
+	return 0;
+}
+
+/* Recomputes the canonical layout from the copy; it must be exactly what
+ * the client computed. On success *canon is the broker's own array. */
+static int layout_check(struct req *r, const wsync_tensor_desc *in,
+                        wsync_tensor_desc **canon, uint64_t *hash)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+	char why[WSYNC_ERRMSG_MAX - 160];
+	wsync_tensor_desc *out;
+	uint64_t bytes;
+	int err;
+
+	out = fault_malloc((size_t)p->n_tensors * sizeof(*out));
+	if (!out)
+		return req_fail(r, -ENOMEM, "out of memory for %u tensor descriptors",
+		                p->n_tensors);
+	err = wsync_layout_compute(in, p->n_tensors, out, &bytes, why, sizeof(why));
+	if (err) {
+		err = req_fail(r, -EINVAL, "model '%s': %s", p->model, why);
+		goto out_free;
+	}
+	for (uint32_t i = 0; i < p->n_tensors; i++) {
+		if (in[i].offset != out[i].offset) {
+			err = req_fail(r, -EINVAL, "model '%s': tensor %u '%.64s' is at offset "
+			               "%llu, the canonical layout puts it at %llu", p->model,
+			               i, out[i].name, (unsigned long long)in[i].offset,
+			               (unsigned long long)out[i].offset);
+			goto out_free;
+		}
+	}
+	if (bytes != p->bytes) {
+		err = req_fail(r, -EINVAL, "model '%s': the client computed %llu bytes per "
+		               "slab, the canonical layout needs %llu", p->model,
+		               (unsigned long long)p->bytes, (unsigned long long)bytes);
+		goto out_free;
+	}
+	*hash = wsync_layout_hash(out, p->n_tensors);
+	if (*hash != p->layout_hash) {
+		err = req_fail(r, -EINVAL, "model '%s': layout hash 0x%016llx differs from "
+		               "the canonical 0x%016llx", p->model,
+		               (unsigned long long)p->layout_hash, (unsigned long long)*hash);
+		goto out_free;
+	}
+	*canon = out;
+	return 0;
+
+out_free:
+	free(out);
+	return err;
+}
+
+int handle_pub_open(struct req *r)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+	struct broker *b = r->b;
+	struct session *s = r->s;
+	wsync_tensor_desc *in = NULL, *canon = NULL;
+	uint32_t n_slots = p->slots;
+	int fds[1 + WSYNC_MAX_SLOTS];
+	wsync_shard *parts = NULL;
+	bool group = p->group_size > 1;
+	bool declared_here = false;
+	union wsync_msg_any ok;
+	struct model *m;
+	uint64_t hash = 0;
+	struct model_devices dev = { .n = p->n_devices, .flags = p->dev_flags,
+	                             .uuid = p->devices };
+	int fd, err;
+
+	fd = req_take_fd(r);
+	if (fd < 0)
+		return req_fail(r, -EINVAL, "PUB_OPEN of '%s' came without its layout memfd",
+		                p->model);
+	if (n_slots == 0)
+		n_slots = WSYNC_DEFAULT_SLOTS < b->cfg.max_slots ? WSYNC_DEFAULT_SLOTS
+		                                                 : b->cfg.max_slots;
+	if (n_slots < WSYNC_MIN_SLOTS || n_slots > b->cfg.max_slots) {
+		close(fd);
+		return req_fail(r, -EINVAL, "model '%s': %u slots asked, broker '%s' allows "
+		                "%d..%u", p->model, p->slots, b->cfg.name, WSYNC_MIN_SLOTS,
+		                b->cfg.max_slots);
+	}
+	err = layout_read(r, fd, p->n_tensors, p->n_parts, &in);
+	close(fd);
+	if (err || !in)
+		return err ? err : -EINVAL;
+	if (p->n_parts) {
+		parts = fault_malloc((size_t)p->n_parts * sizeof(*parts));
+		if (!parts) {
+			free(in);
+			return req_fail(r, -ENOMEM, "out of memory for %u parts", p->n_parts);
+		}
+		memcpy(parts, in + p->n_tensors, (size_t)p->n_parts * sizeof(*parts));
+	}
+	err = layout_check(r, in, &canon, &hash);
+	free(in);
+	if (err)
+		goto out_free;
+
+	m = model_find(b, p->model);
+	if (m && m->state == WSYNC_MODEL_READY) {
+		char diff[WSYNC_ERRMSG_MAX - 160];
+		bool differs = wsync_layout_diff(canon, p->n_tensors, m->tensors, m->n_tensors,
+		                                 diff, sizeof(diff)) != 0;
+
+		if (!differs && !model_devices_match(m, &dev)) {
+			differs = true;
+			snprintf(diff, sizeof(diff), "it lives on %u GPU%s (flags 0x%x), this open "
+			         "names %u (flags 0x%x)", m->gpu ? m->gpu->n_devices : 0,
+			         m->gpu && m->gpu->n_devices == 1 ? "" : "s",
+			         m->gpu ? m->gpu->dev_flags : 0, dev.n, dev.flags);
+		}
+		if (differs) {
+			if (!(p->flags & WSYNC_OPEN_REPLACE)) {
+				err = req_fail(r, -EEXIST, "model '%s': layout differs from the "
+				               "existing one: %s (open it with the replace flag to "
+				               "replace it)", p->model, diff);
+				goto out_free;
+			}
+			if (model_published(m)) {
+				err = req_fail(r, -EBUSY, "model '%s' cannot be replaced: it has a "
+				               "publisher", p->model);
+				goto out_free;
+			}
+			session_delete_model(b, m, "replaced with another layout");
+			m = NULL;
+		}
+	}
+	if (m && m->pub) {
+		err = req_fail(r, -EBUSY, "model '%s' is already published by session %u "
+		               "'%s' (pid %d)", p->model, m->pub->id, m->pub->name,
+		               (int)m->pub->pid);
+		goto out_free;
+	}
+	if (m && m->group && !group) {
+		err = req_fail(r, -EBUSY, "model '%s' is published by a group of %u ranks",
+		               p->model, m->group->size);
+		goto out_free;
+	}
+	if (!m) {
+		err = req_declare(r, p->model, &m);
+		if (err)
+			goto out_free;
+		declared_here = true;
+	}
+	if (m->state == WSYNC_MODEL_DECLARED) {
+		err = model_make_ready(b, m, canon, p->n_tensors, p->bytes, hash, n_slots,
+		                       &dev, r->why, sizeof(r->why));
+		if (err)
+			goto out_undeclare;
+		canon = NULL;                 /* the model's now */
+	}
+	if (group) {
+		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms, parts,
+		                 p->n_parts, r->why, sizeof(r->why));
+		if (err)
+			goto out_undeclare;
+		parts = NULL;                 /* the group's now */
+	}
+	err = session_open_model(b, s, m);
+	if (err) {
+		if (group)
+			group_leave(b, m, &s->p, "its open failed");
+		err = req_fail(r, err, "model '%s': too many sessions", p->model);
+		goto out_undeclare;
+	}
+	if (!group)
+		m->pub = &s->p;
+	s->p.m[m->id].pub = true;
+	s->p.m[m->id].fds_sent = 0;
+	atomic_store(&m->ctl->publisher, s->p.id);
+	session_mirror(b, s);
+	free(canon);
+	log_info("model '%s': publisher is session %u '%s' pid %d", m->name, s->p.id,
+	         s->p.name, (int)s->p.pid);
+
+	/* The page and every slab, writable: the publisher maps them all now,
+	 * off its publish path, and no grant needs to carry an fd. */
+	fds[0] = m->page_fd;
+	for (uint32_t k = 0; k < m->books.n_slots; k++)
+		fds[1 + k] = m->slab_fd[k];
+	s->p.m[m->id].fds_sent = m->books.n_slots >= 32 ? UINT32_MAX
+	                                              : (1u << m->books.n_slots) - 1;
+	memset(&ok, 0, sizeof(ok));
+	ok.pub_open_ok.model_id = m->id;
+	ok.pub_open_ok.n_slots = m->books.n_slots;
+	ok.pub_open_ok.bytes = m->bytes;
+	ok.pub_open_ok.generation = b->generation;
+	ok.pub_open_ok.incarnation = m->incarnation;
+	req_reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, 1 + (int)m->books.n_slots);
+	return 0;
+
+out_undeclare:
+	if (declared_here && !m->n_members && !model_published(m))
+		model_undeclare(b, m, "its first PUB_OPEN failed");
+out_free:
+	free(parts);
+	free(canon);
+	return err;
+}
+
+static void reply_grant(struct req *r, const struct model *m, const struct grant *g)
+{
+	union wsync_msg_any ok;
+
+	memset(&ok, 0, sizeof(ok));
+	ok.grant.model_id = m->id;
+	ok.grant.slot = g->slot;
+	ok.grant.version = g->version;
+	ok.grant.flags = g->has_fd ? WSYNC_GRANT_HAS_FD : 0;
+	req_reply(r, &ok, WSYNC_MSG_GRANT, &g->fd, g->has_fd ? 1 : 0);
+}
+
+int handle_begin(struct req *r)
+{
+	uint32_t id = r->m->begin.m.model_id;
+	struct model *m = req_published(r, id);
+	struct grant g;
+	int err;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "BEGIN on model %u, which this session does not "
+		                "publish", id);
+	if (m->group) {
+		err = group_ready(m, r->why, sizeof(r->why));
+		if (err)
+			return err;
+	}
+	if (m->granted) {
+		publish_current(m, r->p, &g);
+	} else {
+		publish_check_latest(r->b, m, "seen at BEGIN");
+		err = publish_grant(r->b, m, r->p, &g, r->why, sizeof(r->why));
+		if (err == -EBUSY) {
+			atomic_fetch_add(&m->ctl->busy, 1);
+			if (!m->busy_logged)  /* once per spell; the rest at debug */
+				log_info("%s", r->why);
+			m->busy_logged = true;
+			return err;
+		}
+		if (err)
+			return err;
+		m->busy_logged = false;
+	}
+	if (m->group) {
+		uint32_t rank = 0;
+
+		group_rank_of(m, r->p, &rank);
+		group_begun(m, rank);
+	}
+	reply_grant(r, m, &g);
+	return 0;
+}
+
+int handle_commit(struct req *r)
+{
+	const struct wsync_msg_commit *c = &r->m->commit;
+	struct model *m = req_published(r, c->m.model_id);
+	union wsync_msg_any ok;
+	struct grant g;
+	uint64_t grant, prev, cur;
+	int64_t ns;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "COMMIT on model %u, which this session does not "
+		                "publish", c->m.model_id);
+	if (m->group) {
+		uint32_t rank = 0;
+		int err;
+
+		group_rank_of(m, r->p, &rank);
+		err = group_commit(r->b, m, rank, r->m->hdr.seq, c->slot, c->version, c->step,
+		                   r->why, sizeof(r->why));
+		if (err == -EPROTO) {   /* this rank broke the protocol: it is cut off */
+			session_leave_pub(r->b, r->s, m, "cut off: a COMMIT that does not "
+			                  "match the grant");
+			session_release_model(r->b, r->s, m);
+		}
+		return err;             /* 0: answered when the group is complete */
+	}
+	if (!m->granted || c->slot != m->grant_slot || c->version != m->grant_version) {
+		if (!m->granted)
+			req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u without a grant; "
+			         "this client no longer publishes the model", m->name,
+			         (unsigned long long)c->version, c->slot);
+		else
+			req_fail(r, -EPROTO, "model '%s': COMMIT of v%llu slot %u, the grant is "
+			         "v%llu slot %u; this client no longer publishes the model", m->name,
+			         (unsigned long long)c->version, c->slot,
+			         (unsigned long long)m->grant_version, m->grant_slot);
+		/* Only the publishing role is cut off, not the session (its
+		 * subscriptions are not at fault). A grant already in `latest`
+		 * is real data and is booked (publish_leave). */
+		session_leave_pub(r->b, r->s, m, "cut off: a COMMIT that does not match its "
+		                  "grant");
+		session_release_model(r->b, r->s, m);   /* READY: never freed here */
+		return -EPROTO;
+	}
+	/* The message is the commit; the page word is only the publisher's
+	 * hint to collectors, and someone else may have written over it. */
+	grant = wsync_latest_pack(m->grant_version, m->grant_slot);
+	prev = m->latest;
+	ns = atomic_load(&m->page->slots[c->slot].published_ns);
+	publish_book(r->b, m, c->step, ns > 0 ? ns : wsync_real_ns());
+	cur = atomic_load(&m->page->latest);
+	if (cur == prev) {
+		/* a publisher that leaves the store to the broker (two hops) */
+		atomic_store(&m->page->latest, m->latest);
+		model_wake(m);
+	} else if (cur != grant) {
+		publish_check_latest(r->b, m, "seen at COMMIT");
+		model_wake(m);
+	}
+
+	memset(&ok, 0, sizeof(ok));
+	ok.commit_ok.model_id = m->id;
+	ok.commit_ok.version = c->version;
+	g.has_fd = false;
+	g.fd = -1;
+	if (publish_grant(r->b, m, r->p, &g, NULL, 0) == 0) {
+		ok.commit_ok.flags = WSYNC_NEXT_GRANTED | (g.has_fd ? WSYNC_NEXT_HAS_FD : 0);
+		ok.commit_ok.next_slot = g.slot;
+		ok.commit_ok.next_version = g.version;
+		m->busy_logged = false;
+	}
+	req_reply(r, &ok, WSYNC_MSG_COMMIT_OK, &g.fd, g.has_fd ? 1 : 0);
+	return 0;
+}
+
+int handle_abort(struct req *r)
+{
+	const struct wsync_msg_abort *a = &r->m->abort;
+	struct model *m = req_published(r, a->m.model_id);
+	union wsync_msg_any ok;
+	uint64_t cur, grant;
+
+	if (!m)
+		return req_fail(r, -EPROTO, "ABORT on model %u, which this session does not "
+		                "publish", a->m.model_id);
+	if (m->group) {
+		uint32_t rank = 0;
+		int err;
+
+		group_rank_of(m, r->p, &rank);
+		err = group_abort(r->b, m, rank, a->slot, a->version, r->why, sizeof(r->why));
+		if (err)
+			return err;
+		memset(&ok, 0, sizeof(ok));
+		ok.abort_ok.model_id = m->id;
+		req_reply(r, &ok, WSYNC_MSG_ABORT_OK, NULL, 0);
+		return 0;
+	}
+	if (!m->granted || a->slot != m->grant_slot || a->version != m->grant_version)
+		return req_fail(r, -EPROTO, "model '%s': ABORT of v%llu slot %u does not match "
+		                "the grant", m->name, (unsigned long long)a->version, a->slot);
+	grant = wsync_latest_pack(m->grant_version, m->grant_slot);
+	cur = atomic_load(&m->page->latest);
+	if (cur == grant) {
+		/* Already visible to readers: it can only be a commit now. */
+		struct wsync_slot_meta *meta = &m->page->slots[m->grant_slot];
+		int64_t ns = atomic_load(&meta->published_ns);
+
+		publish_book(r->b, m, atomic_load(&meta->step), ns > 0 ? ns : wsync_real_ns());
+		model_wake(m);
+		return req_fail(r, -EPROTO, "model '%s': v%llu was already published; "
+		                "booked as a commit", m->name, (unsigned long long)a->version);
+	}
+	publish_abort(r->b, m);
+	publish_check_latest(r->b, m, "seen at ABORT");
+	log_debug("model '%s': v%llu slot %u aborted", m->name,
+	          (unsigned long long)a->version, a->slot);
+	memset(&ok, 0, sizeof(ok));
+	ok.abort_ok.model_id = m->id;
+	req_reply(r, &ok, WSYNC_MSG_ABORT_OK, NULL, 0);
+	return 0;
+}
+
