@@ -894,6 +894,33 @@ int harness_broker_fd_count(const struct broker *b)
 	return n;
 }
 
+long harness_broker_rss_kb(const struct broker *b)
+{
+	char path[64], buf[4096];
+	const char *at;
+
+	snprintf(path, sizeof path, "/proc/%d/status", (int)b->pid);
+	harness_read_file(path, buf, sizeof buf);
+	at = strstr(buf, "VmRSS:");
+	return at ? strtol(at + 6, NULL, 10) : -1;
+}
+
+long harness_broker_cpu_ticks(const struct broker *b)
+{
+	char path[64], buf[1024];
+	const char *at;
+	unsigned long ut = 0, st = 0;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)b->pid);
+	harness_read_file(path, buf, sizeof buf);
+	/* the fields after the command name, which may hold spaces and ')' */
+	at = strrchr(buf, ')');
+	if (!at || sscanf(at + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+	                  &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
 int harness_broker_fd_settle(const struct broker *b, int want, int timeout_ms)
 {
 	int64_t end = harness_mono_ns() + (int64_t)timeout_ms * HARNESS_MS;

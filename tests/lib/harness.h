@@ -147,6 +147,10 @@ void harness_broker_dump_log(const struct broker *b, int lines);
 int  harness_connect(const struct broker *b, const char *client_name, wsync_client **out);
 /* Number of open file descriptors of the broker process, or -1. */
 int  harness_broker_fd_count(const struct broker *b);
+/* The broker's resident memory in KiB (VmRSS), or -1. */
+long harness_broker_rss_kb(const struct broker *b);
+/* CPU time the broker used so far (user + system), in clock ticks, or -1. */
+long harness_broker_cpu_ticks(const struct broker *b);
 /* Polls the broker's fd count until it is at most want, up to timeout_ms;
  * returns the last count (the caller asserts). */
 int  harness_broker_fd_settle(const struct broker *b, int want, int timeout_ms);
