@@ -21,6 +21,14 @@
  *               as wsync_pub_commit does before COMMIT;
  *   A % 4 == 3  write a hazard pin (8 bytes from the input) into the session
  *               page, which the broker scans before every grant.
+ *   A >= 0xC0   (A - 0xC0) % 3: 0 a burst (type byte, count byte K, fd byte
+ *               F, body): K repaired requests of one type sent without
+ *               reading, then their answers (or a closed connection);
+ *               1 PUB_OPEN as a rank of a group of 2..4 (6 layout bytes, size,
+ *               rank, model and deadline), one session may try several
+ *               ranks; 2 a hang-up: up to 7 WAIT_READERS with no deadline,
+ *               then the connection closes unread and a new one says HELLO
+ *               (requests that outlive their session).
  * F & 7 chooses the fds attached: 1 the layout memfd of the current model
  * (a valid one), 2 /dev/null, 3 an eventfd, 4 a memfd of the wrong size,
  * 5 two fds, 6 SEND_FDS_MAX fds (more than a message may carry: the broker
@@ -106,7 +114,7 @@ static void *broker_main(void *arg)
 	if (broker_start(&B, &CFG))
 		abort();
 	atomic_store(&broker_ready, 1);
-	if (loop_run(&B))
+	if (loop_run(B.loop))
 		abort();
 	broker_stop(&B);
 	return NULL;
@@ -264,10 +272,11 @@ static void *map_fd(int fd, int writable)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-/* Waits for the one reply to a request: 0, or -1 when the broker closed the
- * connection. Silence is a broker bug. */
-static int recv_reply(struct client *c, uint32_t seq)
+/* Waits for one reply to a request numbered lo..hi (lo 0: any): 0, or -1
+ * when the broker closed the connection. Silence is a broker bug. */
+static int recv_reply_range(struct client *c, uint32_t lo, uint32_t hi)
 {
+	uint32_t seq = lo;
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * WSYNC_MSG_MAX_FDS)];
 		struct cmsghdr align;
@@ -305,8 +314,9 @@ static int recv_reply(struct client *c, uint32_t seq)
 		fprintf(stderr, "fuzz_session: malformed reply: %s\n", why);
 		abort();
 	}
-	if (m.hdr.seq != seq && seq) {
-		fprintf(stderr, "fuzz_session: reply seq %u to request %u\n", m.hdr.seq, seq);
+	if (lo && (m.hdr.seq < lo || m.hdr.seq > hi)) {
+		fprintf(stderr, "fuzz_session: reply seq %u to requests %u..%u\n", m.hdr.seq,
+		        lo, hi);
 		abort();
 	}
 	switch (m.hdr.type) {
@@ -345,6 +355,11 @@ static int recv_reply(struct client *c, uint32_t seq)
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
 	return 0;
+}
+
+static int recv_reply(struct client *c, uint32_t seq)
+{
+	return recv_reply_range(c, seq, seq);
 }
 
 static void make_layout(struct client *c, const uint8_t *b)
@@ -446,6 +461,11 @@ static void structured(struct client *c, union wsync_msg_any *m, uint32_t type, 
 		m->close.what = 1 + (f & 0x80 ? 1 : 0);
 		m->close.reserved = 0;
 		break;
+	case WSYNC_MSG_WAIT_READERS:
+		/* short enough to be answered before the harness calls it silence */
+		m->wait_readers.timeout_ms %= 50;
+		m->wait_readers.m.reserved = 0;
+		break;
 	default:
 		break;
 	}
@@ -534,6 +554,128 @@ static void settle(void)
 	abort();
 }
 
+/* A burst: K requests of one type sent without reading a reply, then their
+ * answers read (or the connection found closed): -1 once it is gone. */
+static int burst(struct client *c, const uint8_t *data, size_t size, size_t *at)
+{
+	union wsync_msg_any m;
+	uint32_t type, first, k, sent = 0;
+	size_t body;
+	uint8_t f;
+
+	if (size - *at < 3)
+		return -1;
+	type = 1 + data[*at] % (WSYNC_MSG_TYPE_END - 1);
+	k = 1 + data[*at + 1] % 64;
+	f = data[*at + 2] | 0x40;         /* repaired: past validation */
+	*at += 3;
+	body = wsync_msg_size(type) - sizeof(m.hdr);
+	if (body > size - *at)
+		body = size - *at;
+	first = c->seq + 1;
+	for (uint32_t i = 0; i < k; i++) {
+		int fds[SEND_FDS_MAX], n;
+
+		structured(c, &m, type, f, data + *at, body);
+		n = make_fds(c, f & ~0x40, fds);
+		if (send_msg(c, &m, wsync_msg_size(type), fds, n))
+			break;
+		sent++;
+	}
+	*at += body;
+	for (uint32_t i = 0; i < sent; i++)
+		if (recv_reply_range(c, first, first + sent - 1))
+			return -1;
+	return sent == k ? 0 : -1;
+}
+
+/* PUB_OPEN as a rank of a group of 2..4, its part an even share of tensor
+ * 0 along dim 0 (or the whole tensor when it does not divide). */
+static int group_open(struct client *c, const uint8_t *data, size_t size, size_t *at)
+{
+	union wsync_msg_any m;
+	wsync_shard part;
+	uint32_t g, rank, q;
+	int fd;
+
+	if (size - *at < 9)
+		return -1;
+	make_layout(c, data + *at);       /* reads 6 bytes */
+	g = 2 + data[*at + 6] % 3;
+	rank = data[*at + 7] % g;
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_PUB_OPEN, ++c->seq);
+	snprintf(m.pub_open.model, sizeof(m.pub_open.model), "%s", model_names[data[*at + 8] & 3]);
+	m.pub_open.group_timeout_ms = (data[*at + 8] >> 2) % 4 * 50;
+	*at += 9;
+	q = (uint32_t)(c->desc[0].shape[0] / g);
+	part.tensor = 0;
+	part.dim = q ? 0 : WSYNC_SHARD_WHOLE;
+	part.start = q ? rank * q : 0;
+	part.end = q ? (rank == g - 1 ? c->desc[0].shape[0] : (rank + 1) * q) : 0;
+	m.pub_open.n_tensors = c->n_desc;
+	m.pub_open.bytes = c->bytes;
+	m.pub_open.layout_hash = c->hash;
+	m.pub_open.group_size = (uint16_t)g;
+	m.pub_open.rank = (uint16_t)rank;
+	m.pub_open.n_parts = 1;
+	fd = memfd_create("fuzz-layout", MFD_CLOEXEC);
+	if (fd < 0 || write(fd, c->desc, c->n_desc * sizeof(wsync_tensor_desc)) < 0 ||
+	    write(fd, &part, sizeof(part)) != sizeof(part))
+		abort();
+	if (send_msg(c, &m, sizeof(m.pub_open), &fd, 1))
+		return -1;
+	return recv_reply(c, c->seq);
+}
+
+/* Requests that outlive their session: WAIT_READERS with no deadline (and
+ * whatever else the input left pending, a group COMMIT among them), then the
+ * connection closes unread and a new one says HELLO. -1 if it cannot. */
+static int hang_up(struct client *c, const uint8_t *data, size_t size, size_t *at)
+{
+	union wsync_msg_any m;
+	uint32_t k;
+
+	if (size - *at < 1)
+		return -1;
+	k = data[(*at)++] % 8;
+	for (uint32_t i = 0; i < k; i++) {
+		memset(&m, 0, sizeof(m));
+		wsync_msg_init(&m.hdr, WSYNC_MSG_WAIT_READERS, ++c->seq);
+		m.wait_readers.m.model_id = c->model_id;
+		m.wait_readers.version = 1;
+		m.wait_readers.n_readers = 1000;
+		m.wait_readers.timeout_ms = UINT32_MAX;
+		if (send_msg(c, &m, sizeof(m.wait_readers), NULL, 0))
+			break;
+	}
+	if (c->page)
+		munmap(c->page, WSYNC_PAGE);
+	if (c->mpage)
+		munmap(c->mpage, WSYNC_PAGE);
+	c->page = NULL;
+	c->mpage = NULL;
+	close(c->fd);
+	c->fd = client_connect();
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_HELLO, ++c->seq);
+	m.hello.layout_version = WSYNC_LAYOUT_VERSION;
+	snprintf(m.hello.name, sizeof(m.hello.name), "fuzz-again");
+	if (send_msg(c, &m, sizeof(m.hello), NULL, 0))
+		return -1;
+	return recv_reply(c, c->seq);
+}
+
+static int extended_op(struct client *c, uint8_t op, const uint8_t *data, size_t size,
+                       size_t *at)
+{
+	switch (op) {
+	case 0:  return burst(c, data, size, at);
+	case 1:  return group_open(c, data, size, at);
+	default: return hang_up(c, data, size, at);
+	}
+}
+
 static uint64_t get_u64(const uint8_t *p, size_t avail)
 {
 	uint64_t v = 0;
@@ -558,7 +700,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t a = data[at++];
 		int fds[SEND_FDS_MAX], n;
 
-		if (a % 4 == 0) {                          /* raw datagram */
+		if (a >= 0xC0) {                           /* bursts, ranks, hang-ups */
+			if (extended_op(&c, (uint8_t)((a - 0xC0) % 3), data, size, &at))
+				break;
+		} else if (a % 4 == 0) {                   /* raw datagram */
 			size_t len;
 			uint8_t f;
 
