@@ -343,8 +343,13 @@ static bool adopt_model(struct broker *b, int old_dirfd, uint32_t id,
 	atomic_store(&m->ctl->busy, atomic_load(&e->busy));
 	atomic_store(&m->ctl->last_step, atomic_load(&e->last_step));
 	atomic_store(&m->ctl->last_commit_ns, atomic_load(&e->last_commit_ns));
-	if (state == WSYNC_MODEL_READY)
+	if (state == WSYNC_MODEL_READY) {
 		adopt_ready(b, old_dirfd, m, e);
+		/* an entry of a broker before owners: the broker's own */
+		if (m->state == WSYNC_MODEL_READY)
+			model_set_owner(m, e->owner_uid == WSYNC_OWNER_NONE ? b->uid
+			                                                    : (uid_t)e->owner_uid);
+	}
 	return true;
 }
 

@@ -61,6 +61,10 @@ int handle_delete(struct req *r)
 	if (!m)
 		return req_fail(r, -ENOENT, "no model '%s' in broker '%s'", d->model,
 		                r->b->cfg.name);
+	if (!model_owned_by(m, r->p->uid, r->b->uid))
+		return req_fail(r, -EPERM, "model '%s' belongs to uid %u: only its owner, the "
+		                "broker's user (uid %u) and root may delete it", m->name,
+		                (unsigned)m->owner, (unsigned)r->b->uid);
 	if (m->pub)
 		return req_fail(r, -EBUSY, "model '%s' is published by session %u '%s' (pid "
 		                "%d): close the publisher first", m->name, m->pub->id,

@@ -185,6 +185,13 @@ int handle_pub_open(struct req *r)
 				               "replace it)", p->model, diff);
 				goto out_free;
 			}
+			if (!model_owned_by(m, s->p.uid, b->uid)) {
+				err = req_fail(r, -EPERM, "model '%s' belongs to uid %u: only its "
+				               "owner, the broker's user (uid %u) and root may "
+				               "replace it", p->model, (unsigned)m->owner,
+				               (unsigned)b->uid);
+				goto out_free;
+			}
 			if (model_published(m)) {
 				err = req_fail(r, -EBUSY, "model '%s' cannot be replaced: it has a "
 				               "publisher", p->model);
@@ -217,6 +224,7 @@ int handle_pub_open(struct req *r)
 		if (err)
 			goto out_undeclare;
 		canon = NULL;                 /* the model's now */
+		model_set_owner(m, s->p.uid);
 	}
 	if (group) {
 		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms, parts,

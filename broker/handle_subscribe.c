@@ -56,6 +56,10 @@ int handle_sub_open(struct req *r)
 	if (sm->subs++ == 0) {
 		m->subscribers++;
 		atomic_store(&m->ctl->subscribers, m->subscribers);
+		/* What this session acquired of an earlier model under this id
+		 * must not count for this one (wsync_pub_wait_readers): a new
+		 * subscription has acquired nothing yet. */
+		atomic_store(&s->p.page->acquired[m->id], 0);
 	}
 	session_mirror(r->b, s);
 	log_debug("session %u '%s': subscribed to '%s'", s->p.id, s->p.name, m->name);

@@ -112,6 +112,7 @@ static struct model *model_alloc(uint32_t id, const char *name)
 		return NULL;
 	}
 	m->id = id;
+	m->owner = (uid_t)WSYNC_OWNER_NONE;
 	snprintf(m->name, sizeof(m->name), "%s", name);
 	m->page_fd = m->page_ro_fd = m->layout_ro_fd = -1;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
@@ -141,6 +142,7 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 	atomic_store(&e->subscribers, 0);
 	atomic_store(&e->grant, 0);
 	atomic_store(&e->incarnation, 0);
+	e->owner_uid = WSYNC_OWNER_NONE;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&e->slot_state[i], WSYNC_SLOT_FREE);
 }
@@ -485,6 +487,12 @@ void model_delete(struct broker *b, struct model *m, const char *why)
 void model_destroy(struct broker *b, struct model *m, bool unlink_them)
 {
 	model_release(b, m, unlink_them);
+}
+
+void model_set_owner(struct model *m, uid_t uid)
+{
+	m->owner = uid;
+	m->ctl->owner_uid = (uint32_t)uid;
 }
 
 void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t version)

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "broker.h"
 #include "slots.h"
@@ -72,6 +73,7 @@ struct model {
 	uint64_t grant_version;
 	bool     busy_logged;            /* one info line per busy spell */
 	bool     forged_logged;          /* one warning per forged-latest spell */
+	uid_t    owner;                  /* WSYNC_OWNER_NONE until READY (layout.h) */
 	uint64_t hwm;                    /* highest version ever granted */
 	uint64_t latest;                 /* last validated value of page->latest */
 
@@ -79,6 +81,14 @@ struct model {
 	uint32_t n_members;
 	uint32_t subscribers;            /* sessions subscribed */
 };
+
+/* Whether uid may delete or replace m: its owner, the broker's uid, root;
+ * anyone admitted while it has no owner (never published). */
+static inline bool model_owned_by(const struct model *m, uid_t uid, uid_t broker_uid)
+{
+	return m->owner == (uid_t)WSYNC_OWNER_NONE || uid == m->owner ||
+	       uid == broker_uid || uid == 0;
+}
 
 /* Whether anybody publishes m (one publisher or a group's ranks). */
 static inline bool model_published(const struct model *m)
@@ -110,6 +120,8 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
                       uint32_t n_tensors, uint64_t bytes, uint64_t hash,
                       uint32_t n_slots, const struct model_devices *dev,
                       char *why, size_t whylen);
+/* Records uid as m's owner (first publisher, or the adopted entry's). */
+void model_set_owner(struct model *m, uid_t uid);
 /* Whether a PUB_OPEN's devices are the model's (both none, or the same
  * GPUs in the same order with the same flags). */
 bool model_devices_match(const struct model *m, const struct model_devices *dev);

@@ -355,7 +355,9 @@ typedef struct wsync_model_info {
  * subscribed to (published == 0) are listed too. */
 int  wsync_models(wsync_client *c, wsync_model_info *out, size_t cap, size_t *n);
 /* Deletes a model that has no publisher (-EBUSY names it otherwise,
- * -ENOENT if there is no such model). Its subscribers' calls return -EIDRM
+ * -ENOENT if there is no such model, -EPERM unless the caller's uid is the
+ * model's owner, the uid that first published it, or the broker's uid or
+ * root). Its subscribers' calls return -EIDRM
  * from then on (waits wake); views they hold stay intact until released.
  * The name can be published again, at versions above the old ones. */
 int  wsync_model_delete(wsync_client *c, const char *model);

@@ -176,8 +176,14 @@ struct wsync_ctl_model {
 	/* What backs the slabs (enum wsync_slab_pages, shm/segment.h), for
 	 * monitors and for the next generation's adoption; 0 = 4 KiB pages */
 	uint32_t slab_pages;
-	uint8_t  reserved[68];
+	/* The uid that first published the model (its PUB_OPEN made it
+	 * READY): with the broker's uid and root, the only one that may
+	 * delete or replace it. WSYNC_OWNER_NONE while it has no layout. Kept
+	 * across adoption. */
+	uint32_t owner_uid;
+	uint8_t  reserved[64];
 };
+#define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
 static_assert(offsetof(struct wsync_ctl_model, incarnation) == 264, "ctl model incarnation");
@@ -185,6 +191,7 @@ static_assert(offsetof(struct wsync_ctl_model, group_first_ns) == 280, "ctl mode
 static_assert(offsetof(struct wsync_ctl_model, n_devices) == 296, "ctl model devices");
 static_assert(offsetof(struct wsync_ctl_model, dev_uuid) == 312, "ctl model device uuids");
 static_assert(offsetof(struct wsync_ctl_model, slab_pages) == 440, "ctl model slab pages");
+static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 444, "ctl model owner");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
