@@ -28,7 +28,7 @@ SOMAJOR := 0
 # libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (make check,
 # check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
-            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev
+            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev libsystemd-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -83,7 +83,8 @@ UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 
 LIBS_CLIENT := -lxxhash -ldl -lrt
-LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
+# libsystemd: sd_notify for Type=notify services (broker/service.c)
+LIBS_BROKER := -luring -ljemalloc -lsystemd -lxxhash -ldl -lrt
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests
 all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
@@ -164,7 +165,7 @@ BROKER_LIB_OBJ := $(filter-out $(BUILD)/obj/broker/main.o,$(BROKER_OBJ))
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -lcmocka -luring $(LIBS_CLIENT)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -lcmocka -luring -lsystemd $(LIBS_CLIENT)
 
 # The safetensors parser is wsyncctl's, with jansson.
 $(BUILD)/tests/unit/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o \
@@ -272,7 +273,7 @@ endif
 $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -luring $(LIBS_CLIENT)
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -luring -lsystemd $(LIBS_CLIENT)
 
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CC=clang \

@@ -353,6 +353,49 @@ static bool adopt_model(struct broker *b, int old_dirfd, uint32_t id,
 	return true;
 }
 
+/* ---- the old generation's clients ------------------------------------------- */
+
+/*
+ * Tells the clients of the generation just adopted that it will never move
+ * again: they map its control segment, and its state word is the one they
+ * check at every acquire. A pwrite of the aligned word: a client reads
+ * either the old state or SUPERSEDED, and both say "not running" to it.
+ */
+static void old_ctl_supersede(const struct broker *b, int old_dirfd)
+{
+	const uint32_t state = WSYNC_BROKER_SUPERSEDED;
+	struct stat st;
+	int fd = openat(old_dirfd, CTL_SEG_NAME, O_WRONLY | O_NOFOLLOW | O_NONBLOCK |
+	                O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == b->uid &&
+	    st.st_nlink == 1 && (uint64_t)st.st_size == CTL_BYTES &&
+	    pwrite(fd, &state, sizeof(state), offsetof(struct wsync_ctl_header, state)) ==
+	    (ssize_t)sizeof(state))
+		log_debug("told the old generation's clients it was superseded");
+	close(fd);
+}
+
+/* --fresh: the old generation's weights are not adopted, but its version
+ * numbers stay the floors of their names. */
+static void adopt_floors_only(struct broker *b, const struct wsync_ctl_header *old)
+{
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		const struct wsync_ctl_model *e =
+			(const struct wsync_ctl_model *)((const char *)old + CTL_MODELS_OFFSET) + i;
+		uint64_t hwm = atomic_load(&e->hwm_version);
+		uint64_t v = wsync_latest_version(atomic_load(&e->latest));
+
+		if (atomic_load(&e->state) == WSYNC_MODEL_FREE || !memchr(e->name, '\0',
+		    sizeof(e->name)) || !wsync_name_valid(e->name, sizeof(e->name)))
+			continue;
+		if (b->floors && state_floor_raise(b->floors, e->name, v > hwm ? v : hwm))
+			log_warn("model '%s': its version floor could not be kept", e->name);
+	}
+}
+
 /* ---- sweeping old directories ------------------------------------------------ */
 
 int adopt_sweep(const struct broker *b, const char *keep)
@@ -422,7 +465,12 @@ int adopt_start(struct broker *b, char *err, size_t errlen)
 		b->seg_dirfd = -1;
 		goto out_free;
 	}
-	for (uint32_t i = 0; old && i < WSYNC_MAX_MODELS; i++) {
+	if (old && b->cfg.fresh) {
+		adopt_floors_only(b, old);
+		log_info("--fresh: the weights of generation %" PRIu64 " are not adopted; its "
+		         "version numbers stay the floors", old_gen);
+	}
+	for (uint32_t i = 0; old && !b->cfg.fresh && i < WSYNC_MAX_MODELS; i++) {
 		const struct wsync_ctl_model *em =
 			(const struct wsync_ctl_model *)((const char *)old + CTL_MODELS_OFFSET) + i;
 
@@ -430,8 +478,6 @@ int adopt_start(struct broker *b, char *err, size_t errlen)
 	}
 	free(old);
 	old = NULL;
-	if (old_dirfd >= 0)
-		close(old_dirfd);
 	e = ctl_install(b);
 	if (e) {
 		snprintf(err, errlen, "cannot write %s: %s", b->state_path, strerror(-e));
@@ -439,7 +485,13 @@ int adopt_start(struct broker *b, char *err, size_t errlen)
 			if (b->models[i])
 				model_destroy(b, b->models[i], true);
 		ctl_destroy(b, true);
+		if (old_dirfd >= 0)
+			close(old_dirfd);
 		return e;
+	}
+	if (old_dirfd >= 0) {
+		old_ctl_supersede(b, old_dirfd);
+		close(old_dirfd);
 	}
 	removed = adopt_sweep(b, NULL);
 	if (old_gen)

@@ -16,6 +16,7 @@
 #include "pages.h"
 #include "readers.h"
 #include "rundir.h"
+#include "service.h"
 #include "session.h"
 #include "state.h"
 #include "shm/clock.h"
@@ -95,11 +96,12 @@ int broker_start(struct broker *b, const struct config *cfg)
 	}
 	atomic_store(&b->ctl->state, WSYNC_BROKER_RUNNING);
 	units(cfg->shm_limit, limit, sizeof(limit));
+	service_ready("serving");
 	log_info("broker '%s' started: socket %s, generation %" PRIu64 ", shm limit %s "
 	         "(%" PRIu64 " bytes), max %u slots per model, %d model(s) adopted%s%s%s",
 	         cfg->name, cfg->socket_path, b->generation, limit, cfg->shm_limit,
 	         cfg->max_slots, adopted, cfg->has_group ? ", group " : "",
-	         cfg->has_group ? cfg->group : "", cfg->keep ? ", --keep" : "");
+	         cfg->has_group ? cfg->group : "", cfg->keep ? "" : ", --no-keep");
 	return 0;
 
 out_segments:
@@ -126,6 +128,7 @@ void broker_stop(struct broker *b)
 	bool keep = b->cfg.keep;
 	int err;
 
+	service_stopping();
 	/* Waiters first: every wait returns now. STOPPED (in memory only the
 	 * broker writes) before the wake, so a woken waiter sees it. */
 	atomic_store(&b->ctl->state, WSYNC_BROKER_STOPPED);
@@ -160,7 +163,7 @@ void broker_stop(struct broker *b)
 		         b->cfg.socket_path);
 	state_free(b->floors);
 	log_info("broker '%s' stopped%s", b->cfg.name,
-	         keep ? "; segments kept for the next start" : "");
+	         keep ? "; each model's latest version kept for the next start" : "");
 	unlink(b->lock_path);
 	close(b->lock_fd);
 }

@@ -18,7 +18,9 @@
 const char config_usage_text[] =
 	"Usage: wsyncd [OPTION]...\n"
 	"The wsync broker: hands out shared-memory weight slabs to trainers and\n"
-	"collectors of this machine. Runs in the foreground; SIGTERM/SIGINT stop it.\n"
+	"collectors of this machine. Runs in the foreground; SIGTERM/SIGINT stop it,\n"
+	"SIGHUP reopens the log file. Under systemd (Type=notify) it says when it is\n"
+	"ready and pings the watchdog.\n"
 	"\n"
 	"  --name NAME         broker instance name (default: default)\n"
 	"  --socket PATH       listening socket (default: <rundir>/<name>.sock, where\n"
@@ -28,7 +30,13 @@ const char config_usage_text[] =
 	"  --max-slots N       most slots per model, 2..32 (default: 8)\n"
 	"  --group GROUP       also admit members of GROUP (name or gid)\n"
 	"  --log-level LEVEL   error, warn, info or debug (default: info)\n"
-	"  --keep              keep shared memory on shutdown for the next start\n"
+	"  --log-file PATH     append the log to PATH instead of stderr; SIGHUP\n"
+	"                      reopens it (for logrotate)\n"
+	"  --no-keep           remove the weights at a clean stop (default: keep each\n"
+	"                      model's latest version for the next start; --keep is\n"
+	"                      accepted and is the default)\n"
+	"  --fresh             start without the weights a previous run left (version\n"
+	"                      numbers still go on above them)\n"
 	"  --gpus LIST         GPUs for device models: all (default), none, or GPU\n"
 	"                      UUIDs / ordinals as this broker sees them, comma-separated\n"
 	"  --huge-pages WHEN   slabs on 2 MiB pages: auto (default: reserved hugetlb\n"
@@ -147,11 +155,13 @@ static void config_defaults(struct config *cfg)
 	snprintf(cfg->name, sizeof(cfg->name), "%s", CONFIG_DEFAULT_NAME);
 	cfg->max_slots = CONFIG_DEFAULT_MAX_SLOTS;
 	cfg->log_level = LOG_LEVEL_INFO;
+	cfg->keep = true;
 	snprintf(cfg->gpus, sizeof(cfg->gpus), "all");
 }
 
 enum { OPT_NAME = 256, OPT_SOCKET, OPT_SHM_LIMIT, OPT_MAX_SLOTS, OPT_GROUP,
-       OPT_LOG_LEVEL, OPT_KEEP, OPT_HELP, OPT_VERSION, OPT_GPUS, OPT_HUGE_PAGES };
+       OPT_LOG_LEVEL, OPT_KEEP, OPT_HELP, OPT_VERSION, OPT_GPUS, OPT_HUGE_PAGES,
+       OPT_LOG_FILE, OPT_NO_KEEP, OPT_FRESH };
 
 int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
@@ -163,6 +173,9 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 		{ "group",     required_argument, NULL, OPT_GROUP },
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 		{ "keep",      no_argument,       NULL, OPT_KEEP },
+		{ "no-keep",   no_argument,       NULL, OPT_NO_KEEP },
+		{ "fresh",     no_argument,       NULL, OPT_FRESH },
+		{ "log-file",  required_argument, NULL, OPT_LOG_FILE },
 		{ "gpus",      required_argument, NULL, OPT_GPUS },
 		{ "huge-pages", required_argument, NULL, OPT_HUGE_PAGES },
 		{ "help",      no_argument,       NULL, OPT_HELP },
@@ -220,6 +233,18 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 			break;
 		case OPT_KEEP:
 			cfg->keep = true;
+			break;
+		case OPT_NO_KEEP:
+			cfg->keep = false;
+			break;
+		case OPT_FRESH:
+			cfg->fresh = true;
+			break;
+		case OPT_LOG_FILE:
+			if (optarg[0] != '/' || strlen(optarg) >= sizeof(cfg->log_file))
+				return usage_fail(err, errlen, "--log-file: give an absolute path of "
+				                  "1..%zu bytes", sizeof(cfg->log_file) - 1);
+			snprintf(cfg->log_file, sizeof(cfg->log_file), "%s", optarg);
 			break;
 		case OPT_GPUS:
 			err2 = parse_gpus(cfg, optarg, err, errlen);

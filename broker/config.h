@@ -27,7 +27,10 @@ struct config {
 	gid_t    gid;
 	char     group[64];              /* as given, for messages */
 	int      log_level;              /* enum log_level */
-	bool     keep;
+	char     log_file[PATH_MAX];     /* --log-file, "" = stderr */
+	bool     keep;                   /* a clean stop keeps each model's latest
+	                                    version for the next start (default) */
+	bool     fresh;                  /* --fresh: adopt no weights at start */
 	char     gpus[256];              /* --gpus: all, none or a list (broker/gpu.h) */
 	int      huge_pages;             /* --huge-pages: enum config_huge */
 };

@@ -10,7 +10,7 @@
  *   tick         each second: heartbeat, the audit of every model's latest,
  *                the monitors' figures, the deadlines of silent connections
  *   timer        group deadlines and readers' waits, when due
- *   signal       SIGTERM/SIGINT stop the loop
+ *   signal       SIGTERM/SIGINT stop the loop; SIGHUP reopens the log
  *   settle       after every event: the teardown point (session_settle)
  *
  * None of these tears a session down itself; they mark it (session_doom)
@@ -34,6 +34,7 @@
 #include "outbox.h"
 #include "publish.h"
 #include "readers.h"
+#include "service.h"
 #include "session.h"
 #include "shm/clock.h"
 
@@ -100,9 +101,13 @@ static void on_received(void *ctx, struct conn *c, int res, int *fds, int n_fds,
 
 	if (s->p.doomed)
 		return;
-	if (res == 0) {
-		session_doom(b, s, n_fds ? "it sent an empty message with fds"
-		                         : "the client closed its socket");
+	if (res == 0 && n_fds) {
+		session_doom(b, s, "it sent an empty message with fds");
+	} else if (res == 0 || res == -ECONNRESET) {
+		/* a client that exits or closes: the usual end, logged at debug */
+		s->normal_end = true;
+		session_doom(b, s, res ? "the client closed its socket with replies unread"
+		                       : "the client closed its socket");
 	} else if (res < 0) {
 		session_doom(b, s, strerror(-res));
 	} else {
@@ -135,6 +140,7 @@ static void on_tick(void *ctx)
 	int64_t now = wsync_mono_ns();
 
 	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
+	service_watchdog();
 	publish_audit(b);
 	session_mirror_stats(b);
 	/* Marking never frees (only the loop's release does): the walk stays
@@ -168,9 +174,23 @@ static void on_timer(void *ctx)
 static void on_signal(void *ctx, int signo)
 {
 	struct broker *b = ctx;
+	int err;
 
-	log_info("SIG%s received: shutting down", sigabbrev_np(signo));
-	loop_stop(b->loop);
+	if (signo != SIGHUP) {
+		log_info("SIG%s received: shutting down", sigabbrev_np(signo));
+		loop_stop(b->loop);
+		return;
+	}
+	/* a closed terminal, or logrotate: never a reason to stop */
+	service_reloading();
+	err = log_reopen();
+	if (err)
+		log_error("SIGHUP: cannot reopen the log file %s: %s; still writing to the "
+		          "old one", b->cfg.log_file, strerror(-err));
+	else
+		log_info("SIGHUP received: %s", b->cfg.log_file[0] ? "log file reopened"
+		                                                   : "nothing to reload");
+	service_ready("serving");
 }
 
 static void on_settle(void *ctx)
@@ -191,7 +211,7 @@ static const struct loop_ops broker_events = {
 
 int events_start(struct broker *b)
 {
-	static const int sigs[] = { SIGTERM, SIGINT };
+	static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
 
 	b->hello_wait_ns = fault_hello_wait_ns(EVENTS_HELLO_WAIT_NS);
 	outbox_init(&b->out);

@@ -2,6 +2,8 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +12,42 @@
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 static int log_threshold = LOG_LEVEL_INFO;
+static int log_fd = STDERR_FILENO;
+static char log_path[PATH_MAX];
+
+static int log_file_open(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0640);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int log_open_file(const char *path)
+{
+	int fd = log_file_open(path);
+
+	if (fd < 0)
+		return fd;
+	snprintf(log_path, sizeof(log_path), "%s", path);
+	if (log_fd != STDERR_FILENO)
+		close(log_fd);
+	log_fd = fd;
+	return 0;
+}
+
+int log_reopen(void)
+{
+	int fd;
+
+	if (!log_path[0])
+		return 0;
+	fd = log_file_open(log_path);
+	if (fd < 0)
+		return fd;
+	close(log_fd);
+	log_fd = fd;
+	return 0;
+}
 
 int log_level_parse(const char *s)
 {
@@ -66,6 +104,6 @@ void log_write(int level, const char *fmt, ...)
 		at = sizeof(line) - 2;
 	line[at++] = '\n';
 	/* One write per line keeps lines whole when stderr is shared. */
-	while (write(STDERR_FILENO, line, at) < 0 && errno == EINTR)
+	while (write(log_fd, line, at) < 0 && errno == EINTR)
 		;
 }

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -52,16 +53,22 @@ int main(int argc, char **argv)
 	if (r == CONFIG_DONE)
 		return 0;
 	log_set_level(cfg.log_level);
+	if (cfg.log_file[0] && (r = log_open_file(cfg.log_file)) < 0) {
+		fprintf(stderr, "wsyncd: cannot open the log file %s: %s\n", cfg.log_file,
+		        strerror(-r));
+		return 1;
+	}
 	if (config_finish(&cfg, err, sizeof(err))) {
 		fprintf(stderr, "wsyncd: %s\n", err);
 		return 1;
 	}
 	umask(077);
 	raise_fd_limit();
-	/* SIGTERM/SIGINT arrive through the signalfd in the loop. */
+	/* SIGTERM/SIGINT/SIGHUP arrive through the signalfd in the loop. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 

@@ -486,6 +486,14 @@ void model_delete(struct broker *b, struct model *m, const char *why)
 
 void model_destroy(struct broker *b, struct model *m, bool unlink_them)
 {
+	uint32_t latest = wsync_latest_slot(m->latest);
+
+	/* What the next start adopts is each model's latest version: the
+	 * other slabs need not wait in /dev/shm for it. */
+	if (!unlink_them && m->state == WSYNC_MODEL_READY)
+		for (uint32_t k = 0; k < m->books.n_slots; k++)
+			if (k != latest)
+				seg_unlink(b, m, (int)k);
 	model_release(b, m, unlink_them);
 }
 

@@ -141,7 +141,8 @@ bool model_drop_if_unused(struct broker *b, struct model *m);
  */
 void model_delete(struct broker *b, struct model *m, const char *why);
 /* Frees a model at shutdown (every session gone, so no group is left),
- * unlinking its segments when unlink_them. */
+ * unlinking its segments when unlink_them, else all but its layout and its
+ * latest version's slab (what the next start adopts). */
 void model_destroy(struct broker *b, struct model *m, bool unlink_them);
 
 void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t version);

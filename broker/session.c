@@ -156,8 +156,8 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	snprintf(e->name, sizeof(e->name), "%s", s->p.name);
 	stats_clear(&e->stats);
 	atomic_store(&e->id, s->p.id);        /* publishes the entry */
-	log_info("session %u '%s' pid %d uid %u connected", s->p.id, s->p.name,
-	         (int)s->p.pid, (unsigned)s->p.uid);
+	log_debug("session %u '%s' pid %d uid %u connected", s->p.id, s->p.name,
+	          (int)s->p.pid, (unsigned)s->p.uid);
 	return 0;
 
 out_close:
@@ -348,9 +348,14 @@ static void session_teardown(struct broker *b, struct session *s)
 	}
 	if (was == SESSION_REJECTED)
 		b->n_rejected--;
-	if (was == SESSION_ACTIVE)
+	/* Clients come and go all day: the usual end is debug; a session cut
+	 * off (not reading, a violation, out of memory) is worth a line. */
+	if (was == SESSION_ACTIVE && !s->normal_end)
 		log_info("session %u '%s' pid %d disconnected: %s", s->p.id, s->p.name,
 		         (int)s->p.pid, why);
+	else if (was == SESSION_ACTIVE)
+		log_debug("session %u '%s' pid %d disconnected: %s", s->p.id, s->p.name,
+		          (int)s->p.pid, why);
 	else
 		log_debug("session %u pid %d closed before HELLO: %s", s->p.id,
 		          (int)s->p.pid, why);

@@ -54,6 +54,7 @@ struct session {
 	uint32_t invalid;                /* protocol errors so far */
 	bool     rx_out_of_fds;          /* the message's fds were lost to the
 	                                    broker's own descriptor limit */
+	bool     normal_end;             /* it closed its socket: logged at debug */
 	int      reject_err;
 	char     reject_why[SESSION_WHY_MAX];
 	char     doom_why[SESSION_WHY_MAX];

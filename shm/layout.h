@@ -23,10 +23,11 @@
  * the session socket (SCM_RIGHTS), read-only except the session page, the
  * model page of a model the client publishes, and slabs granted to it.
  *
- * A new broker generation never writes an object of an older one: on restart
- * it copies the latest version of each model into a fresh directory and
- * removes the old one (see broker/adopt.c), so views held across a crash stay
- * intact and clients of the old generation see a world that no longer moves.
+ * A new broker generation never writes an object of an older one but for its
+ * control segment's state word (SUPERSEDED): on restart it copies the latest
+ * version of each model into a fresh directory and removes the old one (see
+ * broker/adopt.c), so views held across a crash stay intact, and clients of
+ * the old generation learn that they must reconnect to go on.
  *
  * All integers are little-endian fixed width; offsets, never pointers.
  */
@@ -74,6 +75,12 @@ enum wsync_broker_state {
 	WSYNC_BROKER_STARTING = 0,
 	WSYNC_BROKER_RUNNING  = 1,
 	WSYNC_BROKER_STOPPED  = 2,   /* clean shutdown; waiters were woken */
+	/* A broker that started after this generation's broker died adopted
+	 * it: nothing here moves any more, the models go on in the new
+	 * generation. The one word a new generation writes into an old one
+	 * (broker/adopt.c), so that its clients learn it instead of serving
+	 * a version that is no longer the latest. */
+	WSYNC_BROKER_SUPERSEDED = 3,
 };
 
 enum wsync_model_state {

@@ -385,15 +385,16 @@ static unsigned long long shm_limit_bytes(void)
 static _Noreturn void broker_exec(const struct bench *b, pid_t parent)
 {
 	char limit[32];
+	/* a private broker: nothing of it stays behind (--no-keep) */
 	char *argv[] = { (char *)b->wsyncd, "--name", (char *)b->instance,
 	                 "--socket", (char *)b->endpoint, "--shm-limit", limit,
-	                 "--log-level", "warn", NULL, NULL, NULL };
+	                 "--log-level", "warn", "--no-keep", NULL, NULL, NULL };
 	int fd;
 
 	snprintf(limit, sizeof limit, "%llu", shm_limit_bytes());
 	if (b->huge_pages) {
-		argv[9] = "--huge-pages";
-		argv[10] = (char *)b->huge_pages;
+		argv[10] = "--huge-pages";
+		argv[11] = (char *)b->huge_pages;
 	}
 	setpgid(0, 0);          /* Ctrl-C reaches the bench, which stops it */
 	signal(SIGINT, SIG_DFL);

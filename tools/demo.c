@@ -321,7 +321,9 @@ static void print_log_tail(const char *path)
 
 static int demo_start_broker(struct demo *d)
 {
-	char *argv[] = { d->wsyncd, "--name", d->name, "--socket", d->socket, NULL };
+	/* a private broker: nothing of it stays behind (--no-keep) */
+	char *argv[] = { d->wsyncd, "--name", d->name, "--socket", d->socket, "--no-keep",
+	                 NULL };
 	int err = child_spawn(&d->broker, argv, d->log);
 
 	if (err) {

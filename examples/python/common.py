@@ -105,7 +105,7 @@ def private_broker(wsyncd):
     d = tempfile.mkdtemp(prefix="wsync-example-")
     name = "example%d" % os.getpid()
     sock = os.path.join(d, name + ".sock")
-    proc = subprocess.Popen([wsyncd, "--name", name, "--socket", sock],
+    proc = subprocess.Popen([wsyncd, "--name", name, "--socket", sock, "--no-keep"],
                             env=dict(os.environ, XDG_RUNTIME_DIR=d),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10

@@ -7,9 +7,12 @@
  *  2. Debris of starts that crashed half-way (private directories of the
  *     instance that no state file names, with objects in them) is removed
  *     by the next start.
- *  3. --keep: a clean stop keeps the segments, the next start (without
- *     --keep) adopts them at the same version, and its clean stop removes
- *     everything.
+ *  3. By default a clean stop keeps what the next start needs — the
+ *     directory, the control segment, and each model's layout and latest
+ *     slab, nothing more — and the next start adopts it at the same
+ *     version; --no-keep then removes everything.
+ *  4. --fresh starts without the weights a clean stop kept: nothing to
+ *     acquire, and the next version is above every earlier one.
  */
 #include "tests/lib/faults.h"
 
@@ -112,14 +115,29 @@ int main(void)
 	harness_broker_finish(&B);
 
 	/* 3 */
-	TEST_ASSERT(harness_broker_start(&B, "--keep", NULL) == 0);
+	TEST_ASSERT(harness_broker_start(&B, HARNESS_KEEP_DEFAULT, NULL) == 0);
+	publish(13);
 	uint64_t v4 = publish(14);
 	TEST_ASSERT(harness_broker_stop(&B) == 0);
-	TEST_ASSERT_MSG(harness_shm_leftovers(&B, 0) >= 1 + 2 + 4,
-	                "--keep kept only %d segments", harness_shm_leftovers(&B, 0));
-	B.n_args = 0;                    /* the next start without --keep */
+	left = harness_shm_leftovers(&B, 1);
+	TEST_ASSERT_MSG(left == 1 + 1 + 1 + 1, "a clean stop kept %d entries, not the "
+	                "directory, ctl, the layout and the latest slab", left);
 	TEST_ASSERT(harness_broker_restart(&B) == 0);
 	expect_latest(v4, 14);
+	TEST_ASSERT(harness_broker_stop(&B) == 0);
+
+	/* 4 */
+	snprintf(B.args[0], sizeof B.args[0], "--fresh");
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
+	TEST_OK(harness_connect(&B, "crash-collector", &c));
+	TEST_OK(wsync_sub_open(c, MODEL, &s));
+	TEST_RC(wsync_sub_acquire(s, &held), -ENODATA);
+	wsync_sub_close(s);
+	wsync_close(c);
+	TEST_GT_U64(publish(15), v4);
+	B.n_args = 0;                    /* the harness's --no-keep again */
+	TEST_ASSERT(harness_broker_stop(&B) == 0);
+	TEST_ASSERT(harness_broker_restart(&B) == 0);
 	harness_broker_finish(&B);
 	return 0;
 }

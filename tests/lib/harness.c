@@ -605,7 +605,7 @@ static int broker_spawn(struct broker *b)
 		fprintf(stderr, "harness: no wsyncd binary (set WSYNC_WSYNCD or BUILD)\n");
 		return -1;
 	}
-	char *argv[8 + HARNESS_MAX_ARGS];
+	char *argv[10 + HARNESS_MAX_ARGS];
 	int n = 0;
 	argv[n++] = (char *)path;
 	argv[n++] = "--name";
@@ -614,11 +614,19 @@ static int broker_spawn(struct broker *b)
 		argv[n++] = "--socket";
 		argv[n++] = b->sock;
 	}
-	int pages_given = 0;
+	int pages_given = 0, keep_given = 0;
 	for (int i = 0; i < b->n_args; i++) {
 		pages_given |= !strcmp(b->args[i], "--huge-pages");
-		argv[n++] = b->args[i];
+		keep_given |= !strcmp(b->args[i], "--keep") || !strcmp(b->args[i], "--no-keep") ||
+		              !strcmp(b->args[i], HARNESS_KEEP_DEFAULT);
+		if (strcmp(b->args[i], HARNESS_KEEP_DEFAULT))
+			argv[n++] = b->args[i];
 	}
+	/* A clean stop keeps each model's latest version for the next start
+	 * by default; tests that do not test that stop clean (and check that
+	 * nothing is left). */
+	if (!keep_given)
+		argv[n++] = "--no-keep";
 	/* The same pages on every machine: huge-page slabs are not adopted
 	 * across a restart, which tests of adoption count on. Tests of huge
 	 * pages say --huge-pages themselves. */

@@ -95,6 +95,11 @@ struct broker {
 	int   last_status;               /* waitpid status of the last exit */
 };
 
+/* A pseudo-argument for harness_broker_start: pass neither --keep nor
+ * --no-keep (the harness passes --no-keep unless a test says one), so the
+ * broker's default decides what a clean stop keeps. */
+#define HARNESS_KEEP_DEFAULT "--harness-keep-default"
+
 /* A pseudo-argument for harness_broker_start: pass no --socket, so the
  * broker listens at its default place, <XDG_RUNTIME_DIR>/wsync/<name>.sock. */
 #define HARNESS_DEFAULT_SOCKET "--harness-default-socket"

@@ -72,6 +72,9 @@ class Broker:
         # across a restart, which tests of adoption count on
         if "--huge-pages" not in self.args:
             self.args += ["--huge-pages", "off"]
+        # a clean stop keeps the latest weights by default: tests leave nothing
+        if "--keep" not in self.args and "--no-keep" not in self.args:
+            self.args += ["--no-keep"]
         self.proc = None
 
     @property

@@ -136,7 +136,8 @@ class Broker:
         self.sock = os.path.join(self.dir, self.name + ".sock")
         env = dict(os.environ, XDG_RUNTIME_DIR=self.dir)
         with open(os.path.join(self.dir, "wsyncd.log"), "ab") as log:
-            self.proc = subprocess.Popen([wsyncd, "--name", self.name, "--socket", self.sock],
+            self.proc = subprocess.Popen([wsyncd, "--name", self.name, "--socket", self.sock,
+                                          "--no-keep"],
                                          stdout=log, stderr=log, env=env,
                                          preexec_fn=pdeathsig)
         import wsync
