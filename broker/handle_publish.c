@@ -117,6 +117,51 @@ out_free:
 	return err;
 }
 
+/* "it lives on 3 GPUs (flags 0x1), this open names 2 (flags 0x0)" */
+static void devices_describe(const struct model *m, const struct model_devices *dev,
+                             char *buf, size_t len)
+{
+	snprintf(buf, len, "it lives on %u GPU%s (flags 0x%x), this open names %u (flags "
+	         "0x%x)", m->gpu ? m->gpu->n_devices : 0,
+	         m->gpu && m->gpu->n_devices == 1 ? "" : "s", m->gpu ? m->gpu->dev_flags : 0,
+	         dev->n, dev->flags);
+}
+
+/*
+ * A PUB_OPEN of a model someone publishes is refused without reading its
+ * layout, work in proportion to its size that a client could ask for again
+ * and again: the layout's hash, size and tensor count in the message say
+ * whether it is the same (-EBUSY, which a trainer waiting for its earlier
+ * self to be reaped retries) or another (-EEXIST, a violation).
+ */
+static int pub_open_refuse_early(struct req *r, const struct model *m,
+                                 const struct model_devices *dev)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+
+	if (p->layout_hash != m->hash || p->bytes != m->bytes || p->n_tensors != m->n_tensors)
+		return req_fail(r, -EEXIST, "model '%s' is published by %s with another layout "
+		                "(%u tensors, %llu bytes, hash 0x%016llx; this open: %u, %llu, "
+		                "0x%016llx): close it first, or publish under another name",
+		                m->name, m->pub ? m->pub->name : "a group", m->n_tensors,
+		                (unsigned long long)m->bytes, (unsigned long long)m->hash,
+		                p->n_tensors, (unsigned long long)p->bytes,
+		                (unsigned long long)p->layout_hash);
+	if (!model_devices_match(m, dev)) {
+		char diff[160];
+
+		devices_describe(m, dev, diff, sizeof(diff));
+		return req_fail(r, -EEXIST, "model '%s' is published on other GPUs: %s",
+		                m->name, diff);
+	}
+	if (m->pub)
+		return req_fail(r, -EBUSY, "model '%s' is already published by session %u "
+		                "'%s' (pid %d)", m->name, m->pub->id, m->pub->name,
+		                (int)m->pub->pid);
+	return req_fail(r, -EBUSY, "model '%s' is published by a group of %u ranks", m->name,
+	                m->group->size);
+}
+
 int handle_pub_open(struct req *r)
 {
 	const struct wsync_msg_pub_open *p = &r->m->pub_open;
@@ -139,6 +184,11 @@ int handle_pub_open(struct req *r)
 	if (fd < 0)
 		return req_fail(r, -EINVAL, "PUB_OPEN of '%s' came without its layout memfd",
 		                p->model);
+	m = model_find(b, p->model);
+	if (m && m->state == WSYNC_MODEL_READY && (m->pub || (m->group && !group))) {
+		close(fd);
+		return pub_open_refuse_early(r, m, &dev);
+	}
 	if (n_slots == 0)
 		n_slots = WSYNC_DEFAULT_SLOTS < b->cfg.max_slots ? WSYNC_DEFAULT_SLOTS
 		                                                 : b->cfg.max_slots;
@@ -173,10 +223,7 @@ int handle_pub_open(struct req *r)
 
 		if (!differs && !model_devices_match(m, &dev)) {
 			differs = true;
-			snprintf(diff, sizeof(diff), "it lives on %u GPU%s (flags 0x%x), this open "
-			         "names %u (flags 0x%x)", m->gpu ? m->gpu->n_devices : 0,
-			         m->gpu && m->gpu->n_devices == 1 ? "" : "s",
-			         m->gpu ? m->gpu->dev_flags : 0, dev.n, dev.flags);
+			devices_describe(m, &dev, diff, sizeof(diff));
 		}
 		if (differs) {
 			if (!(p->flags & WSYNC_OPEN_REPLACE)) {

@@ -172,6 +172,37 @@ static int parked_notify(void *arg)
 	return 0;
 }
 
+/* PUB_OPENs of a published model with a layout of 16,384 tensors (the
+ * same ones, and then other ones), until killed. */
+static int big_layouts(void *arg)
+{
+	enum { N = 16384 };
+	wsync_tensor_desc *d = calloc(N, sizeof(*d));
+	uint64_t shape[1] = { 1 };
+	struct raw r;
+
+	(void)arg;
+	TEST_ASSERT(d);
+	for (int i = 0; i < N; i++) {
+		char name[32];
+
+		snprintf(name, sizeof name, "t%d", i);
+		harness_desc(&d[i], name, WSYNC_F32, 1, shape);
+	}
+	raw_hello(&r, &B, "big-layouts");
+	for (;;) {
+		uint32_t id;
+		int err = raw_pub_open(&r, MODEL, d, N, 2, NULL, &id, NULL);
+
+		if (err != -EEXIST && err != -EBUSY)
+			return 1;
+		if (err == -EEXIST) {            /* 16 of those end the session */
+			raw_close(&r);
+			raw_hello(&r, &B, "big-layouts");
+		}
+	}
+}
+
 int main(void)
 {
 	static const uint32_t types[] = {
@@ -201,9 +232,12 @@ int main(void)
 
 	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
 		if (types[i] == WSYNC_MSG_PUB_OPEN) {
-			/* the same publisher open, 1,000 times over one session */
+			/* the same publisher open, 1,000 times over one session; then
+			 * a layout of 16,384 tensors again and again while an honest
+			 * trainer commits (refused before the layout is read) */
 			struct raw r;
 			int refused = 0;
+			pid_t big;
 
 			raw_hello(&r, &B, "burst-pub");
 			for (int k = 0; k < BURST; k++) {
@@ -215,6 +249,12 @@ int main(void)
 			TEST_EQ_U64(refused, BURST);
 			raw_close(&r);
 			harness_log("PUB_OPEN     burst: %d refused (-EBUSY)", refused);
+			big = harness_fork(big_layouts, NULL);
+			harness_sleep_ms(300);
+			hostile_check_rtt(&B, honest, &base, "while 16,384-tensor PUB_OPENs "
+			                  "are refused");
+			kill(big, SIGKILL);
+			harness_wait_status(big, 5000);
 		} else {
 			burst(types[i]);
 		}
