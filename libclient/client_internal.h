@@ -63,6 +63,7 @@ struct wsync_client {
 
 	struct wsync_pub *pubs;          /* under lock */
 	struct wsync_sub *subs;          /* under lock */
+	struct conn_await *awaits;       /* under lock: replies collected later */
 	char endpoint[108];
 };
 
@@ -71,6 +72,21 @@ struct conn_reply {
 	union wsync_msg_any msg;
 	int fds[WSYNC_MSG_MAX_FDS];
 	int n_fds;
+};
+
+/*
+ * A reply its owner collects later: the answer to a request whose caller
+ * stopped waiting for it (a BEGIN past its deadline) or never waited (an
+ * async COMMIT). While seq is registered, a receive that meets this reply on
+ * the way to another one parks it here instead of dropping it.
+ */
+struct conn_await {
+	struct conn_await *next;         /* in c->awaits while seq != 0 */
+	uint32_t seq;                    /* the request; 0 = nothing awaited */
+	uint32_t req_type;               /* its type, for the error message */
+	uint32_t want;                   /* the reply it expects (or ERROR) */
+	bool     ready;                  /* rep holds the reply */
+	struct conn_reply rep;           /* with its fds */
 };
 
 /* A grant {slot, version}: held by a begun slab, or prefetched from a
@@ -121,17 +137,14 @@ struct wsync_pub {
 	bool     begun;
 	struct pub_grant cur;            /* the begun slab's grant */
 
-	/* under c->lock: the outstanding async commit and what came back */
-	uint32_t ack_seq;                /* 0 = none outstanding */
+	/* under c->lock: the outstanding async commit (COMMIT_OK or ERROR) */
+	struct conn_await ack;           /* ack.seq 0 = none outstanding */
 	uint64_t ack_version;            /* version the async commit carries */
-	bool     ack_ready;
-	struct conn_reply ack;           /* COMMIT_OK or ERROR, with its fds */
 	struct pub_grant next;           /* prefetched grant */
-	/* under c->lock: a BEGIN whose answer did not come by the caller's
-	 * deadline; the next begin collects it instead of asking again */
-	uint32_t begin_seq;              /* 0 = none outstanding */
-	bool     begin_ready;
-	struct conn_reply begin_rep;     /* GRANT or ERROR, with its fds */
+	/* under c->lock: a BEGIN whose answer (GRANT or ERROR) did not come by
+	 * the caller's deadline; the next begin collects it instead of asking
+	 * again */
+	struct conn_await begin_wait;    /* begin_wait.seq 0 = none outstanding */
 };
 
 /* Immutable once published in sub->maps: layout copy and slab mappings. */
@@ -215,8 +228,8 @@ int wsync_conn_send(struct wsync_client *c, const union wsync_msg_any *req,
 /*
  * Receives until the reply of seq arrives or deadline_ns (CLOCK_MONOTONIC;
  * -1 = the client's reply limit; see wsync_conn_deadline) passes. Replies
- * that others collect later (async commit acks, late GRANTs) are stored in
- * their publishers; replies to requests nobody waits for any more are
+ * that others collect later (registered with wsync_conn_await) are parked
+ * in their registrations; replies to requests nobody waits for any more are
  * dropped or undone (conn.c). An ERROR reply becomes its error code and
  * message, with its fds closed. A reply of another type than want, or one
  * to a request not yet sent, is -EPROTO and the connection is given up. A
@@ -245,6 +258,20 @@ int wsync_conn_post(struct wsync_client *c, union wsync_msg_any *req);
  * make one round trip to a broker that answers. */
 int64_t wsync_conn_deadline(const struct wsync_client *c, int64_t deadline_ns);
 #define WSYNC_RTT_GRACE_NS 5000000       /* 5 ms */
+/* Registers a for the reply of request seq, sent already as a req_type
+ * that expects want. A registration ends when the reply is collected or
+ * cancelled. Caller holds the lock. */
+void wsync_conn_await(struct wsync_client *c, struct conn_await *a, uint32_t seq,
+                      uint32_t req_type, uint32_t want);
+/* The awaited reply by deadline_ns (-1: the reply limit): 0 and the reply,
+ * its error code for an ERROR (fds closed), -ETIMEDOUT with the reply
+ * still awaited, or another error that ends the registration. Caller holds
+ * the lock. */
+int wsync_conn_await_collect(struct wsync_client *c, struct conn_await *a,
+                             int64_t deadline_ns, struct conn_reply *rep);
+/* Ends a registration without collecting it (nothing if none), closing the
+ * fds of a reply that came meanwhile. Caller holds the lock. */
+void wsync_conn_await_cancel(struct wsync_client *c, struct conn_await *a);
 /* Closes rep->fds[from..]. */
 void wsync_reply_close_fds(struct conn_reply *rep, int from);
 /* Converts an ERROR message into its error code and detail message. */
@@ -285,10 +312,6 @@ int64_t wsync_uid_parse(const char *s);
 
 /* ---- pub.c / sub.c: hooks the connection and the client call ------------------ */
 
-/* Stores a reply that a publisher collects later (an async commit's, or a
- * BEGIN's that came after its caller's deadline) in the publisher that waits
- * for seq; returns false if none does. Caller holds the lock. */
-bool wsync_pub_take_reply(struct wsync_client *c, uint32_t seq, struct conn_reply *rep);
 /* -ENOTCONN if the broker shut down (ctl header STOPPED) or the client is dead,
  * -EPROTO if the broker cut this publisher off:
  * nothing may be published into a generation that no longer has a broker. */

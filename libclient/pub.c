@@ -135,8 +135,6 @@ static void pub_free(struct wsync_pub *p)
 		munmap(p->page, sizeof(*p->page));
 	if (p->next.valid && p->next.fd >= 0)
 		close(p->next.fd);
-	wsync_reply_close_fds(&p->ack, 0);
-	wsync_reply_close_fds(&p->begin_rep, 0);
 	wsync_name_index_free(&p->index);
 	free(p->parts);
 	free(p->tensors);
@@ -571,9 +569,8 @@ int wsync_pub_commit_slab(struct wsync_pub *p, uint64_t step, uint64_t *version_
 	} else if (err == -ETIMEDOUT && !client_is_dead(p->c)) {
 		/* collectors have the version; the confirmation is collected by
 		 * the next begin, like an async commit's */
-		p->ack_seq = seq;
+		wsync_conn_await(p->c, &p->ack, seq, WSYNC_MSG_COMMIT, WSYNC_MSG_COMMIT_OK);
 		p->ack_version = version;
-		p->ack_ready = false;
 	}
 	client_unlock(p->c);
 	if (err)
@@ -594,9 +591,8 @@ int wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out)
 		err = pub_commit_locked(p, step, "wsync_pub_commit_async", &version, &seq);
 	if (err)
 		return err;
-	p->ack_seq = seq;
+	wsync_conn_await(p->c, &p->ack, seq, WSYNC_MSG_COMMIT, WSYNC_MSG_COMMIT_OK);
 	p->ack_version = version;
-	p->ack_ready = false;
 	client_unlock(p->c);
 	if (version_out)
 		*version_out = version;
@@ -650,6 +646,8 @@ void wsync_pub_close(wsync_pub *p)
 	}
 	client_lock(c);
 	pub_close_remote(p);
+	wsync_conn_await_cancel(c, &p->ack);
+	wsync_conn_await_cancel(c, &p->begin_wait);
 	for (struct wsync_pub **pp = &c->pubs; *pp; pp = &(*pp)->next_pub) {
 		if (*pp == p) {
 			*pp = p->next_pub;
