@@ -285,29 +285,40 @@ out_free:
 	return err;
 }
 
+void wsync_client_handle_add(struct wsync_client *c, struct client_handle *h,
+                             void (*close)(struct client_handle *h))
+{
+	h->close = close;
+	h->next = c->handles;
+	c->handles = h;
+}
+
+void wsync_client_handle_remove(struct wsync_client *c, struct client_handle *h)
+{
+	for (struct client_handle **pp = &c->handles; *pp; pp = &(*pp)->next) {
+		if (*pp == h) {
+			*pp = h->next;
+			break;
+		}
+	}
+	h->next = NULL;
+}
+
+/* What is still open is closed first, newest first, each by its own close
+ * (which takes the lock and unlinks it). */
 void wsync_close(wsync_client *c)
 {
 	if (!c)
 		return;
 	for (;;) {
-		struct wsync_pub *p;
+		struct client_handle *h;
 
 		client_lock(c);
-		p = c->pubs;
+		h = c->handles;
 		client_unlock(c);
-		if (!p)
+		if (!h)
 			break;
-		wsync_pub_close(p);
-	}
-	for (;;) {
-		struct wsync_sub *s;
-
-		client_lock(c);
-		s = c->subs;
-		client_unlock(c);
-		if (!s)
-			break;
-		wsync_sub_close(s);
+		h->close(h);
 	}
 	client_free(c);
 }

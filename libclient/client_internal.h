@@ -35,6 +35,14 @@ struct hz_claim {
 };
 
 
+/* Something opened through a client (a publisher, a subscription) that
+ * wsync_close must close first: linked in at open, out at close, and
+ * closed through its own close hook, so the client knows no kind of it. */
+struct client_handle {
+	struct client_handle *next;      /* in c->handles, under c->lock */
+	void (*close)(struct client_handle *h);
+};
+
 struct wsync_client {
 	int sock;
 	pthread_mutex_t lock;            /* socket, seq, lists, pub acks */
@@ -61,8 +69,7 @@ struct wsync_client {
 	uint32_t client_id;              /* tells a thread's hint for this client
 	                                    from one for an earlier client */
 
-	struct wsync_pub *pubs;          /* under lock */
-	struct wsync_sub *subs;          /* under lock */
+	struct client_handle *handles;   /* under lock: open pubs and subs */
 	struct conn_await *awaits;       /* under lock: replies collected later */
 	char endpoint[108];
 };
@@ -100,7 +107,7 @@ struct pub_grant {
 
 struct wsync_pub {
 	struct wsync_client *c;
-	struct wsync_pub *next_pub;      /* in c->pubs */
+	struct client_handle handle;     /* in c->handles */
 	char model[WSYNC_NAME_MAX];
 	uint32_t model_id, n_slots;
 	uint64_t bytes;
@@ -125,11 +132,13 @@ struct wsync_pub {
 	/* a device model (entry->n_devices): begin/commit through the _gpu
 	 * calls; device_only: no host mirror, the host slabs are never
 	 * touched. gpu[d]: the model's slots on its GPU d, mapped writable
-	 * at the first wsync_pub_begin_gpu (gpu_pub.c). */
+	 * at the first wsync_pub_begin_gpu (gpu_pub.c), which sets
+	 * gpu_release to unmap them when the publisher closes. */
 	bool device_model, device_only;
 	bool gpu_begun;                  /* the begun slab came from begin_gpu */
 	uint32_t gpu_src;                /* the GPU it was begun on */
 	struct gpu_pub *gpu;
+	void (*gpu_release)(struct wsync_pub *p);  /* NULL = nothing mapped */
 	uint32_t req_devices, req_dev_flags;     /* what the open asked for */
 	uint8_t  req_uuid[WSYNC_MAX_DEVICES][16];
 
@@ -164,7 +173,7 @@ struct gpu_map;
 
 struct wsync_sub {
 	struct wsync_client *c;
-	struct wsync_sub *next_sub;      /* in c->subs */
+	struct client_handle handle;     /* in c->handles */
 	char model[WSYNC_NAME_MAX];
 	uint32_t model_id;
 	const struct wsync_model_page *page;  /* ro */
@@ -175,8 +184,10 @@ struct wsync_sub {
 	_Atomic uint64_t last_version;        /* newest version acquired */
 	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
 	/* a device model's slots on its GPU d, mapped read-only by the first
-	 * acquire on that GPU (under c->lock), then read without a lock */
+	 * acquire on that GPU (under c->lock), then read without a lock;
+	 * gpu_sub.c sets gpu_release with the first, to unmap them at close */
 	_Atomic(struct gpu_map *) gpu[WSYNC_MAX_DEVICES];
+	void (*gpu_release)(struct wsync_sub *s);  /* NULL = nothing mapped */
 };
 
 /* ---- conn.c: the session socket ---------------------------------------- */
@@ -298,6 +309,13 @@ int wsync_map_slab(int fd, uint64_t bytes, int writable, int populate, uint64_t 
 int wsync_page_check(const struct wsync_model_page *pg, uint32_t model_id,
                      const char *model);
 
+/* ---- client.c ---------------------------------------------------------------- */
+
+/* Links h into the client's open handles, and out. Caller holds the lock. */
+void wsync_client_handle_add(struct wsync_client *c, struct client_handle *h,
+                             void (*close)(struct client_handle *h));
+void wsync_client_handle_remove(struct wsync_client *c, struct client_handle *h);
+
 /* ---- endpoint.c ------------------------------------------------------------ */
 
 /* Resolves endpoint (see wsync_connect) to a socket path. */
@@ -345,10 +363,6 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
  * refuse device models, whose slabs go through gpu_pub.c. */
 int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *out);
 int wsync_pub_commit_slab(struct wsync_pub *p, uint64_t step, uint64_t *version_out);
-/* gpu_pub.c / gpu_sub.c: a publisher's or subscription's device mappings,
- * released before the handle goes (nothing when it has none). */
-void wsync_gpu_pub_free(struct wsync_pub *p);
-void wsync_gpu_sub_free(struct wsync_sub *s);
 /* The newest version a collector may take, and the word it came from: the
  * model page's latest while it equals the ctl entry's latest or grant, else
  * the ctl entry's latest (sub.c explains). */

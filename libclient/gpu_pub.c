@@ -46,7 +46,9 @@ struct gpu_pub {
 	bool     stage_pinned[2];
 };
 
-void wsync_gpu_pub_free(struct wsync_pub *p)
+/* p->gpu_release: unmaps the publisher's GPUs and frees what the staged
+ * copies made, when it closes (or its first mapping failed). */
+static void pub_gpu_release(struct wsync_pub *p)
 {
 	struct gpu_pub *g = p->gpu;
 	const struct wsync_cuda *cu;
@@ -102,8 +104,9 @@ static int pub_gpu_setup(struct wsync_pub *p, int64_t deadline_ns)
 		                           deadline_ns, &g->map[d]);
 	client_unlock(p->c);
 	p->gpu = g;
+	p->gpu_release = pub_gpu_release;
 	if (err)
-		wsync_gpu_pub_free(p);
+		pub_gpu_release(p);
 	return err;
 }
 
@@ -442,12 +445,7 @@ int wsync_pub_commit_gpu(wsync_pub *p, void *stream, uint64_t step, uint64_t *ve
 	return wsync_pub_commit_slab(p, step, version_out);
 }
 
-#else /* built without cuda.h */
-
-void wsync_gpu_pub_free(struct wsync_pub *p)
-{
-	(void)p;
-}
+#else /* built without cuda.h: nothing is ever mapped */
 
 static int no_cuda(const char *what)
 {

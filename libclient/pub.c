@@ -127,7 +127,8 @@ static int layout_memfd(const struct wsync_pub *p)
 
 static void pub_free(struct wsync_pub *p)
 {
-	wsync_gpu_pub_free(p);
+	if (p->gpu_release)
+		p->gpu_release(p);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (p->slabs[i])
 			munmap(p->slabs[i], p->map_bytes);
@@ -189,6 +190,12 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		wsync_pub_guard(p, k);
 	}
 	return 0;
+}
+
+/* wsync_close of the client closes what is still open through this. */
+static void pub_handle_close(struct client_handle *h)
+{
+	wsync_pub_close((struct wsync_pub *)((char *)h - offsetof(struct wsync_pub, handle)));
 }
 
 /* PUB_OPEN with the layout memfd; maps the model page and the slabs from
@@ -259,8 +266,7 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	if (err)
 		goto out_close_remote;
 	wsync_reply_close_fds(&rep, 0);
-	p->next_pub = c->pubs;
-	c->pubs = p;
+	wsync_client_handle_add(c, &p->handle, pub_handle_close);
 	client_unlock(c);
 	return 0;
 
@@ -648,12 +654,7 @@ void wsync_pub_close(wsync_pub *p)
 	pub_close_remote(p);
 	wsync_conn_await_cancel(c, &p->ack);
 	wsync_conn_await_cancel(c, &p->begin_wait);
-	for (struct wsync_pub **pp = &c->pubs; *pp; pp = &(*pp)->next_pub) {
-		if (*pp == p) {
-			*pp = p->next_pub;
-			break;
-		}
-	}
+	wsync_client_handle_remove(c, &p->handle);
 	client_unlock(c);
 	pub_free(p);
 }
