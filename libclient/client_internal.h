@@ -13,13 +13,16 @@
 #ifndef WSYNC_CLIENT_INTERNAL_H
 #define WSYNC_CLIENT_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
 
+#include "shm/errmsg.h"
 #include "shm/layout.h"
 #include "shm/proto.h"
 #include "shm/tensor_layout.h"
@@ -104,6 +107,15 @@ struct pub_grant {
 	uint64_t version;
 	int      fd;                     /* -1 = map the cached slot */
 };
+
+/* Closes a grant's fd (if it came with one) and forgets the grant. */
+static inline void pub_grant_drop(struct pub_grant *g)
+{
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	g->valid = false;
+}
 
 struct wsync_pub {
 	struct wsync_client *c;
@@ -190,6 +202,15 @@ struct wsync_sub {
 	void (*gpu_release)(struct wsync_sub *s);  /* NULL = nothing mapped */
 };
 
+/* -EIDRM once the model of a subscription was deleted or replaced. */
+static inline int wsync_sub_check_model(const struct wsync_sub *s)
+{
+	if (atomic_load_explicit(&s->entry->incarnation, memory_order_acquire) == s->incarnation)
+		return 0;
+	return wsync_fail(-EIDRM, "model '%s' was deleted or replaced since this "
+	                  "subscription opened it; subscribe again", s->model);
+}
+
 /* ---- conn.c: the session socket ---------------------------------------- */
 
 static inline void client_lock(struct wsync_client *c) { pthread_mutex_lock(&c->lock); }
@@ -224,8 +245,6 @@ static inline const struct wsync_ctl_model *client_ctl_model(const struct wsync_
 
 /* Marks the connection unusable; later requests fail with -ENOTCONN. */
 void wsync_conn_mark_dead(struct wsync_client *c, const char *why);
-/* -EIDRM once the model of a subscription was deleted or replaced. */
-int wsync_sub_check_model(const struct wsync_sub *s);
 /* -ENOTCONN with the reason the client died. Caller holds the lock. */
 int wsync_conn_fail_dead(struct wsync_client *c);
 /* Polls the socket without waiting: true (and the client marked dead) if
@@ -336,9 +355,6 @@ int64_t wsync_uid_parse(const char *s);
 int wsync_pub_gone(struct wsync_pub *p);
 /* Makes a guarded publisher's slab read-only again (commit, abort). */
 void wsync_pub_guard(struct wsync_pub *p, uint32_t slot);
-/* Checks a COMMIT_OK for version and keeps its prefetched grant; consumes
- * rep's fds. Caller holds the lock. */
-int wsync_pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct conn_reply *rep);
 /* Collects the outstanding async commit's acknowledgement by deadline_ns
  * (-1: the reply limit); its version into *version (may be NULL). An
  * -ETIMEDOUT on deadline_ns leaves it outstanding. Caller holds the lock. */

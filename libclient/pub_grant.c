@@ -1,6 +1,6 @@
 /*
- * libclient/pub_grant.c — grants: begin, the prefetched next grant, and the
- * acknowledgements of commits that carry it.
+ * libclient/pub_grant.c — begin: a grant, prefetched by the last commit
+ * (pub_commit.c) or asked for with BEGIN, and its slab made writable.
  *
  * A grant {slot, version} comes either from GRANT (a BEGIN round trip) or,
  * usually, from the previous COMMIT_OK (prefetch), so begin is local. The
@@ -21,67 +21,6 @@
 
 #define BUSY_BACKOFF_MIN_NS  50000        /* 50 µs */
 #define BUSY_BACKOFF_MAX_NS  2000000      /* 2 ms */
-
-static void grant_drop(struct pub_grant *g)
-{
-	if (g->fd >= 0)
-		close(g->fd);
-	g->fd = -1;
-	g->valid = false;
-}
-
-int wsync_pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct conn_reply *rep)
-{
-	const struct wsync_msg_commit_ok *ok = &rep->msg.commit_ok;
-	bool granted = ok->flags & WSYNC_NEXT_GRANTED, has_fd = ok->flags & WSYNC_NEXT_HAS_FD;
-	int err = 0;
-
-	if (ok->model_id != p->model_id || ok->version != version) {
-		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK for model %u v%llu, expected "
-		                 "model %u v%llu", p->model, ok->model_id,
-		                 (unsigned long long)ok->version, p->model_id,
-		                 (unsigned long long)version);
-	} else if (has_fd && !granted) {
-		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK has a slab fd but no grant",
-		                 p->model);
-	} else if (granted && (ok->next_slot >= p->n_slots || ok->next_version <= version ||
-	                       (has_fd && rep->n_fds < 1))) {
-		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK grants slot %u v%llu with %d fds "
-		                 "(%u slots, committed v%llu)", p->model, ok->next_slot,
-		                 (unsigned long long)ok->next_version, rep->n_fds,
-		                 p->n_slots, (unsigned long long)version);
-	} else if (granted) {
-		grant_drop(&p->next);
-		p->next.valid = true;
-		p->next.slot = ok->next_slot;
-		p->next.version = ok->next_version;
-		p->next.fd = -1;
-		if (has_fd) {
-			p->next.fd = rep->fds[0];
-			rep->fds[0] = -1;
-		}
-	}
-	wsync_reply_close_fds(rep, 0);
-	return err;
-}
-
-int wsync_pub_ack_collect(struct wsync_pub *p, int64_t deadline_ns, uint64_t *version)
-{
-	uint64_t v = p->ack_version;
-	struct conn_reply rep;
-	int err;
-
-	if (!p->ack.seq)
-		return wsync_fail(-ENOENT, "model '%s': no async commit outstanding", p->model);
-	/* -ETIMEDOUT on deadline_ns leaves it outstanding */
-	err = wsync_conn_await_collect(p->c, &p->ack, deadline_ns, &rep);
-	if (err)
-		return err;
-	err = wsync_pub_apply_commit_ok(p, v, &rep);
-	if (!err && version)
-		*version = v;
-	return err;
-}
 
 static int grant_from_reply(struct wsync_pub *p, struct conn_reply *rep, struct pub_grant *g)
 {
@@ -174,14 +113,6 @@ static int grant_check(const struct wsync_pub *p, const struct pub_grant *g)
 		return wsync_fail(-EPROTO, "model '%s': grant of slot %u without its fd, and "
 		                  "that slot was never mapped", p->model, g->slot);
 	return 0;
-}
-
-void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
-{
-	/* Only a guard against stray writes: a failure here (VMA limit) does
-	 * not make the published version any less valid. */
-	if (p->guarded && p->slabs[slot])
-		(void)mprotect(p->slabs[slot], p->map_bytes, PROT_READ);
 }
 
 /* Makes the granted slab writable: a fresh mapping when the fd came with the
@@ -296,24 +227,9 @@ int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *ou
 out_return:
 	grant_return(p, &g);
 out_drop:
-	grant_drop(&g);
+	pub_grant_drop(&g);
 	return err;
 out_unlock:
-	client_unlock(p->c);
-	return err;
-}
-
-int wsync_pub_wait_commit(wsync_pub *p, int64_t timeout_ns, uint64_t *version_out)
-{
-	int err;
-
-	if (!p)
-		return wsync_fail(-EINVAL, "wsync_pub_wait_commit: publisher is NULL");
-	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
-		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
-		                  p->model, (long long)timeout_ns);
-	client_lock(p->c);
-	err = wsync_pub_ack_collect(p, wsync_deadline(timeout_ns), version_out);
 	client_unlock(p->c);
 	return err;
 }

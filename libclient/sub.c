@@ -119,14 +119,6 @@ uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint6
 	return v;
 }
 
-int wsync_sub_check_model(const struct wsync_sub *s)
-{
-	if (atomic_load_explicit(&s->entry->incarnation, memory_order_acquire) == s->incarnation)
-		return 0;
-	return wsync_fail(-EIDRM, "model '%s' was deleted or replaced since this "
-	                  "subscription opened it; subscribe again", s->model);
-}
-
 /* -ECONNRESET once the broker no longer counts this client's hazards. */
 static int sub_check_session(struct wsync_sub *s)
 {
