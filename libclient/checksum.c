@@ -17,8 +17,8 @@
 #include <xxhash.h>
 
 #include "checksum.h"
-#include "client_internal.h"
 #include "shm/errmsg.h"
+#include "sub.h"
 
 uint64_t wsync_checksum(const void *data, size_t len)
 {

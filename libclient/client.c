@@ -16,9 +16,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client.h"
+#include "conn.h"
+#include "endpoint.h"
+#include "maps.h"
 #include "shm/errmsg.h"
 
+#define WSYNC_REPLY_TIMEOUT_MS_DEFAULT 30000
 #define REPLY_TIMEOUT_MS_MAX (24ll * 3600 * 1000)   /* deadlines stay far from overflow */
 
 static int64_t reply_timeout_ns(void)

@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 

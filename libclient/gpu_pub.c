@@ -25,7 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
+#include "gpu_map.h"
+#include "pub.h"
+#include "pub_commit.h"
+#include "pub_grant.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 

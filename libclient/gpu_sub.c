@@ -15,9 +15,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
+#include "gpu_map.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
+#include "sub.h"
+#include "sub_wait.h"
 
 #ifdef WSYNC_HAVE_CUDA_H
 

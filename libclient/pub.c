@@ -34,7 +34,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client.h"
+#include "conn.h"
+#include "maps.h"
+#include "pub.h"
 #include "shm/cuda_discover.h"
 #include "shm/errmsg.h"
 #include "shm/segment.h"

@@ -27,7 +27,8 @@
 #include <string.h>
 
 #include "checksum.h"
-#include "client_internal.h"
+#include "conn.h"
+#include "pub_commit.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 #include "shm/futex.h"

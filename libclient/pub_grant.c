@@ -15,7 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
+#include "maps.h"
+#include "pub_commit.h"
+#include "pub_grant.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 

@@ -50,9 +50,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
+#include "maps.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
+#include "sub.h"
+#include "sub_attach.h"
 
 /*
  * A thread's starting record for one client. Threads start their search at
