@@ -5,6 +5,11 @@
  * read-only, for the broker's state) and this session's page (mapped
  * read-write: the hazard records the broker scans before it reuses a slot).
  *
+ * Closing: what is still open through the client (publishers,
+ * subscriptions) is closed first, each through the close hook it linked in
+ * at open (struct client_handle), so this file, below the publisher and
+ * subscriber files, never calls them.
+ *
  * Do not use one client in both the parent and the child of a fork().
  */
 #include <errno.h>

@@ -19,6 +19,10 @@
  * parallel and no GPU gathers the model; the broker makes the version
  * visible once every rank committed, i.e. once every rank's copies are
  * complete.
+ *
+ * The mappings and staging buffers (struct gpu_pub) are this file's: the
+ * first begin_gpu sets p->gpu_release, through which pub.c frees them when
+ * the publisher closes.
  */
 #include <errno.h>
 #include <stdio.h>

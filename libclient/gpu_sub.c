@@ -9,7 +9,9 @@
  * pin would otherwise let the next version overwrite bytes a kernel is
  * still reading. Mappings are per subscription and GPU, made on the first
  * use under the client lock and then read without one (release/acquire on
- * s->gpu[d], never changed until the subscription closes).
+ * s->gpu[d], never changed until the subscription closes); the first also
+ * sets s->gpu_release, through which sub.c unmaps them all when the
+ * subscription closes, without knowing what they are.
  */
 #include <errno.h>
 #include <stdio.h>

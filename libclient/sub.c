@@ -41,6 +41,12 @@
  * happens before the broker can see the slot unpinned.
  *
  * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
+ *
+ * Files of the subscriber, lowest first: sub_attach.c (the maps of the
+ * layout and slabs), sub.c (open, acquire, release, close), sub_wait.c
+ * (waits and the notify eventfd); gpu_sub.c (device views) on those. A
+ * subscription's device mappings are gpu_sub.c's: it sets s->gpu_release
+ * with the first, and sub_free calls it.
  */
 #include <errno.h>
 #include <stddef.h>
