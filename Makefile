@@ -86,13 +86,16 @@ LIBS_CLIENT := -lxxhash -ldl -lrt
 # libsystemd: sd_notify for Type=notify services (broker/service.c)
 LIBS_BROKER := -luring -ljemalloc -lsystemd -lxxhash -ldl -lrt
 
-.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests
+.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests \
+        layering
 all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
 
 help:
 	@echo "targets:"
 	@echo "  make            build libwsync, wsyncd and the tools into $(BUILD)/"
-	@echo "  make test       build and run unit + integration tests"
+	@echo "  make test       build and run unit + integration tests (after make layering)"
+	@echo "  make layering   no include cycle among the headers of LAYER_DIRS, no call cycle"
+	@echo "                  among the files of each (tests/layering.sh), and its self-test"
 	@echo "  make test-python the Python binding's tests (part of make test)"
 	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
 	@echo "  make demo       run broker, trainer and collectors for ~10 s"
@@ -181,9 +184,21 @@ $(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
 
 tests: all $(UNIT_BIN) $(INTEG_BIN) $(WSYNCD_FAULT) $(FAKECUDA)
 
+# Folders that read from the bottom up (tests/layering.sh): no #include
+# cycle among their headers, and in each no two files that call each other,
+# directly or around a loop (read from the built objects with nm).
+LAYER_DIRS := shm libclient
+define layering_check
+	$(Q)CC="$(CC)" sh tests/layering_test.sh
+	$(Q)sh tests/layering.sh -o $(BUILD)/obj $(filter -I%,$(CPPFLAGS)) $(LAYER_DIRS)
+endef
+layering: all
+	$(layering_check)
+
 # The Python tests load libwsync into the interpreter, which a sanitizer
 # build cannot do without preloading its runtime: they run in plain builds.
 test: tests
+	$(layering_check)
 	$(Q)BUILD=$(BUILD) sh tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
 	$(Q)$(if $(SAN),echo "test-python: skipped in a SAN=$(SAN) build",$(MAKE) --no-print-directory test-python)
 

@@ -1,9 +1,10 @@
 /*
  * libclient/checksum.c — per-version slab checksums (see checksum.h).
  *
- * The publisher hashes its begun slab in pub_publish(), before it stores the
- * slot metadata and moves `latest`, so the checksum is published with the
- * version (the seq_cst store of `latest` releases it). A collector reads it
+ * The publisher hashes its begun slab in pub_publish() (pub_commit.c),
+ * before it stores the slot metadata and moves `latest`, so the checksum is
+ * published with the version (the seq_cst store of `latest` releases it).
+ * A collector reads it
  * while it pins the slot, like the step: the metadata of a pinned slot does
  * not change. Hashing costs one read pass over the slab (docs/BENCHMARKS.md
  * has the figure next to memcpy), which is why it is opt-in per model.
@@ -16,21 +17,14 @@
 #include <xxhash.h>
 
 #include "checksum.h"
-#include "client_internal.h"
 #include "shm/errmsg.h"
+#include "sub.h"
 
 uint64_t wsync_checksum(const void *data, size_t len)
 {
 	uint64_t h = XXH3_64bits(data, len);
 
 	return h ? h : 1;
-}
-
-uint64_t wsync_pub_checksum(const struct wsync_pub *p)
-{
-	if (!p->checksum)
-		return 0;
-	return wsync_checksum(p->slabs[p->cur.slot], p->bytes);
 }
 
 int wsync_view_checksum(const wsync_view *v, uint64_t *out)

@@ -15,13 +15,8 @@
 
 #include "wsync.h"
 
-struct wsync_pub;
-
 /* XXH3-64 of len bytes as stored in slot metadata (never 0). */
 uint64_t wsync_checksum(const void *data, size_t len);
-/* The checksum to store for the publisher's begun slab: 0 unless the model
- * was opened with WSYNC_PUB_CHECKSUM. */
-uint64_t wsync_pub_checksum(const struct wsync_pub *p);
 /* The stored checksum of a view's version (0 = none); -EINVAL for a view
  * that is not live. */
 int wsync_view_checksum(const wsync_view *v, uint64_t *out);

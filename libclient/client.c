@@ -5,6 +5,11 @@
  * read-only, for the broker's state) and this session's page (mapped
  * read-write: the hazard records the broker scans before it reuses a slot).
  *
+ * Closing: what is still open through the client (publishers,
+ * subscriptions) is closed first, each through the close hook it linked in
+ * at open (struct client_handle), so this file, below the publisher and
+ * subscriber files, never calls them.
+ *
  * Do not use one client in both the parent and the child of a fork().
  */
 #include <errno.h>
@@ -16,9 +21,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client.h"
+#include "conn.h"
+#include "endpoint.h"
+#include "maps.h"
 #include "shm/errmsg.h"
 
+#define WSYNC_REPLY_TIMEOUT_MS_DEFAULT 30000
 #define REPLY_TIMEOUT_MS_MAX (24ll * 3600 * 1000)   /* deadlines stay far from overflow */
 
 static int64_t reply_timeout_ns(void)
@@ -285,29 +294,40 @@ out_free:
 	return err;
 }
 
+void wsync_client_handle_add(struct wsync_client *c, struct client_handle *h,
+                             void (*close)(struct client_handle *h))
+{
+	h->close = close;
+	h->next = c->handles;
+	c->handles = h;
+}
+
+void wsync_client_handle_remove(struct wsync_client *c, struct client_handle *h)
+{
+	for (struct client_handle **pp = &c->handles; *pp; pp = &(*pp)->next) {
+		if (*pp == h) {
+			*pp = h->next;
+			break;
+		}
+	}
+	h->next = NULL;
+}
+
+/* What is still open is closed first, newest first, each by its own close
+ * (which takes the lock and unlinks it). */
 void wsync_close(wsync_client *c)
 {
 	if (!c)
 		return;
 	for (;;) {
-		struct wsync_pub *p;
+		struct client_handle *h;
 
 		client_lock(c);
-		p = c->pubs;
+		h = c->handles;
 		client_unlock(c);
-		if (!p)
+		if (!h)
 			break;
-		wsync_pub_close(p);
-	}
-	for (;;) {
-		struct wsync_sub *s;
-
-		client_lock(c);
-		s = c->subs;
-		client_unlock(c);
-		if (!s)
-			break;
-		wsync_sub_close(s);
+		h->close(h);
 	}
 	client_free(c);
 }

@@ -3,9 +3,10 @@
  *
  * One SOCK_SEQPACKET datagram is one message. The broker answers requests in
  * order, each reply repeating the request's seq, so a reply that is not the
- * one awaited can only be the acknowledgement of an earlier async commit
- * (stored in its publisher); anything else means the two sides disagree on
- * the conversation, and the connection is given up (marked dead).
+ * one awaited can only answer an earlier request (an async commit's
+ * acknowledgement, parked for whoever registered its seq); anything else
+ * means the two sides disagree on the conversation, and the connection is
+ * given up (marked dead).
  *
  * Every wait for the broker is bounded: by the caller's deadline where the
  * API takes a timeout, else by WSYNC_REPLY_TIMEOUT_MS (30 s by default), so
@@ -13,8 +14,11 @@
  * gives the connection up: the request stays sent, and its reply, when it
  * comes, is recognised by its seq (replies come in request order, so one
  * older than the awaited request belongs to an abandoned one) and either
- * kept for the publisher that will collect it (a late GRANT), undone (a
- * late PUB_OPEN_OK or SUB_OPEN_OK is answered with CLOSE) or dropped.
+ * parked in the registration that will collect it (struct conn_await: a
+ * late GRANT, a commit's acknowledgement), undone (a late PUB_OPEN_OK or
+ * SUB_OPEN_OK is answered with CLOSE) or dropped. This file knows nothing
+ * of publishers or subscriptions: whoever needs a late reply registers its
+ * seq here.
  * Sends use MSG_NOSIGNAL: the library must never raise SIGPIPE in its host
  * process. Every fd received is checked to belong to the broker's uid, then
  * either handed to the caller or closed.
@@ -28,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 
@@ -306,10 +310,87 @@ static void conn_undo(struct wsync_client *c, uint32_t model_id, uint32_t what)
 	(void)wsync_conn_post(c, &m);
 }
 
+void wsync_conn_await(struct wsync_client *c, struct conn_await *a, uint32_t seq,
+                      uint32_t req_type, uint32_t want)
+{
+	if (a->seq) {                    /* registered already: keep its place */
+		wsync_reply_close_fds(&a->rep, 0);
+	} else {
+		a->next = c->awaits;
+		c->awaits = a;
+	}
+	a->seq = seq;
+	a->req_type = req_type;
+	a->want = want;
+	a->ready = false;
+	a->rep.n_fds = 0;
+}
+
+static void await_unlink(struct wsync_client *c, struct conn_await *a)
+{
+	for (struct conn_await **pp = &c->awaits; *pp; pp = &(*pp)->next) {
+		if (*pp == a) {
+			*pp = a->next;
+			break;
+		}
+	}
+	a->next = NULL;
+	a->seq = 0;
+	a->ready = false;
+}
+
+void wsync_conn_await_cancel(struct wsync_client *c, struct conn_await *a)
+{
+	if (!a->seq)
+		return;
+	wsync_reply_close_fds(&a->rep, 0);
+	await_unlink(c, a);
+}
+
+int wsync_conn_await_collect(struct wsync_client *c, struct conn_await *a,
+                             int64_t deadline_ns, struct conn_reply *rep)
+{
+	int err = 0;
+
+	if (a->ready) {
+		*rep = a->rep;
+		a->rep.n_fds = 0;
+	} else {
+		err = wsync_conn_recv(c, a->seq, a->want, deadline_ns, rep);
+		if (err == -ETIMEDOUT && !client_is_dead(c))
+			return err;              /* still awaited */
+	}
+	await_unlink(c, a);
+	if (err)
+		return err;
+	if (rep->msg.hdr.type == WSYNC_MSG_ERROR) {
+		wsync_reply_close_fds(rep, 0);
+		return wsync_conn_error(&rep->msg.error, a->req_type);
+	}
+	return 0;
+}
+
+/* Parks rep in the registration that awaits it; false if none does. */
+static bool conn_park(struct wsync_client *c, struct conn_reply *rep)
+{
+	uint32_t type = rep->msg.hdr.type;
+
+	for (struct conn_await *a = c->awaits; a; a = a->next) {
+		if (a->seq == rep->msg.hdr.seq && !a->ready &&
+		    (type == a->want || type == WSYNC_MSG_ERROR)) {
+			a->rep = *rep;
+			rep->n_fds = 0;
+			a->ready = true;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* A reply to a request nobody waits for any more (see the top of the file). */
 static void conn_stale(struct wsync_client *c, struct conn_reply *rep)
 {
-	if (wsync_pub_take_reply(c, rep->msg.hdr.seq, rep))
+	if (conn_park(c, rep))
 		return;
 	wsync_reply_close_fds(rep, 0);
 	if (rep->msg.hdr.type == WSYNC_MSG_PUB_OPEN_OK)

@@ -9,14 +9,16 @@
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "endpoint.h"
 #include "shm/errmsg.h"
+#include "shm/proto.h"
 
 #define WSYNC_DEFAULT_INSTANCE "default"
 

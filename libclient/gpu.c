@@ -13,10 +13,10 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "gpu.h"
 #include "shm/cuda_discover.h"
 #include "shm/cuda_loader.h"
 #include "shm/errmsg.h"
-#include "gpu_internal.h"
 #include "wsync.h"
 
 static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;

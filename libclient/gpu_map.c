@@ -1,6 +1,6 @@
 /*
  * libclient/gpu_map.c — a device model's slots on one GPU, mapped in this
- * process; see gpu_internal.h.
+ * process; see gpu_map.h.
  *
  * Each slot arrives as one exported VMM fd (GPU_ATTACH_OK). It is imported,
  * mapped into its own reservation and given access, then the fd and the
@@ -19,7 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_internal.h"
+#include "conn.h"
+#include "gpu.h"
+#include "gpu_map.h"
 #include "shm/cuda_discover.h"
 #include "shm/errmsg.h"
 

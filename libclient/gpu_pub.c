@@ -19,13 +19,21 @@
  * parallel and no GPU gathers the model; the broker makes the version
  * visible once every rank committed, i.e. once every rank's copies are
  * complete.
+ *
+ * The mappings and staging buffers (struct gpu_pub) are this file's: the
+ * first begin_gpu sets p->gpu_release, through which pub.c frees them when
+ * the publisher closes.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
+#include "gpu_map.h"
+#include "pub.h"
+#include "pub_commit.h"
+#include "pub_grant.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 
@@ -46,7 +54,9 @@ struct gpu_pub {
 	bool     stage_pinned[2];
 };
 
-void wsync_gpu_pub_free(struct wsync_pub *p)
+/* p->gpu_release: unmaps the publisher's GPUs and frees what the staged
+ * copies made, when it closes (or its first mapping failed). */
+static void pub_gpu_release(struct wsync_pub *p)
 {
 	struct gpu_pub *g = p->gpu;
 	const struct wsync_cuda *cu;
@@ -102,8 +112,9 @@ static int pub_gpu_setup(struct wsync_pub *p, int64_t deadline_ns)
 		                           deadline_ns, &g->map[d]);
 	client_unlock(p->c);
 	p->gpu = g;
+	p->gpu_release = pub_gpu_release;
 	if (err)
-		wsync_gpu_pub_free(p);
+		pub_gpu_release(p);
 	return err;
 }
 
@@ -442,12 +453,7 @@ int wsync_pub_commit_gpu(wsync_pub *p, void *stream, uint64_t step, uint64_t *ve
 	return wsync_pub_commit_slab(p, step, version_out);
 }
 
-#else /* built without cuda.h */
-
-void wsync_gpu_pub_free(struct wsync_pub *p)
-{
-	(void)p;
-}
+#else /* built without cuda.h: nothing is ever mapped */
 
 static int no_cuda(const char *what)
 {

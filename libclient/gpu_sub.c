@@ -9,19 +9,25 @@
  * pin would otherwise let the next version overwrite bytes a kernel is
  * still reading. Mappings are per subscription and GPU, made on the first
  * use under the client lock and then read without one (release/acquire on
- * s->gpu[d], never changed until the subscription closes).
+ * s->gpu[d], never changed until the subscription closes); the first also
+ * sets s->gpu_release, through which sub.c unmaps them all when the
+ * subscription closes, without knowing what they are.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
+#include "gpu_map.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
+#include "sub.h"
+#include "sub_wait.h"
 
 #ifdef WSYNC_HAVE_CUDA_H
 
-void wsync_gpu_sub_free(struct wsync_sub *s)
+/* s->gpu_release: unmaps the subscription's GPUs when it closes. */
+static void sub_gpu_release(struct wsync_sub *s)
 {
 	for (uint32_t d = 0; d < WSYNC_MAX_DEVICES; d++) {
 		wsync_gpu_map_free(atomic_load(&s->gpu[d]));
@@ -44,8 +50,10 @@ static int sub_gpu_map(struct wsync_sub *s, uint32_t device, int64_t deadline_ns
 	if (!g) {
 		err = wsync_gpu_map_attach(s->c, s->model, s->model_id, s->entry, device, false,
 		                           deadline_ns, &g);
-		if (!err)
+		if (!err) {
+			s->gpu_release = sub_gpu_release;
 			atomic_store_explicit(&s->gpu[device], g, memory_order_release);
+		}
 	}
 	client_unlock(s->c);
 	if (!err)
@@ -280,12 +288,7 @@ int wsync_dview_slice_read(const wsync_dview *v, const wsync_slice *s, uint64_t 
 	return 0;
 }
 
-#else /* built without cuda.h */
-
-void wsync_gpu_sub_free(struct wsync_sub *s)
-{
-	(void)s;
-}
+#else /* built without cuda.h: nothing is ever mapped */
 
 static int no_cuda(const char *what)
 {

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "client_internal.h"
+#include "maps.h"
 #include "shm/errmsg.h"
 #include "shm/segment.h"
 

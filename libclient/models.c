@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "client.h"
+#include "conn.h"
+#include "pub.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 

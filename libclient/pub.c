@@ -1,39 +1,28 @@
 /*
- * libclient/pub.c — publishing a model: open, commit, abort, close.
+ * libclient/pub.c — a publisher: open (declare the layout, map the model
+ * page and the slabs), the write guard, close.
  *
- * The invariant served here is the first of the design: the bytes of a view
- * never change while a reader holds it. The broker keeps it by granting a
- * slot for writing only when the slot is not `latest` and no hazard pins it;
- * the publisher keeps its part by writing nothing but
+ * The invariant served by the publisher files is the first of the design:
+ * the bytes of a view never change while a reader holds it. The broker
+ * keeps it by granting a slot for writing only when the slot is not
+ * `latest` and no hazard pins it; the publisher keeps its part by writing
+ * nothing but
  *
- *   - the slab of its current grant (mapped writable only while granted:
- *     commit and abort mprotect it read-only again, so a stray write after
- *     commit faults in the trainer instead of changing a published version),
+ *   - the slab of its current grant (pub_grant.c; mapped writable only
+ *     while granted: commit and abort mprotect it read-only again through
+ *     wsync_pub_guard, so a stray write after commit faults in the trainer
+ *     instead of changing a published version),
  *   - page->slots[slot] of that grant, then
- *   - page->latest = pack(granted version, granted slot), then page->seq.
+ *   - page->latest = pack(granted version, granted slot), then page->seq
+ *     (pub_commit.c says in which order, and why).
  *
  * The broker writes `latest` only to restore it after a bad commit, and seq
  * and flags at shutdown; collectors never write the page (their mapping is
  * read-only).
  *
- * Order of a commit, and why:
- *   1. slot metadata (version, step, time), relaxed: published by step 2.
- *   2. latest, seq_cst store: it is also a release, so a collector whose
- *      acquire load sees the new latest sees the slab bytes and the metadata.
- *      Being seq_cst it takes part in the single order that the hazard
- *      argument uses (see sub.c and broker/slots.h).
- *   3. seq += 1, then FUTEX_WAKE all: a waiter reads seq before it checks
- *      latest (sub_wait.c), so it either sees the new latest or sleeps on a
- *      seq value that no longer matches and returns at once; the wake cannot
- *      be lost. Collectors run from here: one hop.
- *   4. COMMIT to the broker, which checks that latest is exactly our grant,
- *      books it and usually returns the next grant already (prefetch), so the
- *      next begin makes no round trip.
- *
- * A crash at any point leaves a state the broker repairs from what it sees
- * when our socket closes: before step 2 the grant is simply freed; from step
- * 2 on, latest equals the grant and the commit is booked. The metadata is
- * complete before latest names the slot, so either state is consistent.
+ * Files of the publisher, lowest first: pub.c (this handle), pub_commit.c
+ * (publishing a version and the broker's acknowledgement, which carries the
+ * next grant), pub_grant.c (begin: the prefetched grant, or a BEGIN).
  */
 #include <assert.h>
 #include <errno.h>
@@ -45,18 +34,27 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "checksum.h"
-#include "client_internal.h"
-#include "shm/clock.h"
+#include "client.h"
+#include "conn.h"
+#include "maps.h"
+#include "pub.h"
 #include "shm/cuda_discover.h"
 #include "shm/errmsg.h"
-#include "shm/futex.h"
 #include "shm/segment.h"
 #include "shm/shard.h"
 
 /* The options struct is ABI: new fields take reserved space, never more. */
 static_assert(sizeof(wsync_model_opts) == 56, "wsync_model_opts size");
 static_assert(offsetof(wsync_model_opts, devices) == 24, "wsync_model_opts devices");
+
+/* Read-only again outside a grant, for a guarded publisher. */
+void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
+{
+	/* Only a guard against stray writes: a failure here (VMA limit) does
+	 * not make the published version any less valid. */
+	if (p->guarded && p->slabs[slot])
+		(void)mprotect(p->slabs[slot], p->map_bytes, PROT_READ);
+}
 
 #define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM | WSYNC_PUB_GUARDED | \
                          WSYNC_PUB_REPLACE)
@@ -127,7 +125,8 @@ static int layout_memfd(const struct wsync_pub *p)
 
 static void pub_free(struct wsync_pub *p)
 {
-	wsync_gpu_pub_free(p);
+	if (p->gpu_release)
+		p->gpu_release(p);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (p->slabs[i])
 			munmap(p->slabs[i], p->map_bytes);
@@ -135,8 +134,6 @@ static void pub_free(struct wsync_pub *p)
 		munmap(p->page, sizeof(*p->page));
 	if (p->next.valid && p->next.fd >= 0)
 		close(p->next.fd);
-	wsync_reply_close_fds(&p->ack, 0);
-	wsync_reply_close_fds(&p->begin_rep, 0);
 	wsync_name_index_free(&p->index);
 	free(p->parts);
 	free(p->tensors);
@@ -191,6 +188,12 @@ static int pub_map_slabs(struct wsync_pub *p, const int *fds, int n_fds)
 		wsync_pub_guard(p, k);
 	}
 	return 0;
+}
+
+/* wsync_close of the client closes what is still open through this. */
+static void pub_handle_close(struct client_handle *h)
+{
+	wsync_pub_close((struct wsync_pub *)((char *)h - offsetof(struct wsync_pub, handle)));
 }
 
 /* PUB_OPEN with the layout memfd; maps the model page and the slabs from
@@ -261,8 +264,7 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	if (err)
 		goto out_close_remote;
 	wsync_reply_close_fds(&rep, 0);
-	p->next_pub = c->pubs;
-	c->pubs = p;
+	wsync_client_handle_add(c, &p->handle, pub_handle_close);
 	client_unlock(c);
 	return 0;
 
@@ -422,218 +424,6 @@ int wsync_slab_part(const wsync_slab *s, size_t i, wsync_slice *out)
 	return wsync_shard_slice(&p->tensors[p->parts[i].tensor], &p->parts[i], out);
 }
 
-/* Steps 1-3 of the commit order (see the top of this file). */
-static void pub_publish(struct wsync_pub *p, uint64_t step)
-{
-	struct wsync_model_page *pg = p->page;
-	struct wsync_slot_meta *meta = &pg->slots[p->cur.slot];
-	uint64_t version = p->cur.version;
-
-	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
-	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
-	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
-	atomic_store_explicit(&meta->checksum, wsync_pub_checksum(p), memory_order_relaxed);
-	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
-	atomic_fetch_add(&pg->seq, 1);
-	wsync_futex_wake(&pg->seq, INT32_MAX);
-	wsync_pub_guard(p, p->cur.slot);
-	p->begun = false;
-	p->last_committed = version;
-}
-
-static int pub_check_begun(struct wsync_pub *p, const char *what)
-{
-	if (!p)
-		return wsync_fail(-EINVAL, "%s: publisher is NULL", what);
-	if (!p->begun)
-		return wsync_fail(-EINVAL, "model '%s': %s without a begun slab", p->model, what);
-	return 0;
-}
-
-/* Commit refused before anything is published: the broker shut down or the
- * connection is gone, and collectors of a generation whose broker died must
- * see a world that no longer moves. A prefetched grant lets a trainer get
- * here without touching its socket since the broker died, so the socket is
- * polled for a hang-up first (one syscall, next to the wake and the send a
- * commit makes anyway). The slab is dropped (the broker, if alive, frees
- * the grant when it notices the session is gone). */
-static int pub_check_alive(struct wsync_pub *p)
-{
-	int err = wsync_pub_gone(p);
-
-	if (!err && wsync_conn_hung_up(p->c))
-		err = wsync_conn_fail_dead(p->c);
-
-	if (!err)
-		return 0;
-	wsync_pub_guard(p, p->cur.slot);
-	p->begun = false;
-	return err;
-}
-
-int wsync_pub_gone(struct wsync_pub *p)
-{
-	if (client_broker_stopped(p->c))
-		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", p->model);
-	/* A handle the broker cut off must not write the page any more: the
-	 * model may have another publisher now. (Ranks of a group never write
-	 * the page; the ctl entry names one of them.) */
-	if (p->group_size <= 1 &&
-	    atomic_load_explicit(&p->entry->publisher, memory_order_acquire) != p->c->session_id &&
-	    client_session_live(p->c))
-		return wsync_fail(-EPROTO, "model '%s': the broker cut this publisher off (its "
-		                  "log says why); open the model again", p->model);
-	if (client_is_dead(p->c))
-		return wsync_conn_fail_dead(p->c);
-	return 0;
-}
-
-/* Step 4: tells the broker; returns the request's seq in *seq. */
-static int pub_send_commit(struct wsync_pub *p, uint64_t version, uint32_t slot,
-                           uint64_t step, uint32_t *seq)
-{
-	union wsync_msg_any m;
-
-	if (client_is_dead(p->c))
-		return wsync_conn_fail_dead(p->c);
-	*seq = wsync_conn_next_seq(p->c);
-	wsync_msg_init(&m.hdr, WSYNC_MSG_COMMIT, *seq);
-	m.commit.m.model_id = p->model_id;
-	m.commit.slot = slot;
-	m.commit.version = version;
-	m.commit.step = step;
-	return wsync_conn_send(p->c, &m, NULL, 0);
-}
-
-/*
- * Steps 3 and 4 for both commit flavours: makes the begun slab the latest
- * and sends COMMIT. On success returns with the client locked, the version
- * in *version and the request's seq in *seq; on failure, unlocked.
- */
-static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
-                             uint64_t *version, uint32_t *seq)
-{
-	uint32_t slot;
-	int err;
-
-	err = pub_check_begun(p, what);
-	if (!err)
-		err = pub_check_alive(p);
-	if (err)
-		return err;
-	*version = p->cur.version;
-	slot = p->cur.slot;
-	if (p->group_size > 1) {
-		/* the broker makes it visible when every rank committed */
-		wsync_pub_guard(p, slot);
-		p->begun = false;
-	} else {
-		pub_publish(p, step);
-	}
-
-	client_lock(p->c);
-	err = pub_send_commit(p, *version, slot, step, seq);
-	if (err)
-		client_unlock(p->c);
-	return err;
-}
-
-/* Device slabs are committed by wsync_pub_commit_gpu, which copies them to
- * the model's other GPUs and synchronises first. */
-static int pub_check_host(struct wsync_pub *p, const char *what)
-{
-	if (p && p->device_model)
-		return wsync_fail(-EINVAL, "model '%s' lives on GPUs: %s is not for it (commit "
-		                  "with wsync_pub_commit_gpu)", p->model, what);
-	return 0;
-}
-
-int wsync_pub_commit(wsync_pub *p, uint64_t step, uint64_t *version_out)
-{
-	int err = pub_check_host(p, "wsync_pub_commit");
-
-	return err ? err : wsync_pub_commit_slab(p, step, version_out);
-}
-
-int wsync_pub_commit_slab(struct wsync_pub *p, uint64_t step, uint64_t *version_out)
-{
-	struct conn_reply rep;
-	uint64_t version = 0;
-	uint32_t seq = 0;
-	int err;
-
-	err = pub_commit_locked(p, step, "wsync_pub_commit", &version, &seq);
-	if (err)
-		return err;
-	err = wsync_conn_recv(p->c, seq, WSYNC_MSG_COMMIT_OK, -1, &rep);
-	if (!err) {
-		err = wsync_pub_apply_commit_ok(p, version, &rep);
-	} else if (err == -ETIMEDOUT && !client_is_dead(p->c)) {
-		/* collectors have the version; the confirmation is collected by
-		 * the next begin, like an async commit's */
-		p->ack_seq = seq;
-		p->ack_version = version;
-		p->ack_ready = false;
-	}
-	client_unlock(p->c);
-	if (err)
-		return err;
-	if (version_out)
-		*version_out = version;
-	return 0;
-}
-
-int wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out)
-{
-	uint64_t version = 0;
-	uint32_t seq = 0;
-	int err;
-
-	err = pub_check_host(p, "wsync_pub_commit_async");
-	if (!err)
-		err = pub_commit_locked(p, step, "wsync_pub_commit_async", &version, &seq);
-	if (err)
-		return err;
-	p->ack_seq = seq;
-	p->ack_version = version;
-	p->ack_ready = false;
-	client_unlock(p->c);
-	if (version_out)
-		*version_out = version;
-	return 0;
-}
-
-int wsync_pub_abort(wsync_pub *p)
-{
-	union wsync_msg_any m;
-	struct conn_reply rep;
-	int err;
-
-	err = pub_check_begun(p, "wsync_pub_abort");
-	if (err)
-		return err;
-	wsync_pub_guard(p, p->cur.slot);
-	/* Whatever the broker answers, the slab is no longer ours to write: a
-	 * grant it still holds for us comes back from the next BEGIN. */
-	p->begun = false;
-	p->gpu_begun = false;
-
-	wsync_msg_init(&m.hdr, WSYNC_MSG_ABORT, 0);
-	m.abort.m.model_id = p->model_id;
-	m.abort.slot = p->cur.slot;
-	m.abort.version = p->cur.version;
-	client_lock(p->c);
-	err = wsync_conn_call(p->c, &m, NULL, 0, WSYNC_MSG_ABORT_OK, &rep);
-	if (!err) {
-		wsync_reply_close_fds(&rep, 0);
-		if (rep.msg.abort_ok.model_id != p->model_id)
-			err = wsync_fail(-EPROTO, "model '%s': ABORT_OK names model %u, not %u",
-			                 p->model, rep.msg.abort_ok.model_id, p->model_id);
-	}
-	client_unlock(p->c);
-	return err;
-}
-
 void wsync_pub_close(wsync_pub *p)
 {
 	struct wsync_client *c;
@@ -650,12 +440,9 @@ void wsync_pub_close(wsync_pub *p)
 	}
 	client_lock(c);
 	pub_close_remote(p);
-	for (struct wsync_pub **pp = &c->pubs; *pp; pp = &(*pp)->next_pub) {
-		if (*pp == p) {
-			*pp = p->next_pub;
-			break;
-		}
-	}
+	wsync_conn_await_cancel(c, &p->ack);
+	wsync_conn_await_cancel(c, &p->begin_wait);
+	wsync_client_handle_remove(c, &p->handle);
 	client_unlock(c);
 	pub_free(p);
 }

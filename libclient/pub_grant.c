@@ -1,6 +1,6 @@
 /*
- * libclient/pub_grant.c — grants: begin, the prefetched next grant, and the
- * acknowledgements of commits that carry it.
+ * libclient/pub_grant.c — begin: a grant, prefetched by the last commit
+ * (pub_commit.c) or asked for with BEGIN, and its slab made writable.
  *
  * A grant {slot, version} comes either from GRANT (a BEGIN round trip) or,
  * usually, from the previous COMMIT_OK (prefetch), so begin is local. The
@@ -15,109 +15,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
+#include "maps.h"
+#include "pub_commit.h"
+#include "pub_grant.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 
 #define BUSY_BACKOFF_MIN_NS  50000        /* 50 µs */
 #define BUSY_BACKOFF_MAX_NS  2000000      /* 2 ms */
-
-bool wsync_pub_take_reply(struct wsync_client *c, uint32_t seq, struct conn_reply *rep)
-{
-	uint32_t type = rep->msg.hdr.type;
-
-	for (struct wsync_pub *p = c->pubs; p; p = p->next_pub) {
-		if (p->ack_seq == seq && !p->ack_ready &&
-		    (type == WSYNC_MSG_COMMIT_OK || type == WSYNC_MSG_ERROR)) {
-			p->ack = *rep;
-			rep->n_fds = 0;
-			p->ack_ready = true;
-			return true;
-		}
-		if (p->begin_seq == seq && !p->begin_ready &&
-		    (type == WSYNC_MSG_GRANT || type == WSYNC_MSG_ERROR)) {
-			p->begin_rep = *rep;
-			rep->n_fds = 0;
-			p->begin_ready = true;
-			return true;
-		}
-	}
-	return false;
-}
-
-static void grant_drop(struct pub_grant *g)
-{
-	if (g->fd >= 0)
-		close(g->fd);
-	g->fd = -1;
-	g->valid = false;
-}
-
-int wsync_pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct conn_reply *rep)
-{
-	const struct wsync_msg_commit_ok *ok = &rep->msg.commit_ok;
-	bool granted = ok->flags & WSYNC_NEXT_GRANTED, has_fd = ok->flags & WSYNC_NEXT_HAS_FD;
-	int err = 0;
-
-	if (ok->model_id != p->model_id || ok->version != version) {
-		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK for model %u v%llu, expected "
-		                 "model %u v%llu", p->model, ok->model_id,
-		                 (unsigned long long)ok->version, p->model_id,
-		                 (unsigned long long)version);
-	} else if (has_fd && !granted) {
-		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK has a slab fd but no grant",
-		                 p->model);
-	} else if (granted && (ok->next_slot >= p->n_slots || ok->next_version <= version ||
-	                       (has_fd && rep->n_fds < 1))) {
-		err = wsync_fail(-EPROTO, "model '%s': COMMIT_OK grants slot %u v%llu with %d fds "
-		                 "(%u slots, committed v%llu)", p->model, ok->next_slot,
-		                 (unsigned long long)ok->next_version, rep->n_fds,
-		                 p->n_slots, (unsigned long long)version);
-	} else if (granted) {
-		grant_drop(&p->next);
-		p->next.valid = true;
-		p->next.slot = ok->next_slot;
-		p->next.version = ok->next_version;
-		p->next.fd = -1;
-		if (has_fd) {
-			p->next.fd = rep->fds[0];
-			rep->fds[0] = -1;
-		}
-	}
-	wsync_reply_close_fds(rep, 0);
-	return err;
-}
-
-int wsync_pub_ack_collect(struct wsync_pub *p, int64_t deadline_ns, uint64_t *version)
-{
-	uint64_t v = p->ack_version;
-	struct conn_reply rep;
-	int err;
-
-	if (p->ack_ready) {
-		rep = p->ack;
-		p->ack.n_fds = 0;
-		p->ack_ready = false;
-		p->ack_seq = 0;
-	} else if (p->ack_seq) {
-		err = wsync_conn_recv(p->c, p->ack_seq, WSYNC_MSG_COMMIT_OK, deadline_ns, &rep);
-		if (err == -ETIMEDOUT && !client_is_dead(p->c))
-			return err;             /* still outstanding */
-		p->ack_seq = 0;
-		if (err)
-			return err;
-	} else {
-		return wsync_fail(-ENOENT, "model '%s': no async commit outstanding", p->model);
-	}
-	if (rep.msg.hdr.type == WSYNC_MSG_ERROR) {
-		wsync_reply_close_fds(&rep, 0);
-		return wsync_conn_error(&rep.msg.error, WSYNC_MSG_COMMIT);
-	}
-	err = wsync_pub_apply_commit_ok(p, v, &rep);
-	if (!err && version)
-		*version = v;
-	return err;
-}
 
 static int grant_from_reply(struct wsync_pub *p, struct conn_reply *rep, struct pub_grant *g)
 {
@@ -151,38 +57,9 @@ static void sleep_ns(int64_t ns)
 		;
 }
 
-/* The answer to a BEGIN sent earlier (p->begin_seq), by deadline_ns: 0
- * and the reply, -ETIMEDOUT with the BEGIN still outstanding, or its error.
- * Caller holds the lock. */
-static int begin_collect(struct wsync_pub *p, int64_t deadline_ns, struct conn_reply *rep)
-{
-	int err;
-
-	if (p->begin_ready) {
-		*rep = p->begin_rep;
-		p->begin_rep.n_fds = 0;
-		err = 0;
-	} else {
-		err = wsync_conn_recv(p->c, p->begin_seq, WSYNC_MSG_GRANT, deadline_ns, rep);
-		if (err == -ETIMEDOUT && !client_is_dead(p->c))
-			return err;
-		if (err) {
-			p->begin_seq = 0;
-			return err;
-		}
-	}
-	p->begin_ready = false;
-	p->begin_seq = 0;
-	if (rep->msg.hdr.type == WSYNC_MSG_ERROR) {
-		wsync_reply_close_fds(rep, 0);
-		return wsync_conn_error(&rep->msg.error, WSYNC_MSG_BEGIN);
-	}
-	return 0;
-}
-
 /* BEGIN until granted; -EBUSY (all slots held) is retried with backoff until
  * deadline_ns, without holding the lock while asleep. A BEGIN whose answer
- * does not come by deadline_ns stays outstanding (p->begin_seq) and the
+ * does not come by deadline_ns stays outstanding (p->begin_wait) and the
  * next begin collects it. Caller holds the lock. */
 static int pub_request_grant(struct wsync_pub *p, int64_t deadline_ns, struct pub_grant *g)
 {
@@ -194,16 +71,19 @@ static int pub_request_grant(struct wsync_pub *p, int64_t deadline_ns, struct pu
 	for (;;) {
 		int64_t now, nap;
 
-		if (!p->begin_seq) {
+		if (!p->begin_wait.seq) {
 			wsync_msg_init(&m.hdr, WSYNC_MSG_BEGIN, 0);
 			m.begin.m.model_id = p->model_id;
 			m.hdr.seq = wsync_conn_next_seq(p->c);
 			err = wsync_conn_send(p->c, &m, NULL, 0);
 			if (err)
 				return err;
-			p->begin_seq = m.hdr.seq;
+			wsync_conn_await(p->c, &p->begin_wait, m.hdr.seq, WSYNC_MSG_BEGIN,
+			                 WSYNC_MSG_GRANT);
 		}
-		err = begin_collect(p, deadline_ns, &rep);
+		/* the answer, -ETIMEDOUT with the BEGIN still outstanding, or its
+		 * error */
+		err = wsync_conn_await_collect(p->c, &p->begin_wait, deadline_ns, &rep);
 		if (!err)
 			return grant_from_reply(p, &rep, g);
 		/* all slots held, or (a group) a rank not open yet: try again */
@@ -236,14 +116,6 @@ static int grant_check(const struct wsync_pub *p, const struct pub_grant *g)
 		return wsync_fail(-EPROTO, "model '%s': grant of slot %u without its fd, and "
 		                  "that slot was never mapped", p->model, g->slot);
 	return 0;
-}
-
-void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
-{
-	/* Only a guard against stray writes: a failure here (VMA limit) does
-	 * not make the published version any less valid. */
-	if (p->guarded && p->slabs[slot])
-		(void)mprotect(p->slabs[slot], p->map_bytes, PROT_READ);
 }
 
 /* Makes the granted slab writable: a fresh mapping when the fd came with the
@@ -321,7 +193,7 @@ int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *ou
 	deadline = wsync_deadline(timeout_ns);
 
 	client_lock(p->c);
-	if (p->ack_seq || p->ack_ready) {
+	if (p->ack.seq) {
 		err = wsync_pub_ack_collect(p, deadline, NULL);
 		if (err)
 			goto out_unlock;
@@ -358,27 +230,9 @@ int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *ou
 out_return:
 	grant_return(p, &g);
 out_drop:
-	grant_drop(&g);
+	pub_grant_drop(&g);
 	return err;
 out_unlock:
-	client_unlock(p->c);
-	return err;
-}
-
-int wsync_pub_wait_commit(wsync_pub *p, int64_t timeout_ns, uint64_t *version_out)
-{
-	int err;
-
-	if (!p)
-		return wsync_fail(-EINVAL, "wsync_pub_wait_commit: publisher is NULL");
-	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
-		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
-		                  p->model, (long long)timeout_ns);
-	client_lock(p->c);
-	if (!p->ack_seq && !p->ack_ready)
-		err = wsync_fail(-ENOENT, "model '%s': no async commit outstanding", p->model);
-	else
-		err = wsync_pub_ack_collect(p, wsync_deadline(timeout_ns), version_out);
 	client_unlock(p->c);
 	return err;
 }

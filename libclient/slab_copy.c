@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "pub.h"
 #include "shm/errmsg.h"
 #include "shm/tensor_layout.h"
 

@@ -41,17 +41,27 @@
  * happens before the broker can see the slot unpinned.
  *
  * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
+ *
+ * Files of the subscriber, lowest first: sub_attach.c (the maps of the
+ * layout and slabs), sub.c (open, acquire, release, close), sub_wait.c
+ * (waits and the notify eventfd); gpu_sub.c (device views) on those. A
+ * subscription's device mappings are gpu_sub.c's: it sets s->gpu_release
+ * with the first, and sub_free calls it.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
+#include "maps.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
+#include "sub.h"
+#include "sub_attach.h"
 
 /*
  * A thread's starting record for one client. Threads start their search at
@@ -116,14 +126,6 @@ uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint6
 	}
 	*src = &s->entry->latest;
 	return v;
-}
-
-int wsync_sub_check_model(const struct wsync_sub *s)
-{
-	if (atomic_load_explicit(&s->entry->incarnation, memory_order_acquire) == s->incarnation)
-		return 0;
-	return wsync_fail(-EIDRM, "model '%s' was deleted or replaced since this "
-	                  "subscription opened it; subscribe again", s->model);
 }
 
 /* -ECONNRESET once the broker no longer counts this client's hazards. */
@@ -360,9 +362,10 @@ int wsync_view_check(const wsync_view *v)
 
 static void sub_free(struct wsync_sub *s)
 {
-	wsync_gpu_sub_free(s);
 	int efd = atomic_load(&s->efd);
 
+	if (s->gpu_release)
+		s->gpu_release(s);
 	wsync_sub_maps_free(atomic_load(&s->maps));
 	if (s->page)
 		munmap((void *)s->page, sizeof(*s->page));
@@ -420,6 +423,12 @@ out_close:
 	return err;
 }
 
+/* wsync_close of the client closes what is still open through this. */
+static void sub_handle_close(struct client_handle *h)
+{
+	wsync_sub_close((struct wsync_sub *)((char *)h - offsetof(struct wsync_sub, handle)));
+}
+
 int wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out)
 {
 	union wsync_msg_any m;
@@ -449,8 +458,7 @@ int wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out)
 	err = sub_map_open(s, &rep);
 	if (err)
 		goto out_close_remote;
-	s->next_sub = c->subs;
-	c->subs = s;
+	wsync_client_handle_add(c, &s->handle, sub_handle_close);
 	client_unlock(c);
 	*out = s;
 	return 0;
@@ -473,12 +481,7 @@ void wsync_sub_close(wsync_sub *s)
 	client_lock(c);
 	if (atomic_load(&s->entry->incarnation) == s->incarnation)   /* not deleted */
 		sub_close_remote(s);
-	for (struct wsync_sub **pp = &c->subs; *pp; pp = &(*pp)->next_sub) {
-		if (*pp == s) {
-			*pp = s->next_sub;
-			break;
-		}
-	}
+	wsync_client_handle_remove(c, &s->handle);
 	client_unlock(c);
 	/* Views still held are a caller bug; unpin them so the broker can
 	 * reuse their slots, since their memory goes away with the mappings. */

@@ -15,8 +15,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
+#include "maps.h"
 #include "shm/errmsg.h"
+#include "sub_attach.h"
 
 void wsync_sub_maps_free(struct sub_maps *m)
 {

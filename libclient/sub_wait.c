@@ -25,10 +25,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "conn.h"
 #include "shm/clock.h"
 #include "shm/errmsg.h"
 #include "shm/futex.h"
+#include "sub_attach.h"
+#include "sub_wait.h"
 
 #define WAIT_SLICE_NS 200000000          /* 200 ms */
 #define WAIT_SPIN_MAX_NS 1000000000      /* a spin is for microseconds, not seconds */

@@ -1,8 +1,9 @@
 /* libclient/view.c — finding a tensor by name in a view or a slab. */
 #include <errno.h>
 
-#include "client_internal.h"
+#include "pub.h"
 #include "shm/errmsg.h"
+#include "sub_attach.h"
 
 int wsync_view_tensor(const wsync_view *v, const char *name,
                       const void **data, const wsync_tensor_desc **desc)

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "libclient/client_internal.h"
+#include "libclient/client.h"
 
 static struct broker B;
 

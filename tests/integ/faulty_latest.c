@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "libclient/client_internal.h"
+#include "libclient/pub.h"
 #include "shm/futex.h"
 
 static struct broker B;

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "libclient/client_internal.h"
+#include "libclient/sub.h"
 
 #define MODEL "shard.policy"
 #define RANKS 4

@@ -1,25 +1,26 @@
 /*
- * libclient/gpu_internal.h — what the GPU files of libwsync share.
+ * libclient/gpu_map.h — a device model's slots on one GPU, mapped in this
+ * process (gpu_map.c).
  *
  * A device model's slots on one of its GPUs are mapped in a process once
  * (struct gpu_map: import each exported VMM fd, reserve, map, set access)
  * and kept until the publisher or subscription closes: a version in a slot
  * already mapped costs no driver call. Publishers map writable on every GPU
- * of the model (they fan out to all of them); collectors read-only on the
- * GPUs they ask for.
+ * of the model (they fan out to all of them, gpu_pub.c); collectors
+ * read-only on the GPUs they ask for (gpu_sub.c).
  */
-#ifndef WSYNC_GPU_INTERNAL_H
-#define WSYNC_GPU_INTERNAL_H
+#ifndef WSYNC_GPU_MAP_H
+#define WSYNC_GPU_MAP_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "client_internal.h"
+#include "client.h"
 #include "shm/cuda_loader.h"
+#include "shm/layout.h"
+#include "wsync.h"
 
-/* The process's driver (loaded once, kept): 0, or -errno with the detail
- * set, naming `what`. */
-int wsync_gpu_driver(const char *what, const struct wsync_cuda **out);
+struct gpu_map;                      /* defined only with cuda.h */
 
 #ifdef WSYNC_HAVE_CUDA_H
 struct gpu_map {
@@ -32,11 +33,6 @@ struct gpu_map {
 	char     uuid_text[WSYNC_GPU_UUID_LEN];   /* as wsync_gpu_uuid writes it */
 	CUdeviceptr base[WSYNC_MAX_SLOTS];
 };
-
-/* "CUDA_ERROR_..." for r. */
-const char *wsync_cu_name(const struct wsync_cuda *cu, CUresult r);
-/* The error code a driver failure becomes (-ENOSPC, -ENODEV, -EIO). */
-int wsync_cu_errno(CUresult r);
 #endif
 
 /* The index in the model's device list (its ctl entry) of the GPU named by
@@ -57,4 +53,4 @@ int  wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t mo
 /* Unmaps and frees (NULL is a no-op). */
 void wsync_gpu_map_free(struct gpu_map *g);
 
-#endif
+#endif /* WSYNC_GPU_MAP_H */
