@@ -187,7 +187,7 @@ tests: all $(UNIT_BIN) $(INTEG_BIN) $(WSYNCD_FAULT) $(FAKECUDA)
 # Folders that read from the bottom up (tests/layering.sh): no #include
 # cycle among their headers, and in each no two files that call each other,
 # directly or around a loop (read from the built objects with nm).
-LAYER_DIRS := shm libclient
+LAYER_DIRS := shm libclient broker
 define layering_check
 	$(Q)CC="$(CC)" sh tests/layering_test.sh
 	$(Q)sh tests/layering.sh -o $(BUILD)/obj $(filter -I%,$(CPPFLAGS)) $(LAYER_DIRS)
