@@ -28,7 +28,8 @@ SOMAJOR := 0
 # libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (make check,
 # check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
-            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev
+            libxxhash-dev libncurses-dev libjansson-dev libmicrohttpd-dev scdoc clang \
+            libclang-rt-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -74,11 +75,13 @@ WSYNCD_FAULT_OBJ := $(filter-out $(BUILD)/obj/broker/fault.o,$(BROKER_OBJ)) \
                     $(BUILD)/obj-fault/broker/fault.o
 DEMO    := $(BUILD)/bin/wsync-demo
 BENCH   := $(BUILD)/bin/wsync-bench
-# tools/X.c is the main of wsync-X; tools/X_*.c are its other files.
-TOOL_MAINS := $(sort $(foreach f,$(wildcard tools/*.c),$(if $(findstring _,$(notdir $(f))),,$(f))))
-TOOLS   := $(patsubst tools/%.c,$(BUILD)/bin/wsync-%,$(TOOL_MAINS))
-# tools/ctl*.c is wsyncctl, spelled without the dash.
-TOOLS   := $(patsubst $(BUILD)/bin/wsync-ctl,$(BUILD)/bin/wsyncctl,$(TOOLS))
+# Each program has its folder: tools/ctl is wsyncctl, tools/X is wsync-X;
+# tools/common holds what they share (the control-segment reader, the
+# broker's health, the JSON and error contract of every tool).
+TOOL_DIRS := ctl top bench demo
+tool_bin   = $(BUILD)/bin/$(if $(filter ctl,$(1)),wsyncctl,wsync-$(1))
+TOOLS     := $(foreach d,$(TOOL_DIRS),$(call tool_bin,$(d)))
+TOOL_COMMON_OBJ := $(call obj,$(sort $(wildcard tools/common/*.c)))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 
@@ -143,20 +146,16 @@ $(WSYNCD_FAULT): $(WSYNCD_FAULT_OBJ) $(SHM_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
-.SECONDEXPANSION:
-# wsyncctl and wsync-top read JSON and write it with jansson (tools only,
-# never libwsync); wsync-top shares wsyncctl's control-segment snapshot.
-TOOL_LIBS := -ljansson -lncursesw
-define link_tool
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LIBS_CLIENT) -ljemalloc -lm $(TOOL_LIBS)
+# The tools read and write JSON with jansson, draw with ncurses and serve
+# metrics with libmicrohttpd (tools only, never libwsync).
+TOOL_LIBS := -ljansson -lncursesw -lmicrohttpd
+define tool_rule
+$(call tool_bin,$(1)): $(call obj,$(sort $(wildcard tools/$(1)/*.c))) $(TOOL_COMMON_OBJ) $(LIB_A)
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(Q),echo "  LD      $$@")
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $$(LIB_A) $$(LIBS_CLIENT) -ljemalloc -lm $$(TOOL_LIBS)
 endef
-$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $$(call obj,$$(wildcard tools/$$*_*.c)) $(LIB_A)
-	$(link_tool)
-$(BUILD)/bin/wsyncctl: $(BUILD)/obj/tools/ctl.o $(call obj,$(wildcard tools/ctl_*.c)) $(LIB_A)
-	$(link_tool)
-$(BUILD)/bin/wsync-top: $(BUILD)/obj/tools/ctl_snap.o
+$(foreach d,$(TOOL_DIRS),$(eval $(call tool_rule,$(d))))
 
 # Unit tests link the pieces they test directly (shm/ and broker/ objects
 # except the broker's main), plus cmocka.
@@ -168,7 +167,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 
 # The safetensors parser is wsyncctl's, with jansson.
 $(BUILD)/tests/unit/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o \
-		$(BUILD)/obj/tools/ctl_safetensors.o $(LIB_A)
+		$(BUILD)/obj/tools/ctl/safetensors.o $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) -lcmocka -ljansson $(LIBS_CLIENT)
