@@ -1,7 +1,7 @@
 /*
  * tools/common/snap.c — snapshots of the control segment and their JSON form
- * (see ctl_snap.h). Shared by wsyncctl and wsync-top, so both show the same
- * figures under the same names.
+ * (see snap.h). Shared by wsyncctl, wsync-top and the metrics exporter, so
+ * all show the same figures under the same names.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -9,14 +9,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "checksum.h"
-#include "client_internal.h"
-#include "tools/common/snap.h"
 #include "shm/cuda_discover.h"
 #include "shm/layout.h"
+#include "snap.h"
 
 #define RELAXED memory_order_relaxed
-#define LOAD(p) atomic_load_explicit(&(p), RELAXED)
+/* The segment is mapped read-only: loads through a pointer without const. */
+#define LOAD(p) atomic_load_explicit((__typeof__(p) *)&(p), RELAXED)
 
 static int64_t real_now(void)
 {
@@ -24,27 +23,6 @@ static int64_t real_now(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int ctl_check(const struct wsync_ctl_header *h, size_t bytes, char *why, size_t whylen)
-{
-	uint64_t models_end = (uint64_t)h->models_offset +
-	                      (uint64_t)h->max_models * sizeof(struct wsync_ctl_model);
-	uint64_t sessions_end = (uint64_t)h->sessions_offset +
-	                        (uint64_t)h->max_sessions * sizeof(struct wsync_ctl_session);
-
-	if (bytes < sizeof(*h) || h->magic != WSYNC_MAGIC_CTL ||
-	    h->layout_version != WSYNC_LAYOUT_VERSION) {
-		snprintf(why, whylen, "the broker's control segment has another magic or "
-		         "layout version (this tool understands version %u)", WSYNC_LAYOUT_VERSION);
-		return -EPROTO;
-	}
-	if (h->max_models > WSYNC_MAX_MODELS || h->max_sessions > WSYNC_MAX_SESSIONS ||
-	    models_end > bytes || sessions_end > bytes) {
-		snprintf(why, whylen, "the broker's control segment has tables past its end");
-		return -EPROTO;
-	}
-	return 0;
 }
 
 static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *e, uint32_t id)
@@ -71,6 +49,9 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->group_last_ns = LOAD(e->group_last_ns);
 	m->slab_pages = e->slab_pages;
 	m->publisher = LOAD(e->publisher);
+	m->publisher_pid = LOAD(e->publisher_pid);
+	if (m->version && LOAD(e->checksum_version) == m->version)
+		m->checksum = LOAD(e->checksum);
 	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
 	m->dev_flags = e->dev_flags;
 	memcpy(m->dev_uuid, e->dev_uuid, sizeof(m->dev_uuid));
@@ -85,6 +66,8 @@ static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_ses
                               uint32_t id)
 {
 	uint64_t view = LOAD(e->stats.view);
+	uint32_t lag = LOAD(e->stats.lag);
+	uint32_t slot = lag >> WSYNC_STATS_LAG_SLOT_SHIFT & WSYNC_STATS_LAG_SLOT_MASK;
 
 	memset(s, 0, sizeof(*s));
 	s->id = id;
@@ -101,104 +84,100 @@ static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_ses
 	s->view_version = view >> 8;
 	s->held = view & WSYNC_STATS_HELD;
 	s->view_model = (uint32_t)(view & WSYNC_STATS_MODEL_UNKNOWN);
-	s->view_since_ns = LOAD(e->stats.view_since_ns);
+	s->slot = s->held && slot ? (int)slot - 1 : -1;
+	s->view_ms = LOAD(e->stats.view_ms);
+	s->lag_known = s->view_version && (lag & WSYNC_STATS_LAG_KNOWN);
+	s->lag_estimated = s->lag_known && (lag & WSYNC_STATS_LAG_ESTIMATE);
+	s->lag = lag & WSYNC_STATS_LAG_MAX;
+	s->lag_ms = LOAD(e->stats.lag_ms);
 }
 
-/* Lags and collector counts, once models and sessions are copied. */
+/* Collector counts, worst lags and publisher pids, once models and
+ * sessions are copied. */
 static void snap_derive(struct snap *s)
 {
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
-		struct snap_session *e = &s->sessions[i];
+		const struct snap_session *e = &s->sessions[i];
 
 		for (uint32_t j = 0; j < s->n_models; j++) {
 			struct snap_model *m = &s->models[j];
 
-			if (m->publisher == e->id)
+			if (!m->publisher_pid && m->publisher == e->id)
 				m->publisher_pid = e->pid;
-			if (e->self || !(e->models & (UINT64_C(1) << m->id)) ||
-			    !(e->roles & WSYNC_ROLE_SUB))
+			if (!(e->models & (UINT64_C(1) << m->id)) || !(e->roles & WSYNC_ROLE_SUB))
 				continue;
 			m->collectors++;
-			if (e->view_version && e->view_model == m->id && m->version >= e->view_version) {
-				e->lag_known = true;
-				e->lag = m->version - e->view_version;
-				if (e->lag > m->worst_lag)
-					m->worst_lag = e->lag;
-			}
+			if (!e->lag_known || e->view_model != m->id)
+				continue;
+			m->worst_known = true;
+			if (e->lag > m->worst_lag)
+				m->worst_lag = e->lag;
+			if (e->lag_ms > m->worst_lag_ms)
+				m->worst_lag_ms = e->lag_ms;
 		}
 	}
 }
 
-int snap_take(const wsync_client *c, struct snap *out, char *why, size_t whylen)
+static void snap_copy_sessions(const struct wsync_ctl_header *h, struct snap *out)
 {
-	const struct wsync_ctl_header *h = c->ctl;
 	const char *base = (const char *)h;
-	int err = ctl_check(h, c->ctl_bytes, why, whylen);
 
-	if (err)
-		return err;
+	out->n_sessions = 0;
+	for (uint32_t i = 0; i < h->max_sessions; i++) {
+		const struct wsync_ctl_session *e =
+			(const struct wsync_ctl_session *)(base + h->sessions_offset) + i;
+		uint32_t id = LOAD(e->id);
+
+		if (id)
+			snap_session_copy(&out->sessions[out->n_sessions++], e, id);
+	}
+}
+
+void snap_take(const struct seg *seg, struct snap *out)
+{
+	const struct wsync_ctl_header *h = seg->ctl;
+	const char *base = (const char *)h;
+
 	memset(out, 0, offsetof(struct snap, models));
+	health_judge(seg, NULL, &out->health);
 	memcpy(out->instance, h->name, sizeof(out->instance));
 	out->instance[sizeof(out->instance) - 1] = 0;
 	out->broker_pid = h->broker_pid;
-	out->state = atomic_load_explicit(&((struct wsync_ctl_header *)h)->state, RELAXED);
+	out->uid = h->uid;
+	out->state = LOAD(h->state);
 	out->max_slots = h->max_slots;
 	out->generation = h->generation;
 	out->started_ns = h->started_ns;
-	out->heartbeat_ns = atomic_load_explicit(&((struct wsync_ctl_header *)h)->heartbeat_ns,
-	                                         RELAXED);
+	out->heartbeat_ns = LOAD(h->heartbeat_ns);
 	out->now_ns = real_now();
 	out->shm_limit = h->shm_limit;
-	out->shm_used = atomic_load_explicit(&((struct wsync_ctl_header *)h)->shm_used, RELAXED);
-	out->sessions_total = atomic_load_explicit(&((struct wsync_ctl_header *)h)->sessions_total,
-	                                           RELAXED);
-	out->messages = atomic_load_explicit(&((struct wsync_ctl_header *)h)->messages, RELAXED);
-	out->bad_messages = atomic_load_explicit(&((struct wsync_ctl_header *)h)->bad_messages,
-	                                         RELAXED);
+	out->shm_used = LOAD(h->shm_used);
+	out->sessions_total = LOAD(h->sessions_total);
+	out->messages = LOAD(h->messages);
+	out->bad_messages = LOAD(h->bad_messages);
 	for (uint32_t i = 0; i < h->max_models; i++) {
 		const struct wsync_ctl_model *e =
 			(const struct wsync_ctl_model *)(base + h->models_offset) + i;
 
-		if (atomic_load_explicit(&((struct wsync_ctl_model *)e)->state, RELAXED) ==
-		    WSYNC_MODEL_FREE)
+		if (LOAD(e->state) == WSYNC_MODEL_FREE)
 			continue;
 		snap_model_copy(&out->models[out->n_models++], e, i);
 	}
-	for (uint32_t i = 0; i < h->max_sessions; i++) {
-		const struct wsync_ctl_session *e =
-			(const struct wsync_ctl_session *)(base + h->sessions_offset) + i;
-		uint32_t id = atomic_load_explicit(&((struct wsync_ctl_session *)e)->id, RELAXED);
-		struct snap_session *ss;
+	/* The session figures of one tick: the broker stores stats_ns last
+	 * (release); the same value before and after the copy means no tick
+	 * wrote in between. A broker that ticks during every try leaves the
+	 * last copy (a monitor's figures, not a decision). */
+	for (int tries = 0; tries < 4; tries++) {
+		int64_t before = atomic_load_explicit((_Atomic int64_t *)&h->stats_ns,
+		                                      memory_order_acquire);
 
-		if (!id)
-			continue;
-		ss = &out->sessions[out->n_sessions++];
-		snap_session_copy(ss, e, id);
-		ss->self = id == c->session_id;
+		snap_copy_sessions(h, out);
+		atomic_thread_fence(memory_order_acquire);
+		out->stats_ns = LOAD(h->stats_ns);
+		if (out->stats_ns == before)
+			break;
 	}
 	snap_derive(out);
-	return 0;
-}
-
-void snap_checksums(wsync_client *c, wsync_sub **subs, struct snap *s)
-{
-	for (uint32_t i = 0; i < s->n_models; i++) {
-		struct snap_model *m = &s->models[i];
-		wsync_view v;
-
-		if (m->state != WSYNC_MODEL_READY || !m->version)
-			continue;
-		if (subs[m->id] && strcmp(subs[m->id]->model, m->name)) {
-			wsync_sub_close(subs[m->id]);       /* the id now names another model */
-			subs[m->id] = NULL;
-		}
-		if (!subs[m->id] && wsync_sub_open(c, m->name, &subs[m->id]))
-			continue;
-		if (wsync_sub_acquire(subs[m->id], &v))
-			continue;
-		m->checksum_known = wsync_view_checksum(&v, &m->checksum) == 0;
-		wsync_sub_release(subs[m->id], &v);
-	}
 }
 
 const struct snap_model *snap_model_find(const struct snap *s, const char *name)
@@ -257,20 +236,21 @@ json_t *snap_json_status(const struct snap *s)
 	uint32_t pubs = 0, subs = 0;
 
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
-		if (s->sessions[i].self)
-			continue;                /* the tool itself */
 		pubs += !!(s->sessions[i].roles & WSYNC_ROLE_PUB);
 		subs += !!(s->sessions[i].roles & WSYNC_ROLE_SUB);
 	}
-	return json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, "
-	                 "s:I, s:I, s:I}",
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:I, "
+	                 "s:I, s:I, s:I, s:I, s:I, s:I}",
 	                 "instance", s->instance,
+	                 "health", health_reason(s->health.state),
+	                 "health_text", s->health.text,
 	                 "broker_pid", (json_int_t)s->broker_pid,
 	                 "generation", (json_int_t)s->generation,
 	                 "state", snap_state_name(s->state),
 	                 "started_ns", json_integer(s->started_ns),
 	                 "uptime_s", jsince(s, s->started_ns),
 	                 "heartbeat_age_s", jsince(s, s->heartbeat_ns),
+	                 "stats_age_s", jsince(s, s->stats_ns),
 	                 "shm_used", (json_int_t)s->shm_used,
 	                 "shm_limit", (json_int_t)s->shm_limit,
 	                 "max_slots", (json_int_t)s->max_slots,
@@ -302,10 +282,12 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 	                      "published_ns", json_integer(m->commit_ns),
 	                      "age_s", m->version ? jsince(s, m->commit_ns) : json_null(),
 	                      "collectors", (json_int_t)m->collectors,
-	                      "worst_lag", (json_int_t)m->worst_lag);
+	                      "worst_lag", m->worst_known ? jcount(m->worst_lag) : json_null());
 
+	json_object_set_new(o, "worst_lag_ms", m->worst_known ? json_real(m->worst_lag_ms) :
+	                    json_null());
 	json_object_set_new(o, "publisher_pid",
-	                    m->publisher ? json_integer(m->publisher_pid) : json_null());
+	                    m->publisher_pid ? json_integer(m->publisher_pid) : json_null());
 	if (m->group_size > 1) {
 		json_t *done = json_array();
 
@@ -335,7 +317,7 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 	json_object_set_new(o, "pages", m->state != WSYNC_MODEL_READY ? json_null() :
 	                    json_string(m->slab_pages == WSYNC_PAGES_HUGETLB ? "hugetlb" :
 	                                m->slab_pages == WSYNC_PAGES_THP ? "thp" : "4k"));
-	if (m->checksum_known && m->checksum) {
+	if (m->checksum) {
 		snprintf(cs, sizeof(cs), "%016" PRIx64, m->checksum);
 		json_object_set_new(o, "checksum", json_string(cs));
 	} else {
@@ -361,7 +343,7 @@ json_t *snap_json_session(const struct snap *s, const struct snap_session *e)
 	for (uint32_t j = 0; j < s->n_models; j++)
 		if (e->models & (UINT64_C(1) << s->models[j].id))
 			json_array_append_new(models, json_string(s->models[j].name));
-	o = json_pack("{s:I, s:I, s:I, s:s, s:s, s:o, s:o, s:I, s:I, s:I, s:b}",
+	o = json_pack("{s:I, s:I, s:I, s:s, s:s, s:o, s:o, s:I, s:I, s:I}",
 	              "id", (json_int_t)e->id,
 	              "pid", (json_int_t)e->pid,
 	              "uid", (json_int_t)e->uid,
@@ -371,12 +353,16 @@ json_t *snap_json_session(const struct snap *s, const struct snap_session *e)
 	              "connected_s", jsince(s, e->connected_ns),
 	              "acquires", (json_int_t)e->acquires,
 	              "waits", (json_int_t)e->waits,
-	              "timeouts", (json_int_t)e->timeouts,
-	              "self", e->self);
+	              "timeouts", (json_int_t)e->timeouts);
+	/* what it reads, at the broker's last tick (stats_age_s ago) */
 	json_object_set_new(o, "version", e->view_version ? jcount(e->view_version) : json_null());
 	json_object_set_new(o, "held", json_boolean(e->held));
-	json_object_set_new(o, "since_s", e->view_version ? jsince(s, e->view_since_ns) : json_null());
+	json_object_set_new(o, "slot", e->slot >= 0 ? json_integer(e->slot) : json_null());
+	json_object_set_new(o, "since_s", e->view_version ? json_real(e->view_ms / 1e3) :
+	                    json_null());
 	json_object_set_new(o, "lag", e->lag_known ? jcount(e->lag) : json_null());
+	json_object_set_new(o, "lag_ms", e->lag_known ? json_real(e->lag_ms) : json_null());
+	json_object_set_new(o, "lag_estimated", json_boolean(e->lag_estimated));
 	return o;
 }
 
@@ -427,7 +413,7 @@ const char *fmt_age(char *buf, size_t len, int64_t ns)
 
 const char *fmt_checksum(char *buf, size_t len, const struct snap_model *m)
 {
-	if (m->checksum_known && m->checksum)
+	if (m->checksum)
 		snprintf(buf, len, "%016" PRIx64, m->checksum);
 	else
 		snprintf(buf, len, "-");
@@ -446,5 +432,25 @@ const char *fmt_session_models(char *buf, size_t len, const struct snap *s,
 			                       s->models[j].name);
 	if (!buf[0])
 		snprintf(buf, len, "-");
+	return buf;
+}
+
+const char *fmt_lag(char *buf, size_t len, const struct snap_session *e)
+{
+	if (!e->lag_known)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%s%" PRIu64, e->lag_estimated ? "~" : "", e->lag);
+	return buf;
+}
+
+const char *fmt_lag_ms(char *buf, size_t len, const struct snap_session *e)
+{
+	if (!e->lag_known)
+		snprintf(buf, len, "-");
+	else if (e->lag_ms < 10000)
+		snprintf(buf, len, "%s%.0fms", e->lag_estimated ? "~" : "", e->lag_ms);
+	else
+		fmt_age(buf, len, (int64_t)(e->lag_ms * 1e6));
 	return buf;
 }

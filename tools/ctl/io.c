@@ -48,7 +48,8 @@ static const char load_usage[] =
 	"  --model NAME   the model to publish\n"
 	"  --step S       the step to stamp (default: the file's wsync_step, else 0)\n"
 	"  --checksum     open the model with WSYNC_PUB_CHECKSUM (a checksum per version)\n"
-	"  --timeout S    wait up to S seconds for a free slot (default 10)\n"
+	"  --timeout S    wait up to S seconds for the broker and for a free slot\n"
+	"                 (default: 2 for the broker, 10 for a slot)\n"
 	"\n"
 	"exit codes: 0 published (prints the version), 2 usage, 3 no broker, a\n"
 	"refused file, a layout clash, another publisher, or another error.\n\n";
@@ -87,16 +88,17 @@ static int dump_view(const char *model, const wsync_view *v, const char *path)
 	snprintf(tbuf, sizeof(tbuf), "%" PRId64, v->published_ns);
 	err = st_header_build(v->tensors, v->n_tensors, meta, 4, &hdr, &hlen);
 	if (err) {
-		ctl_error("model '%s': %s", model, err == -EINVAL ?
-		          "a tensor safetensors cannot hold (dtype or name)" : strerror(-err));
-		return CTL_ERROR;
+		return report_fail(EXIT_FAILED, err == -EINVAL ? "unsupported" : "error",
+		                   "model '%s': %s", model, err == -EINVAL ?
+		                   "a tensor safetensors cannot hold (dtype or name)" :
+		                   strerror(-err));
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
-		ctl_error("%s: %s", tmp, strerror(errno));
+		err = errno;
 		free(hdr);
-		return CTL_ERROR;
+		return report_fail(EXIT_FAILED, "io", "%s: %s", tmp, strerror(err));
 	}
 	err = write_all(fd, hdr, hlen);
 	for (size_t i = 0; !err && i < v->n_tensors; i++)
@@ -111,10 +113,9 @@ static int dump_view(const char *model, const wsync_view *v, const char *path)
 	free(hdr);
 	if (err) {
 		unlink(tmp);
-		ctl_error("%s: %s", path, strerror(-err));
-		return CTL_ERROR;
+		return report_fail(EXIT_FAILED, "io", "%s: %s", path, strerror(-err));
 	}
-	return CTL_OK;
+	return EXIT_DONE;
 }
 
 int ctl_cmd_dump(const struct ctl_opts *common, int argc, char **argv)
@@ -142,25 +143,25 @@ int ctl_cmd_dump(const struct ctl_opts *common, int argc, char **argv)
 		}
 		if (opt == 'v') {
 			if (!ctl_parse_u64(optarg, &version))
-				return ctl_usage_error("dump", "--version wants a number, not '%s'", optarg);
+				return report_usage("dump", "--version wants a number, not '%s'", optarg);
 			have_version = true;
 			continue;
 		}
-		r = ctl_common_opt(opt, &o, "dump", dump_usage);
+		r = ctl_common_opt(opt, &o, "dump", dump_usage, argv);
 		if (r != CTL_GO_ON)
 			return r;
 	}
 	if (optind != argc - 1)
-		return ctl_usage_error("dump", optind >= argc ? "no MODEL given" : "one MODEL only");
+		return report_usage("dump", optind >= argc ? "no MODEL given" : "one MODEL only");
 	if (!out)
-		return ctl_usage_error("dump", "no output file given (-o FILE)");
+		return report_usage("dump", "no output file given (-o FILE)");
 	model = argv[optind];
 	r = ctl_take_latest(&o, model, have_version, version, &c, &s, &v);
 	if (r)
 		return r;
 	r = dump_view(model, &v, out);
 	if (!r && o.json)
-		ctl_print_json(json_pack("{s:s, s:I, s:I, s:s}", "model", model,
+		r = report_json(json_pack("{s:s, s:I, s:I, s:s}", "model", model,
 		                         "version", (json_int_t)v.version,
 		                         "step", (json_int_t)v.step, "file", out));
 	else if (!r)
@@ -189,29 +190,31 @@ static int map_file(const char *path, const uint8_t **buf, size_t *len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		ctl_error("%s: %s", path, strerror(errno));
+		int e = errno;
+
 		if (fd >= 0)
 			close(fd);
-		return CTL_ERROR;
+		return report_fail(EXIT_FAILED, e == ENOENT ? "not_found" : "io", "%s: %s", path,
+		                   strerror(e));
 	}
 	if (!S_ISREG(st.st_mode)) {
-		ctl_error("%s: not a regular file", path);
 		close(fd);
-		return CTL_ERROR;
+		return report_fail(EXIT_FAILED, "io", "%s: not a regular file", path);
 	}
 	*len = (size_t)st.st_size;
 	*buf = NULL;
 	if (*len) {
 		p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (p == MAP_FAILED) {
-			ctl_error("%s: mmap: %s", path, strerror(errno));
+			int e = errno;
+
 			close(fd);
-			return CTL_ERROR;
+			return report_fail(EXIT_FAILED, "io", "%s: mmap: %s", path, strerror(e));
 		}
 		*buf = p;
 	}
 	close(fd);
-	return CTL_OK;
+	return EXIT_DONE;
 }
 
 static int publish_file(const struct ctl_opts *o, const struct load_args *a,
@@ -224,10 +227,10 @@ static int publish_file(const struct ctl_opts *o, const struct load_args *a,
 	wsync_client *c = NULL;
 	wsync_pub *p = NULL;
 	wsync_slab slab;
-	int err, r = CTL_ERROR;
+	int err, r = EXIT_FAILED;
 
 	if (!descs || !srcs) {
-		ctl_error("out of memory");
+		report_fail(EXIT_FAILED, "error", "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < f->n_tensors; i++) {
@@ -238,33 +241,33 @@ static int publish_file(const struct ctl_opts *o, const struct load_args *a,
 		goto out;
 	err = wsync_pub_open(c, a->model, descs, f->n_tensors, &mo, &p);
 	if (err) {
-		ctl_wsync_error("publish", err);
+		r = report_wsync_fail(EXIT_FAILED, "publish", err);
 		goto out;
 	}
 	err = wsync_pub_begin(p, a->timeout_ns, &slab);
 	if (err) {
-		ctl_wsync_error("begin", err);
+		r = report_wsync_fail(EXIT_FAILED, "begin", err);
 		goto out;
 	}
 	err = wsync_slab_copy_tensors(&slab, (const void *const *)srcs, 0);
 	if (err) {
 		wsync_pub_abort(p);
-		ctl_wsync_error("copy", err);
+		r = report_wsync_fail(EXIT_FAILED, "copy", err);
 		goto out;
 	}
 	err = wsync_pub_commit(p, a->step, &version);
 	if (err) {
-		ctl_wsync_error("commit", err);
+		r = report_wsync_fail(EXIT_FAILED, "commit", err);
 		goto out;
 	}
+	r = EXIT_DONE;
 	if (o->json)
-		ctl_print_json(json_pack("{s:s, s:I, s:I, s:I}", "model", a->model,
-		                         "version", (json_int_t)version, "step", (json_int_t)a->step,
-		                         "tensors", (json_int_t)f->n_tensors));
+		r = report_json(json_pack("{s:s, s:I, s:I, s:I}", "model", a->model,
+		                          "version", (json_int_t)version, "step", (json_int_t)a->step,
+		                          "tensors", (json_int_t)f->n_tensors));
 	else
 		printf("%s version %" PRIu64 " step %" PRIu64 " published from %s (%zu tensors)\n",
 		       a->model, version, a->step, a->file, f->n_tensors);
-	r = CTL_OK;
 out:
 	wsync_pub_close(p);
 	wsync_close(c);
@@ -279,14 +282,14 @@ static int load_file(const struct ctl_opts *o, struct load_args *a)
 	struct st_file f;
 	const char *step;
 	char why[512];
-	size_t len;
+	size_t len = 0;
 	int r = map_file(a->file, &buf, &len);
 
 	if (r)
 		return r;
 	if (st_parse(buf, len, &f, why, sizeof(why))) {
-		ctl_error("%s: refused, nothing published: %s", a->file, why);
-		r = CTL_ERROR;
+		r = report_fail(EXIT_FAILED, "refused_file", "%s: refused, nothing published: %s",
+		                a->file, why);
 		goto out_unmap;
 	}
 	step = st_meta_get(&f, "wsync_step");
@@ -307,12 +310,10 @@ int ctl_cmd_load(const struct ctl_opts *common, int argc, char **argv)
 		{ "model",    required_argument, NULL, 'm' },
 		{ "step",     required_argument, NULL, 's' },
 		{ "checksum", no_argument,       NULL, 'c' },
-		{ "timeout",  required_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct load_args a = { .timeout_ns = 10 * INT64_C(1000000000) };
 	struct ctl_opts o = *common;
-	double secs;
 	int opt, r;
 
 	opterr = 0;
@@ -323,26 +324,23 @@ int ctl_cmd_load(const struct ctl_opts *common, int argc, char **argv)
 			continue;
 		case 's':
 			if (!ctl_parse_u64(optarg, &a.step))
-				return ctl_usage_error("load", "--step wants a number, not '%s'", optarg);
+				return report_usage("load", "--step wants a number, not '%s'", optarg);
 			a.have_step = true;
 			continue;
 		case 'c':
 			a.checksum = true;
 			continue;
-		case 't':
-			if (!ctl_parse_seconds(optarg, &secs))
-				return ctl_usage_error("load", "--timeout wants seconds, not '%s'", optarg);
-			a.timeout_ns = (int64_t)(secs * 1e9);
-			continue;
 		}
-		r = ctl_common_opt(opt, &o, "load", load_usage);
+		r = ctl_common_opt(opt, &o, "load", load_usage, argv);
 		if (r != CTL_GO_ON)
 			return r;
 	}
 	if (optind != argc - 1)
-		return ctl_usage_error("load", optind >= argc ? "no FILE given" : "one FILE only");
+		return report_usage("load", optind >= argc ? "no FILE given" : "one FILE only");
+	if (o.timeout_ns >= 0)
+		a.timeout_ns = o.timeout_ns;         /* the slot wait, the broker's too */
 	if (!a.model)
-		return ctl_usage_error("load", "no model given (--model NAME)");
+		return report_usage("load", "no model given (--model NAME)");
 	a.file = argv[optind];
 	return load_file(&o, &a);
 }

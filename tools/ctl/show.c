@@ -1,7 +1,7 @@
 /*
- * tools/ctl/show.c — wsyncctl status, models, sessions: the control segment
- * as tables or JSON. Only `models` talks to the broker, once per ready model
- * it has not seen, to subscribe and read the latest version's checksum.
+ * tools/ctl/show.c — wsyncctl status, models, sessions and ping: the control
+ * segment as tables or JSON, read without a session (seg.h). Nothing here
+ * sends the broker anything, so a stopped broker is shown, not waited for.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -17,34 +17,45 @@ static const char *const show_usage[] = {
 	[SHOW_STATUS] =
 	"usage: wsyncctl status [OPTIONS]\n"
 	"\n"
-	"The broker: instance, pid, generation, state, uptime, heartbeat, shared\n"
-	"memory used and allowed, models and sessions.\n\n",
+	"The broker: its health (running, not responding, stopped, dead), instance,\n"
+	"pid, generation, uptime, heartbeat, shared memory used and allowed, models\n"
+	"and sessions. Read from its control segment: a stopped broker is shown as\n"
+	"such at once. Exit 0 when its segment was read, 3 when there is none.\n\n",
 	[SHOW_MODELS] =
 	"usage: wsyncctl models [OPTIONS]\n"
 	"\n"
 	"One row per model: state, latest version and step, its age, slab size,\n"
-	"slots in use/total, commits, collectors, the worst collector lag in\n"
-	"versions, and the latest version's checksum ('-' if it has none).\n\n",
+	"slots in use/total, commits, collectors, the worst collector lag (commits\n"
+	"not taken, and how long ago the version they read was superseded), the\n"
+	"publisher's pid and the latest version's checksum ('-' if it has none).\n\n",
 	[SHOW_SESSIONS] =
 	"usage: wsyncctl sessions [OPTIONS]\n"
 	"\n"
-	"One row per connected client: id, pid, name, role, models, the version it\n"
-	"reads (* = holds it now), its lag, acquires, waits, timeouts, connected\n"
-	"for. Figures of reading are mirrored by the broker once a second.\n\n",
+	"One row per connected client: id, pid, full name, role, models, the\n"
+	"version it reads (* = holds it now) and the slot it pins, its lag in\n"
+	"commits and in time since that version was superseded ('~' = an\n"
+	"estimate), how long it has held the view, acquires, waits, timeouts,\n"
+	"connected for. The broker computes the reading figures once a second,\n"
+	"all at one instant (status shows how old they are).\n\n",
 };
 
 static const char *const show_names[] = { "status", "models", "sessions" };
 
 static void print_status(const struct snap *s)
 {
-	char a[32], b[32], up[32], hb[32];
+	char a[32], b[32], up[32], hb[32], st[32];
 
+	printf("health      %s\n", s->health.text);
 	printf("instance    %s\n", s->instance);
 	printf("broker pid  %" PRIu32 "\n", s->broker_pid);
 	printf("generation  %" PRIu64 "\n", s->generation);
 	printf("state       %s\n", snap_state_name(s->state));
 	printf("uptime      %s\n", fmt_age(up, sizeof(up), s->now_ns - s->started_ns));
 	printf("heartbeat   %s ago\n", fmt_age(hb, sizeof(hb), s->now_ns - s->heartbeat_ns));
+	if (s->stats_ns)
+		printf("stats       %s ago\n", fmt_age(st, sizeof(st), s->now_ns - s->stats_ns));
+	else
+		printf("stats       not computed yet\n");
 	printf("shm         %s of %s\n", fmt_bytes(a, sizeof(a), s->shm_used),
 	       fmt_bytes(b, sizeof(b), s->shm_limit));
 	printf("max slots   %" PRIu32 "\n", s->max_slots);
@@ -53,31 +64,54 @@ static void print_status(const struct snap *s)
 	       s->sessions_total);
 }
 
+static int name_width(const struct snap *s, bool models, int min)
+{
+	int w = min;
+
+	for (uint32_t i = 0; i < (models ? s->n_models : s->n_sessions); i++) {
+		int n = (int)strlen(models ? s->models[i].name : s->sessions[i].name);
+
+		if (n > w)
+			w = n;
+	}
+	return w;
+}
+
 static void print_models(const struct snap *s)
 {
-	char sz[32], age[32], cs[32], slots[16];
+	char sz[32], age[32], cs[32], slots[16], lag[24], ms[32], pid[16];
+	int w = name_width(s, true, 5);
 
-	printf("%-24s %-8s %8s %8s %8s %10s %7s %8s %6s %5s %-16s\n", "MODEL", "STATE",
-	       "VERSION", "STEP", "AGE", "SLAB", "SLOTS", "COMMITS", "COLL", "LAG", "CHECKSUM");
+	printf("%-*s %-8s %8s %8s %8s %10s %7s %8s %5s %6s %8s %8s %-16s\n", w, "MODEL", "STATE",
+	       "VERSION", "STEP", "AGE", "SLAB", "SLOTS", "COMMITS", "COLL", "LAG", "BEHIND",
+	       "PUB", "CHECKSUM");
 	for (uint32_t i = 0; i < s->n_models; i++) {
 		const struct snap_model *m = &s->models[i];
 
 		snprintf(slots, sizeof(slots), "%" PRIu32 "/%" PRIu32, m->slots_used, m->n_slots);
-		printf("%-24s %-8s %8" PRIu64 " %8" PRIu64 " %8s %10s %7s %8" PRIu64 " %6" PRIu32
-		       " %5" PRIu64 " %-16s\n", m->name, snap_model_state_name(m->state),
+		snprintf(lag, sizeof(lag), m->worst_known ? "%" PRIu64 : "-", m->worst_lag);
+		if (m->worst_known)
+			snprintf(ms, sizeof(ms), "%.0fms", m->worst_lag_ms);
+		else
+			snprintf(ms, sizeof(ms), "-");
+		snprintf(pid, sizeof(pid), m->publisher_pid ? "%" PRIu32 : "-", m->publisher_pid);
+		printf("%-*s %-8s %8" PRIu64 " %8" PRIu64 " %8s %10s %7s %8" PRIu64 " %5" PRIu32
+		       " %6s %8s %8s %-16s\n", w, m->name, snap_model_state_name(m->state),
 		       m->version, m->step,
 		       m->version ? fmt_age(age, sizeof(age), s->now_ns - m->commit_ns) : "-",
 		       fmt_bytes(sz, sizeof(sz), m->bytes), slots, m->commits, m->collectors,
-		       m->worst_lag, fmt_checksum(cs, sizeof(cs), m));
+		       lag, ms, pid, fmt_checksum(cs, sizeof(cs), m));
 	}
 }
 
 static void print_sessions(const struct snap *s)
 {
-	char models[64], ver[32], lag[24], con[32];
+	char models[256], ver[32], lag[24], ms[32], held[32], slot[8], con[32];
+	int w = name_width(s, false, 4);
 
-	printf("%6s %8s %-16s %-7s %-20s %10s %5s %10s %8s %8s %8s\n", "ID", "PID", "NAME",
-	       "ROLE", "MODELS", "VERSION", "LAG", "ACQUIRES", "WAITS", "TIMEOUTS", "CONN");
+	printf("%6s %8s %-*s %-7s %-16s %10s %6s %8s %4s %8s %10s %8s %8s %8s\n", "ID", "PID",
+	       w, "NAME", "ROLE", "MODELS", "VERSION", "LAG", "BEHIND", "SLOT", "HELD",
+	       "ACQUIRES", "WAITS", "TIMEOUTS", "CONN");
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
 		const struct snap_session *e = &s->sessions[i];
 
@@ -86,48 +120,55 @@ static void print_sessions(const struct snap *s)
 			snprintf(ver, sizeof(ver), "%" PRIu64 "%s", e->view_version, e->held ? "*" : "");
 		else
 			snprintf(ver, sizeof(ver), "-");
-		if (e->lag_known)
-			snprintf(lag, sizeof(lag), "%" PRIu64, e->lag);
+		snprintf(slot, sizeof(slot), e->slot >= 0 ? "%d" : "-", e->slot);
+		if (e->held)
+			fmt_age(held, sizeof(held), (int64_t)(e->view_ms * 1e6));
 		else
-			snprintf(lag, sizeof(lag), "-");
-		printf("%6" PRIu32 " %8" PRIu32 " %-16.16s %-7s %-20.20s %10s %5s %10" PRIu64
-		       " %8" PRIu32 " %8" PRIu32 " %8s\n", e->id, e->pid, e->name,
-		       snap_roles_name(e->roles), models, ver, lag, e->acquires, e->waits,
+			snprintf(held, sizeof(held), "-");
+		printf("%6" PRIu32 " %8" PRIu32 " %-*s %-7s %-16s %10s %6s %8s %4s %8s %10" PRIu32
+		       " %8" PRIu32 " %8" PRIu32 " %8s\n", e->id, e->pid, w, e->name,
+		       snap_roles_name(e->roles), models, ver, fmt_lag(lag, sizeof(lag), e),
+		       fmt_lag_ms(ms, sizeof(ms), e), slot, held, e->acquires, e->waits,
 		       e->timeouts, fmt_age(con, sizeof(con), s->now_ns - e->connected_ns));
 	}
 }
 
-static int show(const struct ctl_opts *common, int argc, char **argv, enum show_what what)
+static int parse_no_args(const struct ctl_opts *common, struct ctl_opts *o, int argc,
+                         char **argv, const char *name, const char *usage)
 {
 	static const struct option longopts[] = { CTL_COMMON_LONGOPTS, { NULL, 0, NULL, 0 } };
-	wsync_sub *subs[WSYNC_MAX_MODELS] = { 0 };
-	struct ctl_opts o = *common;
-	wsync_client *c;
-	struct snap *s;
 	int opt, r;
 
+	*o = *common;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, CTL_CMD_SHORTOPTS, longopts, NULL)) != -1) {
-		r = ctl_common_opt(opt, &o, show_names[what], show_usage[what]);
+		r = ctl_common_opt(opt, o, name, usage, argv);
 		if (r != CTL_GO_ON)
 			return r;
 	}
 	if (optind < argc)
-		return ctl_usage_error(show_names[what], "unexpected argument '%s'", argv[optind]);
-	if (ctl_connect(&o, &c))
-		return CTL_ERROR;
-	s = ctl_snapshot(c);
-	if (!s) {
-		wsync_close(c);
-		return CTL_ERROR;
-	}
-	if (what == SHOW_MODELS)
-		snap_checksums(c, subs, s);
-	r = CTL_OK;
+		return report_usage(name, "unexpected argument '%s'", argv[optind]);
+	return CTL_GO_ON;
+}
+
+static int show(const struct ctl_opts *common, int argc, char **argv, enum show_what what)
+{
+	struct ctl_opts o;
+	struct seg seg;
+	struct snap *s;
+	int r = parse_no_args(common, &o, argc, argv, show_names[what], show_usage[what]);
+
+	if (r != CTL_GO_ON)
+		return r;
+	r = ctl_snapshot(&o, &seg, &s);
+	if (r)
+		return r;
 	if (o.json) {
 		json_t *doc = what == SHOW_STATUS ? snap_json_status(s) :
-		              what == SHOW_MODELS ? snap_json_models(s) : snap_json_sessions(s);
-		r = ctl_print_json(doc);
+		              json_pack("{s:o}", what == SHOW_MODELS ? "models" : "sessions",
+		                        what == SHOW_MODELS ? snap_json_models(s) :
+		                        snap_json_sessions(s));
+		r = report_json(doc);
 	} else if (what == SHOW_STATUS) {
 		print_status(s);
 	} else if (what == SHOW_MODELS) {
@@ -135,10 +176,8 @@ static int show(const struct ctl_opts *common, int argc, char **argv, enum show_
 	} else {
 		print_sessions(s);
 	}
-	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++)
-		wsync_sub_close(subs[i]);
 	free(s);
-	wsync_close(c);
+	seg_detach(&seg);
 	return r;
 }
 
@@ -155,4 +194,45 @@ int ctl_cmd_models(const struct ctl_opts *o, int argc, char **argv)
 int ctl_cmd_sessions(const struct ctl_opts *o, int argc, char **argv)
 {
 	return show(o, argc, argv, SHOW_SESSIONS);
+}
+
+static const char ping_usage[] =
+	"usage: wsyncctl ping [OPTIONS]      (also: wsyncctl health)\n"
+	"\n"
+	"Whether the broker is alive and answering, for scripts and service managers,\n"
+	"from its control segment: a heartbeat older than 1.5 s gets --timeout (2 s)\n"
+	"to move. Prints one line saying which.\n"
+	"\n"
+	"exit codes: 0 healthy; 1 not responding (stopped, e.g. by SIGSTOP, or\n"
+	"starting); 2 no broker (none there, shut down, or dead); 3 usage.\n\n";
+
+int ctl_cmd_ping(const struct ctl_opts *common, int argc, char **argv)
+{
+	struct ctl_opts o;
+	struct health h;
+	struct seg seg;
+	char why[512];
+	int r;
+
+	report_set_usage_exit(3);                /* 2 means "no broker" here */
+	r = parse_no_args(common, &o, argc, argv, "ping", ping_usage);
+	if (r != CTL_GO_ON)
+		return r;
+	if (seg_attach(o.endpoint, &seg, why, sizeof(why)))
+		health_judge(&seg, why, &h);     /* GONE, with why */
+	else
+		health_wait(&seg, ctl_broker_timeout(&o), &h);
+	r = health_exit(h.state);
+	if (o.json) {
+		json_t *doc = json_pack("{s:s, s:s, s:o}", "health", health_reason(h.state),
+		                        "text", h.text, "heartbeat_age_s",
+		                        h.heartbeat_age_ns >= 0 ?
+		                        json_real((double)h.heartbeat_age_ns / 1e9) : json_null());
+
+		report_json_status(doc, r);
+	} else {
+		printf("%s\n", h.text);
+	}
+	seg_detach(&seg);
+	return r;
 }

@@ -1,51 +1,24 @@
-/* tools/ctl/util.c — messages, connecting, option values for wsyncctl. */
+/* tools/ctl/util.c — options, connecting and snapshots for wsyncctl. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctl.h"
+#include "tools/common/health.h"
 
-void ctl_error(const char *fmt, ...)
+int64_t ctl_broker_timeout(const struct ctl_opts *o)
 {
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "wsyncctl: %s\n", msg);
+	return o->timeout_ns >= 0 ? o->timeout_ns : CTL_BROKER_TIMEOUT_NS;
 }
 
-void ctl_wsync_error(const char *what, int err)
+int ctl_common_opt(int opt, struct ctl_opts *o, const char *cmd, const char *usage,
+                   char **argv)
 {
-	char detail[768];
+	double secs;
 
-	snprintf(detail, sizeof(detail), "%s", wsync_errmsg());
-	if (detail[0])
-		ctl_error("%s: %s: %s", what, wsync_strerror(err), detail);
-	else
-		ctl_error("%s: %s", what, wsync_strerror(err));
-}
-
-int ctl_usage_error(const char *cmd, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	ctl_error("%s", msg);
-	fprintf(stderr, "Try 'wsyncctl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
-	return CTL_USAGE;
-}
-
-int ctl_common_opt(int opt, struct ctl_opts *o, const char *cmd, const char *usage)
-{
 	switch (opt) {
 	case 'E':
 	case 'N':
@@ -53,68 +26,82 @@ int ctl_common_opt(int opt, struct ctl_opts *o, const char *cmd, const char *usa
 		return CTL_GO_ON;
 	case 'j':
 		o->json = true;
+		report_set_json(true);
+		return CTL_GO_ON;
+	case 'T':
+		if (!ctl_parse_seconds(optarg, &secs))
+			return report_usage(cmd, "--timeout wants seconds, not '%s'", optarg);
+		o->timeout_ns = (int64_t)(secs * 1e9);
 		return CTL_GO_ON;
 	case 'h':
 		fputs(usage, stdout);
 		fputs(CTL_COMMON_USAGE, stdout);
-		return CTL_OK;
+		return EXIT_DONE;
+	case 'V':
+		printf("wsyncctl %s\n", wsync_version_string());
+		return EXIT_DONE;
 	default:
-		return ctl_usage_error(cmd, "unknown option or missing value");
+		return report_bad_option(cmd, opt, argv);
 	}
+}
+
+int ctl_snapshot(const struct ctl_opts *o, struct seg *seg, struct snap **out)
+{
+	char why[512];
+	int err = seg_attach(o->endpoint, seg, why, sizeof(why));
+
+	*out = NULL;
+	if (err)
+		return report_fail(EXIT_FAILED, err == -ENOENT ? "no_broker" :
+		                   report_reason_of(err), "%s", why);
+	*out = malloc(sizeof(**out));
+	if (!*out) {
+		seg_detach(seg);
+		return report_fail(EXIT_FAILED, "error", "out of memory");
+	}
+	snap_take(seg, *out);
+	return EXIT_DONE;
+}
+
+/* The library bounds every round trip that has no timeout of its own by
+ * $WSYNC_REPLY_TIMEOUT_MS, read at connect. */
+static void bound_round_trips(const struct ctl_opts *o)
+{
+	char ms[32];
+	int64_t t = ctl_broker_timeout(o) / 1000000;
+
+	snprintf(ms, sizeof(ms), "%lld", (long long)(t > 5 ? t : 5));
+	setenv("WSYNC_REPLY_TIMEOUT_MS", ms, 1);
 }
 
 int ctl_connect(const struct ctl_opts *o, wsync_client **out)
 {
-	char where[256];
-	int err = wsync_connect(o->endpoint, "wsyncctl", out);
+	char why[512], text[768], where[300];
+	struct health h;
+	struct seg seg;
+	int attach_err, err;
 
+	/* A broker that does not beat would leave connect waiting: ask its
+	 * segment first, and say which it is (stopped, dead, gone). */
+	attach_err = seg_attach(o->endpoint, &seg, why, sizeof(why));
+	if (!attach_err) {
+		health_wait(&seg, ctl_broker_timeout(o), &h);
+		seg_detach(&seg);
+		if (h.state != HEALTH_OK)
+			return report_fail(EXIT_FAILED, health_reason(h.state), "%s", h.text);
+	}
+	bound_round_trips(o);
+	err = wsync_connect(o->endpoint, "wsyncctl", out);
 	if (!err)
-		return 0;
-	if (o->endpoint)
-		snprintf(where, sizeof(where), "%s", o->endpoint);
-	else if (wsync_default_endpoint(where, sizeof(where)))
-		snprintf(where, sizeof(where), "the default broker");
+		return EXIT_DONE;
+	if (attach_err == -ENOENT)                   /* no state file and no answer */
+		return report_fail(EXIT_FAILED, "no_broker", "%s", why);
+	seg_endpoint_text(o->endpoint, where, sizeof(where));
+	report_wsync_text(err, text, sizeof(text));
 	if (err == -ENOENT || err == -ECONNREFUSED)
-		ctl_error("no broker at %s (is wsyncd running? --endpoint, --name or "
-		          "$WSYNC_ENDPOINT choose another): %s", where, wsync_errmsg());
-	else
-		ctl_wsync_error(where, err);
-	return CTL_ERROR;
-}
-
-struct snap *ctl_snapshot(wsync_client *c)
-{
-	struct snap *s = malloc(sizeof(*s));
-	char why[256];
-
-	if (!s) {
-		ctl_error("out of memory");
-		return NULL;
-	}
-	if (snap_take(c, s, why, sizeof(why))) {
-		ctl_error("%s", why);
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
-int ctl_print_json(json_t *doc)
-{
-	int err;
-
-	if (!doc) {
-		ctl_error("out of memory building JSON");
-		return CTL_ERROR;
-	}
-	err = json_dumpf(doc, stdout, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(9));
-	json_decref(doc);
-	putchar('\n');
-	if (err || fflush(stdout)) {
-		ctl_error("writing to stdout failed");
-		return CTL_ERROR;
-	}
-	return CTL_OK;
+		return report_fail(EXIT_FAILED, "no_broker", "no broker at %s (is wsyncd "
+		                   "running? --name or --endpoint choose another): %s", where, text);
+	return report_fail(EXIT_FAILED, report_reason_of(err), "%s: %s", where, text);
 }
 
 bool ctl_parse_seconds(const char *s, double *out)

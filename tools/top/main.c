@@ -3,38 +3,40 @@
  * and bandwidth, slots, collectors and their worst lag, checksums) and its
  * clients (version held, lag, waits, timeouts).
  *
- *   wsync-top [--endpoint E | --name NAME] [-d SECONDS] [-b [-n N]] [--json]
+ *   wsync-top [--name NAME | --endpoint E] [-d SECONDS] [-n N] [-b | --json]
  *
- * It reads the broker's control segment, mapped read-only at connect: a
- * refresh asks the broker for nothing (top.h). A broker that goes away is
- * said to be gone and retried; a restarted one is followed.
+ * It maps the broker's control segment without a session: a refresh asks
+ * the broker for nothing (top.h). A broker that is stopped, dead or gone is
+ * said to be so and retried; a restarted one is followed.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "top.h"
 
 static const char usage_text[] =
-	"usage: wsync-top [--endpoint E | --name NAME] [-d SECONDS] [-b [-n N]] [--json]\n"
+	"usage: wsync-top [--name NAME | --endpoint E] [-d SECONDS] [-n N] [-b | --json]\n"
 	"\n"
-	"A live view of a wsync broker: models, publish rates, collectors and their lag.\n"
+	"A live view of a wsync broker: models, publish rates, slots, collectors and\n"
+	"their lag, read from its control segment (it never connects).\n"
 	"\n"
-	"  --endpoint E   broker socket path or instance name (default: $WSYNC_ENDPOINT,\n"
-	"                 else the default instance)\n"
-	"  --name NAME    broker instance name (same as --endpoint NAME)\n"
+	"  --name NAME    the broker instance (default: $WSYNC_ENDPOINT, else 'default')\n"
+	"  --endpoint E   the broker's socket path, or an instance name\n"
 	"  -d SECONDS     refresh interval (default 1; decimals allowed, at least 0.1)\n"
-	"  -b             batch mode: print plain text every interval, like top -b\n"
-	"  -n N           stop after N refreshes (batch and JSON modes)\n"
-	"  --json         batch mode printing one JSON document per refresh and line\n"
+	"  -n N           stop after N refreshes (in every mode)\n"
+	"  -b             batch mode: plain text every interval, like top -b\n"
+	"  --json         batch mode printing one JSON object per refresh and line\n"
 	"  -h, --help     this text;  --version  the version\n"
 	"\n"
-	"keys: q quit, up/down or m select a model, s sort sessions, p pause,\n"
-	"d set the interval, h help.\n"
+	"keys: q quit, up/down scroll the sessions, m/M select a model (its slot map),\n"
+	"s/</> sort column, r reverse, f whole names, p pause, d interval, h help.\n"
 	"\n"
-	"exit codes: 0 done, 2 usage, 3 no broker at the start of a batch run or no\n"
-	"terminal. Once running, a broker that goes away is retried every interval.\n";
+	"exit codes: 0 done, 2 usage, 3 no broker at the start of a batch run, or no\n"
+	"terminal for the screen (try -b). Once running, a broker that is stopped,\n"
+	"dead or gone is said to be so and retried every interval.\n";
 
 static void sleep_s(double s)
 {
@@ -51,23 +53,14 @@ static int run_batch(struct top_state *t)
 		if (i)
 			sleep_s(t->o.delay_s);
 		top_refresh(t);
-		if (i == 0 && !t->v.attached) {
-			fprintf(stderr, "wsync-top: %s\n", t->v.why);
-			return 3;
-		}
+		if (i == 0 && !t->v.attached)
+			return report_fail(EXIT_FAILED, "no_broker", "%s", t->v.why);
 		if (t->o.json)
 			top_print_json(&t->v);
 		else
 			top_print_text(&t->v);
 	}
 	return 0;
-}
-
-static int usage_error(const char *msg, const char *arg)
-{
-	fprintf(stderr, "wsync-top: %s%s%s\nTry 'wsync-top --help'.\n", msg,
-	        arg ? ": " : "", arg ? arg : "");
-	return 2;
 }
 
 int main(int argc, char **argv)
@@ -85,8 +78,12 @@ int main(int argc, char **argv)
 	char *end;
 	int opt, rc;
 
+	report_init("wsync-top");
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--json"))
+			report_set_json(true);
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "hbn:d:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":hbn:d:", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'E':
 		case 'N':
@@ -101,12 +98,13 @@ int main(int argc, char **argv)
 		case 'n':
 			o.iterations = strtol(optarg, &end, 10);
 			if (end == optarg || *end || o.iterations < 1)
-				return usage_error("-n wants a positive count", optarg);
+				return report_usage(NULL, "-n wants a positive count, not '%s'", optarg);
 			break;
 		case 'd':
 			o.delay_s = strtod(optarg, &end);
 			if (end == optarg || *end || !(o.delay_s >= 0.1) || o.delay_s > 3600)
-				return usage_error("-d wants seconds, 0.1 to 3600", optarg);
+				return report_usage(NULL, "-d wants seconds from 0.1 to 3600, not '%s'",
+				                    optarg);
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
@@ -115,16 +113,14 @@ int main(int argc, char **argv)
 			printf("wsync-top %s\n", wsync_version_string());
 			return 0;
 		default:
-			return usage_error("unknown option or missing value", argv[optind - 1]);
+			return report_bad_option(NULL, opt, argv);
 		}
 	}
 	if (optind < argc)
-		return usage_error("unexpected argument", argv[optind]);
+		return report_usage(NULL, "unexpected argument '%s'", argv[optind]);
 	t = malloc(sizeof(*t));
-	if (!t) {
-		fprintf(stderr, "wsync-top: out of memory\n");
-		return 3;
-	}
+	if (!t)
+		return report_fail(EXIT_FAILED, "error", "out of memory");
 	top_state_init(t, &o);
 	rc = o.batch ? run_batch(t) : top_interactive(t);
 	top_state_free(t);

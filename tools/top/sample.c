@@ -1,11 +1,15 @@
 /*
- * tools/top/sample.c — wsync-top's refresh: attach (again) when needed, copy
- * the control segment, derive rates and the broker's CPU use.
+ * tools/top/sample.c — wsync-top's refresh: map the control segment (again)
+ * when needed, copy it, derive rates and the broker's CPU use, order the
+ * sessions.
  *
- * A broker that stops cleanly marks its control segment STOPPED; one that
- * dies closes our session socket. Either way the client is dropped and the
- * next refresh tries to connect again, so a restarted broker (a new
- * generation, a new control segment) is followed without a restart of top.
+ * A broker that stops cleanly removes its state file (or, with --keep,
+ * marks its segment STOPPED); one that crashes leaves both, with its
+ * process gone. A restarted broker writes a new state file naming a new
+ * generation. So each refresh checks that the state file still names the
+ * segment mapped, and maps the new one when it does not: a restart is
+ * followed without restarting top, and a dead broker's segment is shown,
+ * marked dead, until a new one replaces it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
 #include "top.h"
+#include "tools/common/health.h"
 
 static int64_t mono_now(void)
 {
@@ -32,19 +36,9 @@ void top_state_init(struct top_state *t, const struct top_opts *o)
 	t->v.broker_cpu_pct = -1;
 }
 
-static void detach(struct top_state *t)
-{
-	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
-		wsync_sub_close(t->subs[i]);
-		t->subs[i] = NULL;
-	}
-	wsync_close(t->c);
-	t->c = NULL;
-}
-
 void top_state_free(struct top_state *t)
 {
-	detach(t);
+	seg_detach(&t->seg);
 	free(t->prev);
 	free(t->v.snap);
 	t->prev = t->v.snap = NULL;
@@ -52,68 +46,22 @@ void top_state_free(struct top_state *t)
 
 static bool attach(struct top_state *t)
 {
-	char where[256];
-	int err = wsync_connect(t->o.endpoint, "wsync-top", &t->c);
-
-	if (!err)
+	if (t->seg.ctl && seg_current(&t->seg))
 		return true;
-	t->c = NULL;
-	if (t->o.endpoint)
-		snprintf(where, sizeof(where), "%s", t->o.endpoint);
-	else if (wsync_default_endpoint(where, sizeof(where)))
-		snprintf(where, sizeof(where), "the default broker");
-	if (err == -ENOENT || err == -ECONNREFUSED)
-		snprintf(t->v.why, sizeof(t->v.why), "no broker at %.300s", where);
-	else
-		snprintf(t->v.why, sizeof(t->v.why), "%.200s: %s: %.200s", where,
-		         wsync_strerror(err), wsync_errmsg());
-	return false;
-}
-
-/* The broker we are attached to shut down or died. */
-static bool broker_gone(struct top_state *t)
-{
-	if (atomic_load(&((struct wsync_ctl_header *)t->c->ctl)->state) == WSYNC_BROKER_STOPPED) {
-		snprintf(t->v.why, sizeof(t->v.why), "broker shut down");
-		return true;
-	}
-	if (client_is_dead(t->c) || wsync_conn_hung_up(t->c)) {
-		snprintf(t->v.why, sizeof(t->v.why), "broker went away");
-		return true;
-	}
-	return false;
-}
-
-/* utime + stime of pid in clock ticks, from /proc/<pid>/stat; 0 unknown. */
-static uint64_t proc_cpu_ticks(uint32_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long ut, st;
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strrchr(buf, ')');            /* the command name may hold spaces */
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-	                 &ut, &st) != 2)
-		return 0;
-	return ut + st;
+	seg_detach(&t->seg);
+	return seg_attach(t->o.endpoint, &t->seg, t->v.why, sizeof(t->v.why)) == 0;
 }
 
 static void derive(struct top_state *t, int64_t now)
 {
 	struct top_view *v = &t->v;
 	const struct snap *s = v->snap, *p = t->prev;
-	uint64_t ticks = proc_cpu_ticks(s->broker_pid);
+	uint64_t ticks = 0;
+	bool ticks_known = proc_stat(s->broker_pid, NULL, &ticks, NULL);
 	double dt = p ? (double)(now - t->prev_mono_ns) / 1e9 : 0;
 
-	v->have_rates = p && p->generation == s->generation && dt > 0;
+	v->have_rates = p && p->generation == s->generation && p->started_ns == s->started_ns &&
+	                dt > 0;
 	v->interval_s = dt;
 	for (uint32_t i = 0; i < s->n_models; i++) {
 		const struct snap_model *m = &s->models[i], *pm;
@@ -127,11 +75,13 @@ static void derive(struct top_state *t, int64_t now)
 		v->rate_hz[i] = (double)(m->commits - pm->commits) / dt;
 		v->bandwidth[i] = v->rate_hz[i] * (double)m->bytes;
 	}
+	/* zero ticks used is 0%, not unknown: only a missing process is */
 	v->broker_cpu_pct = -1;
-	if (ticks && v->have_rates && t->prev_cpu_pid == s->broker_pid &&
-	    ticks >= t->prev_cpu_ticks)
+	if (ticks_known && t->prev_cpu_known && v->have_rates &&
+	    t->prev_cpu_pid == s->broker_pid && ticks >= t->prev_cpu_ticks)
 		v->broker_cpu_pct = (double)(ticks - t->prev_cpu_ticks) /
 		                    (double)sysconf(_SC_CLK_TCK) / dt * 100.0;
+	t->prev_cpu_known = ticks_known;
 	t->prev_cpu_ticks = ticks;
 	t->prev_cpu_pid = s->broker_pid;
 }
@@ -148,25 +98,18 @@ void top_refresh(struct top_state *t)
 		t->prev = v->snap;
 		v->snap = NULL;
 	}
-	if (t->c && broker_gone(t)) {
-		detach(t);
+	if (!attach(t)) {
 		v->attached = false;
-		return;
-	}
-	if (!t->c && !attach(t)) {
-		v->attached = false;
+		t->prev_cpu_known = false;
 		return;
 	}
 	s = malloc(sizeof(*s));
-	if (!s || snap_take(t->c, s, v->why, sizeof(v->why))) {
-		if (!s)
-			snprintf(v->why, sizeof(v->why), "out of memory");
-		free(s);
-		detach(t);
+	if (!s) {
+		snprintf(v->why, sizeof(v->why), "out of memory");
 		v->attached = false;
 		return;
 	}
-	snap_checksums(t->c, t->subs, s);
+	snap_take(&t->seg, s);
 	v->snap = s;
 	v->attached = true;
 	v->why[0] = 0;
@@ -174,41 +117,57 @@ void top_refresh(struct top_state *t)
 	t->prev_mono_ns = now;
 }
 
-const char *top_sort_name(enum top_sort s)
-{
-	static const char *const names[SORT_N] = { "lag", "pid", "waits", "timeouts",
-	                                           "connected" };
+/* ---- order ------------------------------------------------------------------ */
 
-	return s < SORT_N ? names[s] : "?";
+bool top_sortable(int col)
+{
+	return col != SC_ROLE && col != SC_MODELS && col != SC_SLOT;
 }
 
 static const struct snap_session *sort_base;
-static enum top_sort sort_key;
+static int sort_col;
 
-static int cmp_u64_desc(uint64_t a, uint64_t b)
+static int cmp_u64(uint64_t a, uint64_t b)
 {
-	return a > b ? -1 : a < b;
+	return (a > b) - (a < b);
 }
 
-static int by_key(const void *pa, const void *pb)
+static int cmp_f(double a, double b)
+{
+	return (a > b) - (a < b);
+}
+
+/* Ascending order of column sort_col; unknown lags sort below every known
+ * one. */
+static int by_col(const void *pa, const void *pb)
 {
 	const struct snap_session *a = &sort_base[*(const uint32_t *)pa];
 	const struct snap_session *b = &sort_base[*(const uint32_t *)pb];
 	int r = 0;
 
-	switch (sort_key) {
-	case SORT_LAG:      r = cmp_u64_desc(a->lag_known ? a->lag + 1 : 0,
-	                                     b->lag_known ? b->lag + 1 : 0); break;
-	case SORT_WAITS:    r = cmp_u64_desc(a->waits, b->waits); break;
-	case SORT_TIMEOUTS: r = cmp_u64_desc(a->timeouts, b->timeouts); break;
-	case SORT_AGE:      r = a->connected_ns < b->connected_ns ? -1 :
-	                        a->connected_ns > b->connected_ns; break;
-	default:            break;
+	switch (sort_col) {
+	case SC_ID:       r = cmp_u64(a->id, b->id); break;
+	case SC_NAME:     r = strcmp(a->name, b->name); break;
+	case SC_VERSION:  r = cmp_u64(a->view_version, b->view_version); break;
+	case SC_LAG:      r = cmp_u64(a->lag_known ? a->lag + 1 : 0, b->lag_known ? b->lag + 1 : 0);
+	                  if (!r)
+	                          r = cmp_f(a->lag_known ? a->lag_ms : -1,
+	                                    b->lag_known ? b->lag_ms : -1);
+	                  break;
+	case SC_BEHIND:   r = cmp_f(a->lag_known ? a->lag_ms : -1, b->lag_known ? b->lag_ms : -1);
+	                  break;
+	case SC_HELD:     r = cmp_f(a->held ? a->view_ms : -1, b->held ? b->view_ms : -1); break;
+	case SC_ACQ:      r = cmp_u64(a->acquires, b->acquires); break;
+	case SC_WAITS:    r = cmp_u64(a->waits, b->waits); break;
+	case SC_TIMEOUTS: r = cmp_u64(a->timeouts, b->timeouts); break;
+	case SC_CONN:     r = a->connected_ns > b->connected_ns ? -1 :
+	                      a->connected_ns < b->connected_ns; break;   /* longest first */
+	default:          break;
 	}
-	return r ? r : (a->pid > b->pid) - (a->pid < b->pid);
+	return r ? r : cmp_u64(a->pid, b->pid);
 }
 
-uint32_t top_session_order(const struct top_view *v, enum top_sort sort, int model_id,
+uint32_t top_session_order(const struct top_view *v, int sort, bool desc, int model_id,
                            uint32_t *idx)
 {
 	const struct snap *s = v->snap;
@@ -218,7 +177,14 @@ uint32_t top_session_order(const struct top_view *v, enum top_sort sort, int mod
 		if (model_id < 0 || (s->sessions[i].models & (UINT64_C(1) << model_id)))
 			idx[n++] = i;
 	sort_base = s->sessions;
-	sort_key = sort;
-	qsort(idx, n, sizeof(*idx), by_key);
+	sort_col = sort;
+	qsort(idx, n, sizeof(*idx), by_col);
+	if (desc)
+		for (uint32_t i = 0; i < n / 2; i++) {
+			uint32_t x = idx[i];
+
+			idx[i] = idx[n - 1 - i];
+			idx[n - 1 - i] = x;
+		}
 	return n;
 }
