@@ -20,7 +20,9 @@
  * together in the broker's thread) and for versions still in slots; a
  * version between two points a < v < b then has the count a.count + (v -
  * a.version) exactly when no version number between a and b was skipped
- * (b.version - a.version == b.count - a.count), and that as an estimate,
+ * (b.version - a.version == b.count - a.count; before the first point, when
+ * the commits counter equals the latest version, as no version was ever
+ * skipped), and that as an estimate,
  * kept inside (a.count, b.count), otherwise. The time it was superseded is
  * exact when the next point is its successor (count + 1); otherwise the next
  * point's commit time is used, which makes lag_ms a lower bound.
@@ -260,7 +262,12 @@ void stats_commit(struct broker *b, const struct model *m, uint64_t version, int
 static void observe_slots(const struct model *m, struct stats_history *h, uint64_t top,
                           uint64_t commits)
 {
-	const struct stats_point *last = h->n ? point(h, h->n - 1) : NULL;
+	/* Counting from the newest point; with none, from version 0 when every
+	 * version up to the latest was committed (commits == top: a model that
+	 * never skipped one), as a point of count 0. */
+	struct stats_point origin = { .version = 0, .count = 0, .exact = true };
+	const struct stats_point *last = h->n ? point(h, h->n - 1) :
+	                                 commits == top ? &origin : NULL;
 	uint64_t low = last ? last->version : 0;
 	bool gapless = last && last->exact && top - last->version == commits - last->count;
 

@@ -110,6 +110,8 @@ static void snap_derive(struct snap *s)
 			if (!e->lag_known || e->view_model != m->id)
 				continue;
 			m->worst_known = true;
+			if (e->lag_estimated && (e->lag >= m->worst_lag || e->lag_ms >= m->worst_lag_ms))
+				m->worst_estimated = true;
 			if (e->lag > m->worst_lag)
 				m->worst_lag = e->lag;
 			if (e->lag_ms > m->worst_lag_ms)
@@ -239,7 +241,7 @@ json_t *snap_json_status(const struct snap *s)
 		pubs += !!(s->sessions[i].roles & WSYNC_ROLE_PUB);
 		subs += !!(s->sessions[i].roles & WSYNC_ROLE_SUB);
 	}
-	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:I, "
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, "
 	                 "s:I, s:I, s:I, s:I, s:I, s:I}",
 	                 "instance", s->instance,
 	                 "health", health_reason(s->health.state),
@@ -251,6 +253,7 @@ json_t *snap_json_status(const struct snap *s)
 	                 "uptime_s", jsince(s, s->started_ns),
 	                 "heartbeat_age_s", jsince(s, s->heartbeat_ns),
 	                 "stats_age_s", jsince(s, s->stats_ns),
+	                 "stats_ns", json_integer(s->stats_ns),
 	                 "shm_used", (json_int_t)s->shm_used,
 	                 "shm_limit", (json_int_t)s->shm_limit,
 	                 "max_slots", (json_int_t)s->max_slots,
@@ -266,7 +269,7 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 {
 	char cs[32];
 	json_t *o = json_pack("{s:s, s:I, s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-	                      "s:o, s:o, s:I, s:I}",
+	                      "s:o, s:o, s:I, s:o}",
 	                      "name", m->name,
 	                      "id", (json_int_t)m->id,
 	                      "state", snap_model_state_name(m->state),
@@ -286,6 +289,7 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 
 	json_object_set_new(o, "worst_lag_ms", m->worst_known ? json_real(m->worst_lag_ms) :
 	                    json_null());
+	json_object_set_new(o, "worst_lag_estimated", json_boolean(m->worst_estimated));
 	json_object_set_new(o, "publisher_pid",
 	                    m->publisher_pid ? json_integer(m->publisher_pid) : json_null());
 	if (m->group_size > 1) {
@@ -387,10 +391,11 @@ const char *fmt_bytes(char *buf, size_t len, uint64_t bytes)
 		v /= 1024;
 		u++;
 	}
+	/* no blank: every cell of the tools' tables is one word for awk */
 	if (u == 0)
-		snprintf(buf, len, "%" PRIu64 " B", bytes);
+		snprintf(buf, len, "%" PRIu64 "B", bytes);
 	else
-		snprintf(buf, len, "%.1f %s", v, units[u]);
+		snprintf(buf, len, "%.1f%s", v, units[u]);
 	return buf;
 }
 

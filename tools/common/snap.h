@@ -34,6 +34,7 @@ struct snap_model {
 	bool     worst_known;            /* a collector's lag is known */
 	uint64_t worst_lag;              /* commits, over its collectors, at the tick */
 	double   worst_lag_ms;           /* ms, over its collectors, at the tick */
+	bool     worst_estimated;        /* one of those is an estimate */
 	uint8_t  slot_state[WSYNC_MAX_SLOTS];
 	uint32_t group_size;             /* ranks of a publisher group, 0 = none */
 	uint32_t group_committed;        /* bit r: rank r committed the version in progress */

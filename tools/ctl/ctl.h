@@ -78,7 +78,7 @@ int ctl_cmd_rm(const struct ctl_opts *o, int argc, char **argv);
 	{ "json",     no_argument,       NULL, 'j' }, \
 	{ "timeout",  required_argument, NULL, 'T' }, \
 	{ "help",     no_argument,       NULL, 'h' }
-#define CTL_COMMON_SHORTOPTS ":+h"    /* before the command: stop at it */
+#define CTL_COMMON_SHORTOPTS "+:h"    /* before the command: stop at it */
 #define CTL_CMD_SHORTOPTS    ":h"     /* a command's options may follow its arguments */
 #define CTL_COMMON_USAGE \
 	"  --name NAME    the broker instance (default: $WSYNC_ENDPOINT, else 'default')\n" \

@@ -89,11 +89,14 @@ static void print_models(const struct snap *s)
 		const struct snap_model *m = &s->models[i];
 
 		snprintf(slots, sizeof(slots), "%" PRIu32 "/%" PRIu32, m->slots_used, m->n_slots);
-		snprintf(lag, sizeof(lag), m->worst_known ? "%" PRIu64 : "-", m->worst_lag);
-		if (m->worst_known)
-			snprintf(ms, sizeof(ms), "%.0fms", m->worst_lag_ms);
-		else
-			snprintf(ms, sizeof(ms), "-");
+		{
+			struct snap_session worst = { .lag_known = m->worst_known,
+			                              .lag = m->worst_lag, .lag_ms = m->worst_lag_ms,
+			                              .lag_estimated = m->worst_estimated };
+
+			fmt_lag(lag, sizeof(lag), &worst);
+			fmt_lag_ms(ms, sizeof(ms), &worst);
+		}
 		snprintf(pid, sizeof(pid), m->publisher_pid ? "%" PRIu32 : "-", m->publisher_pid);
 		printf("%-*s %-8s %8" PRIu64 " %8" PRIu64 " %8s %10s %7s %8" PRIu64 " %5" PRIu32
 		       " %6s %8s %8s %-16s\n", w, m->name, snap_model_state_name(m->state),

@@ -49,41 +49,57 @@ const struct top_col top_session_cols[SC_N] = {
 	[SC_CONN]     = { "CONN",      8, 11, false },
 };
 
+/* The name column first gets what its longest name needs, up to this, when
+ * the screen has room; columns of lower priority get what is left. */
+#define FLEX_CAP 24
+
 void top_layout_make(const struct top_col *cols, int ncols, int width, int flex,
                      int flex_need, struct top_layout *out)
 {
 	bool on[TOP_COLS_MAX] = { false };
+	int w_of[TOP_COLS_MAX] = { 0 };
 	int used = 0;
 
+	for (int c = 0; c < ncols; c++)
+		w_of[c] = cols[c].width;
 	out->n = 0;
 	if (width <= 0) {
 		for (int c = 0; c < ncols; c++)
 			on[c] = true;
+		if (flex >= 0 && flex_need > w_of[flex])
+			w_of[flex] = flex_need;
 	} else {
 		for (int p = 0; p < ncols; p++)
 			for (int c = 0; c < ncols; c++) {
-				int w = cols[c].width + (used ? 1 : 0);
+				int w, want = cols[c].width;
 
-				if (cols[c].prio == p && used + w <= width) {
+				if (cols[c].prio != p)
+					continue;
+				if (c == flex && flex_need > want)
+					want = flex_need < FLEX_CAP ? flex_need : FLEX_CAP;
+				w = want + (used ? 1 : 0);
+				if (used + w > width) {
+					w = cols[c].width + (used ? 1 : 0);
+					want = cols[c].width;
+				}
+				if (used + w <= width) {
 					on[c] = true;
+					w_of[c] = want;
 					used += w;
 				}
 			}
+		/* what is left widens the name, up to its longest */
+		if (flex >= 0 && on[flex] && flex_need > w_of[flex]) {
+			int grow = flex_need - w_of[flex];
+
+			w_of[flex] += grow < width - used ? grow : width - used;
+		}
 	}
 	for (int c = 0; c < ncols; c++) {
 		if (!on[c])
 			continue;
 		out->which[out->n] = c;
-		out->width[out->n] = cols[c].width;
-		if (c == flex) {
-			int room = width > 0 ? width - used : flex_need - cols[c].width;
-			int grow = flex_need - cols[c].width;
-
-			if (grow > room)
-				grow = room;
-			if (grow > 0)
-				out->width[out->n] += grow;
-		}
+		out->width[out->n] = w_of[c];
 		out->n++;
 	}
 }
@@ -186,13 +202,14 @@ void top_model_cells(const struct top_view *v, uint32_t i, char (*c)[TOP_CELL])
 	fmt_bytes(c[MC_SLAB], TOP_CELL, m->bytes);
 	snprintf(c[MC_SLOTS], TOP_CELL, "%" PRIu32 "/%" PRIu32, m->slots_used, m->n_slots);
 	snprintf(c[MC_COLL], TOP_CELL, "%" PRIu32, m->collectors);
-	snprintf(c[MC_LAG], TOP_CELL, m->worst_known ? "%" PRIu64 : "-", m->worst_lag);
-	if (!m->worst_known)
-		snprintf(c[MC_BEHIND], TOP_CELL, "-");
-	else if (m->worst_lag_ms < 10000)
-		snprintf(c[MC_BEHIND], TOP_CELL, "%.0fms", m->worst_lag_ms);
-	else
-		fmt_age(c[MC_BEHIND], TOP_CELL, (int64_t)(m->worst_lag_ms * 1e6));
+	{
+		struct snap_session worst = { .lag_known = m->worst_known, .lag = m->worst_lag,
+		                              .lag_ms = m->worst_lag_ms,
+		                              .lag_estimated = m->worst_estimated };
+
+		fmt_lag(c[MC_LAG], TOP_CELL, &worst);
+		fmt_lag_ms(c[MC_BEHIND], TOP_CELL, &worst);
+	}
 	snprintf(c[MC_PUB], TOP_CELL, m->publisher_pid ? "%" PRIu32 : "-", m->publisher_pid);
 	fmt_checksum(c[MC_CHECKSUM], TOP_CELL, m);
 }
@@ -239,8 +256,8 @@ void top_fmt_header(const struct top_view *v, char *l1, char *l2, size_t len)
 		snprintf(cpu, sizeof(cpu), "%.1f%%", v->broker_cpu_pct);
 	else
 		snprintf(cpu, sizeof(cpu), "-");
-	snprintf(l1, len, "wsync-top - instance %s  pid %" PRIu32 "  generation %" PRIu64
-	         "  %s  up %s  broker cpu %s", s->instance, s->broker_pid, s->generation,
+	snprintf(l1, len, "wsync-top - %s  pid %" PRIu32 "  gen %" PRIu64
+	         "  %s  up %s  cpu %s", s->instance, s->broker_pid, s->generation,
 	         s->health.state == HEALTH_OK ? "running" : health_reason(s->health.state),
 	         fmt_age(up, sizeof(up), s->now_ns - s->started_ns), cpu);
 	snprintf(l2, len, "shm %s / %s   models %" PRIu32 "   sessions %" PRIu32
@@ -333,7 +350,7 @@ const char top_slots_title[] = "SLOT STATE    VERSION  PINNED BY (pid, held for)
 
 int top_fmt_slots(const struct top_view *v, uint32_t i, char (*lines)[TOP_LINE], int max)
 {
-	static const char *const states[] = { "free", "old", "latest", "written" };
+	static const char *const states[] = { "free", "old", "latest", "writing" };
 	const struct snap *s = v->snap;
 	const struct snap_model *m = &s->models[i];
 	int n = 0;
