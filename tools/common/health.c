@@ -95,6 +95,16 @@ static const char *age_text(char *buf, size_t len, int64_t ns)
 	return buf;
 }
 
+static void stalled(struct health *out, uint32_t pid, const char *age)
+{
+	out->state = HEALTH_STALLED;
+	snprintf(out->text, sizeof(out->text), "not responding: heartbeat %s (pid %u %s)",
+	         age, pid, out->proc_state == 'T' || out->proc_state == 't' ?
+	         "is stopped, e.g. by SIGSTOP: SIGCONT resumes it" :
+	         out->proc_state == 'D' ? "is in uninterruptible sleep" :
+	         "is there but its loop does not run");
+}
+
 void health_judge(const struct seg *s, const char *why, struct health *out)
 {
 	const struct wsync_ctl_header *h = s->ctl;
@@ -130,12 +140,7 @@ void health_judge(const struct seg *s, const char *why, struct health *out)
 		snprintf(out->text, sizeof(out->text), "no broker: '%s' died (pid %u is gone, "
 		         "heartbeat %s); the next wsyncd adopts its models", h->name, pid, age);
 	} else if (out->heartbeat_age_ns < 0 || out->heartbeat_age_ns > HEALTH_STALE_NS) {
-		out->state = HEALTH_STALLED;
-		snprintf(out->text, sizeof(out->text), "not responding: heartbeat %s (pid %u %s)",
-		         age, pid, out->proc_state == 'T' || out->proc_state == 't' ?
-		         "is stopped, e.g. by SIGSTOP: SIGCONT resumes it" :
-		         out->proc_state == 'D' ? "is in uninterruptible sleep" :
-		         "is there but its loop does not run");
+		stalled(out, pid, age);
 	} else if (state == WSYNC_BROKER_STARTING) {
 		out->state = HEALTH_STARTING;
 		snprintf(out->text, sizeof(out->text), "starting (pid %u, heartbeat %s)", pid, age);
@@ -176,10 +181,7 @@ void health_wait(const struct seg *s, int64_t timeout_ns, struct health *out)
 		char age[48];
 
 		/* no beat within the timeout: not answering, however young the beat */
-		out->state = HEALTH_STALLED;
-		snprintf(out->text, sizeof(out->text), "not responding: heartbeat %s, no new one "
-		         "within %.1f s", age_text(age, sizeof(age), out->heartbeat_age_ns),
-		         (double)timeout_ns / 1e9);
+		stalled(out, s->ctl->broker_pid, age_text(age, sizeof(age), out->heartbeat_age_ns));
 	}
 }
 

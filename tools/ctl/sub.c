@@ -42,8 +42,10 @@ static const char verify_usage[] =
 static int open_model(const struct ctl_opts *o, const char *model, bool must_exist,
                       wsync_client **c, wsync_sub **s)
 {
-	int err, r;
+	int err, r = ctl_connect(o, c);
 
+	if (r)
+		return r;
 	if (must_exist) {
 		const struct snap_model *m;
 		struct snap *snap;
@@ -51,26 +53,22 @@ static int open_model(const struct ctl_opts *o, const char *model, bool must_exi
 
 		r = ctl_snapshot(o, &seg, &snap);
 		if (r)
-			return r;
+			goto out_close;
 		m = snap_model_find(snap, model);
-		if (!m || m->state != WSYNC_MODEL_READY || !m->version) {
+		if (!m || m->state != WSYNC_MODEL_READY || !m->version)
 			r = report_fail(EXIT_FAILED, "not_found", "model '%s': %s on broker '%s'",
 			                model, m ? "nothing published yet" : "no such model",
 			                snap->instance);
-			free(snap);
-			seg_detach(&seg);
-			return r;
-		}
 		free(snap);
 		seg_detach(&seg);
+		if (r)
+			goto out_close;
 	}
-	r = ctl_connect(o, c);
-	if (r)
-		return r;
 	err = wsync_sub_open(*c, model, s);
 	if (!err)
 		return EXIT_DONE;
 	r = report_wsync_fail(EXIT_FAILED, "subscribe", err);
+out_close:
 	wsync_close(*c);
 	return r;
 }

@@ -415,13 +415,14 @@ int top_interactive(struct top_state *t)
 		int ch;
 
 		if (!sc.paused && now_s() >= next) {
+			/* -n N: the Nth screen stays up one interval, then we go */
+			if (t->o.iterations && refreshes >= t->o.iterations)
+				break;
 			top_refresh(t);
 			refreshes++;
 			next = now_s() + t->o.delay_s;
 		}
 		draw(&sc);
-		if (t->o.iterations && refreshes >= t->o.iterations && now_s() >= next)
-			break;
 		ch = getch();
 		if (ch != ERR)
 			go_on = on_key(&sc, ch, &next);
