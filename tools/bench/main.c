@@ -52,7 +52,9 @@ static const char usage_text[] =
 	"  --json FILE          also write the rows as JSON\n"
 	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
 	"  --peers-script PATH  the peers script (default: tools/bench/torch_peers.py\n"
-	"                       of the source tree this program was built in)\n";
+	"                       of the source tree this program was built in, else\n"
+	"                       PREFIX/share/wsync/torch_peers.py of an installed one)\n"
+	"  -h, --help           this text;  --version  the version\n";
 
 static const struct {
 	const char *name;
@@ -110,7 +112,7 @@ static const char *default_wsyncd(void)
 }
 
 enum { OPT_WSYNCD = 256, OPT_QUICK, OPT_ONLY, OPT_REPEATS, OPT_JSON, OPT_PYTHON,
-       OPT_SCRIPT, OPT_HELP };
+       OPT_SCRIPT, OPT_HELP, OPT_VERSION };
 
 static int parse_args(struct bench *b, int argc, char **argv)
 {
@@ -123,6 +125,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ "python",       required_argument, NULL, OPT_PYTHON },
 		{ "peers-script", required_argument, NULL, OPT_SCRIPT },
 		{ "help",         no_argument,       NULL, OPT_HELP },
+		{ "version",      no_argument,       NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	char *end;
@@ -131,7 +134,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 
 	b->only = SC_ALL;
 	b->python = "/usr/bin/python3";
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_WSYNCD: b->wsyncd = optarg; break;
 		case OPT_QUICK:  b->quick = true; break;
@@ -151,10 +155,16 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case OPT_PYTHON: b->python = optarg; break;
 		case OPT_SCRIPT: b->peers_script = optarg; break;
 		case OPT_HELP:
+		case 'h':
 			fputs(usage_text, stdout);
 			exit(0);
+		case OPT_VERSION:
+			printf("wsync-bench %s\n", wsync_version_string());
+			exit(0);
 		default:
-			fputs(usage_text, stderr);
+			say_error("%s '%.*s' (try 'wsync-bench --help')",
+			          c == ':' ? "option needs a value:" : "unknown option",
+			          (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
 			return -1;
 		}
 	}

@@ -109,8 +109,9 @@ static int peers_wsync(struct peers_run *r, int i)
 /* ---- running the script -------------------------------------------------------- */
 
 /* tools/bench/torch_peers.py of the tree this binary was built in
- * (build/bin/wsync-bench -> ../../tools/bench), else of the current
- * directory. */
+ * (build/bin/wsync-bench -> ../../tools/bench), else the one make install
+ * put beside it (PREFIX/bin/wsync-bench -> PREFIX/share/wsync), else of the
+ * current directory. */
 static int peers_find_script(struct peers_run *r)
 {
 	char exe[PATH_MAX];
@@ -124,8 +125,13 @@ static int peers_find_script(struct peers_run *r)
 	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n > 0) {
 		exe[n] = '\0';
-		for (int up = 0; up < 3 && (slash = strrchr(exe, '/')); up++)
+		for (int up = 0; up < 3 && (slash = strrchr(exe, '/')); up++) {
 			*slash = '\0';
+			if (up == 1 && snprintf(r->script, sizeof r->script,
+			                        "%s/share/wsync/torch_peers.py", exe) <
+			               (int)sizeof r->script && !access(r->script, R_OK))
+				return 0;
+		}
 		if (snprintf(r->script, sizeof r->script, "%s/tools/bench/torch_peers.py",
 		             exe) < (int)sizeof r->script && !access(r->script, R_OK))
 			return 0;

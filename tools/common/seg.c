@@ -31,7 +31,7 @@ static const char *rundir(char *buf, size_t len)
 {
 	const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
 
-	if (xdg && *xdg)
+	if (xdg && xdg[0] == '/')                /* as the broker decides */
 		snprintf(buf, len, "%s/wsync", xdg);
 	else
 		snprintf(buf, len, "/tmp/wsync-%u", (unsigned)getuid());

@@ -15,20 +15,25 @@
 #define MAX_FAILURE_LOGS 5      /* mismatch reports printed per collector */
 
 static const char collector_usage_text[] =
-	"usage: wsync-demo collector [--endpoint E] [--id K]\n"
+	"usage: wsync-demo collector [--name NAME | --endpoint E] [--model M] [--id K]\n"
 	"\n"
-	"Subscribes to model '" MODEL_NAME "' (it need not exist yet), waits for each\n"
-	"newer version and checks every byte of it against its step. On SIGTERM or\n"
-	"SIGINT prints a line 'result collector ...' and exits: 0 if every view\n"
-	"matched, 1 on a mismatch or an error (such as the broker going away).\n"
+	"Subscribes to model M (default '" MODEL_NAME "'; it need not exist yet),\n"
+	"waits for each newer version and checks every byte of it against its\n"
+	"step. A model that 'wsync-demo trainer' did not publish is refused at its\n"
+	"first version. On SIGTERM or SIGINT prints a line 'result collector ...'\n"
+	"and exits: 0 if every view matched, 1 on a mismatch or an error (such as\n"
+	"the broker going away, or a model that is not a demo model).\n"
 	"\n"
-	"  --endpoint E      broker socket path or instance name (default:\n"
-	"                    $WSYNC_ENDPOINT, else the default broker)\n"
+	"  --name NAME       the broker instance (default: $WSYNC_ENDPOINT, else\n"
+	"                    'default'); --endpoint E: a socket path or instance name\n"
+	"  --model M         the model to read (default " MODEL_NAME ")\n"
 	"  --id K            number shown in messages and results (default 0)\n";
 
 struct collector_stats {
 	struct collector_result r;              /* what the driver gets */
 	unsigned logs_left;                     /* mismatch reports still printed */
+	const char *model;
+	bool layout_checked;                    /* the model is a demo model */
 };
 
 static void collector_log_mismatch(struct collector_stats *st, const wsync_view *v,
@@ -147,6 +152,19 @@ static int collector_loop(wsync_sub *sub, struct collector_stats *st)
 			say_wsync_error("wait for a version", err);
 			return err;
 		}
+		if (!st->layout_checked) {
+			char why[256];
+
+			/* another model's bytes would all read as failures */
+			if (!model_is_demo(v.tensors, v.n_tensors, why, sizeof why)) {
+				say_error("model '%s' is not a demo model (%s): the collector checks "
+				          "the byte pattern of 'wsync-demo trainer', so it reads only "
+				          "models that trainer publishes", st->model, why);
+				wsync_sub_release(sub, &v);
+				return -EMEDIUMTYPE;
+			}
+			st->layout_checked = true;
+		}
 		held_ns = now_ns(CLOCK_REALTIME);
 		ok = collector_account(st, &v, held_ns);
 		ok &= view_verify(st, &v);
@@ -156,7 +174,7 @@ static int collector_loop(wsync_sub *sub, struct collector_stats *st)
 	return 0;
 }
 
-static int collector_run(const char *endpoint, unsigned id)
+static int collector_run(const char *endpoint, const char *model, unsigned id)
 {
 	struct collector_stats st = { .r.id = id, .logs_left = MAX_FAILURE_LOGS };
 	wsync_client *client = NULL;
@@ -170,12 +188,16 @@ static int collector_run(const char *endpoint, unsigned id)
 		say_wsync_error("connect to the broker", err);
 		return 1;
 	}
-	err = wsync_sub_open(client, MODEL_NAME, &sub);
+	err = wsync_sub_open(client, model, &sub);
 	if (err) {
-		say_wsync_error("subscribe to model '" MODEL_NAME "'", err);
+		char what[WSYNC_NAME_MAX + 32];
+
+		snprintf(what, sizeof what, "subscribe to model '%s'", model);
+		say_wsync_error(what, err);
 		wsync_close(client);
 		return 1;
 	}
+	st.model = model;
 	err = collector_loop(sub, &st);
 	result_print_collector(&st.r);
 	wsync_sub_close(sub);
@@ -187,19 +209,22 @@ int collector_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
+		{ "name",     required_argument, NULL, 'e' },
+		{ "model",    required_argument, NULL, 'M' },
 		{ "id",       required_argument, NULL, 'i' },
 		{ "help",     no_argument,       NULL, 'h' },
 		{ 0 },
 	};
-	const char *endpoint = NULL;
+	const char *endpoint = NULL, *model = MODEL_NAME;
 	uint64_t id = 0;
 	int c, bad = 0;
 
 	snprintf(g_role, sizeof g_role, "collector: ");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'e': endpoint = optarg; break;
+		case 'M': bad |= !model_name_ok(optarg); model = optarg; break;
 		case 'i': bad |= parse_count("id", optarg, 0, 1000000, &id); break;
 		case 'h': fputs(collector_usage_text, stdout); return 0;
 		default:  bad = say_bad_option(argv); break;
@@ -210,5 +235,5 @@ int collector_main(int argc, char **argv)
 	snprintf(g_role, sizeof g_role, "collector %u: ", (unsigned)id);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	catch_stop_signals();
-	return collector_run(endpoint, (unsigned)id);
+	return collector_run(endpoint, model, (unsigned)id);
 }

@@ -84,6 +84,12 @@ uint64_t pattern_find_mismatch(const void *p, uint64_t offset, uint64_t bytes,
 void     model_describe(wsync_tensor_desc *t, size_t n, uint64_t mib);
 void     model_print(const char *model, const wsync_tensor_desc *t, size_t n,
                      uint64_t hz);
+/* Whether a layout is one model_describe makes (any size and tensor
+ * count): the demo's roles refuse other models, whose bytes do not hold the
+ * pattern. False with the first difference in why. */
+bool     model_is_demo(const wsync_tensor_desc *t, size_t n, char *why, size_t len);
+/* A model name the library takes; false (and a message) if not. */
+bool     model_name_ok(const char *name);
 
 /* ---- the roles: argv[0] is the role's name ---- */
 
@@ -120,7 +126,7 @@ int  result_parse_collector(const char *line, struct collector_result *r);
 /* ---- the driver ---- */
 
 struct driver_opts {
-	const char *wsyncd;
+	const char *wsyncd, *model;
 	uint64_t seconds, collectors, mib, hz, tensors;
 };
 

@@ -22,8 +22,9 @@
 static const char usage_text[] =
 	"usage: wsync-demo [--wsyncd PATH] [--seconds N] [--collectors N] [--mib N]\n"
 	"                  [--hz N] [--tensors N]\n"
-	"       wsync-demo trainer [--endpoint E] [--mib N] [--hz N] [--tensors N]\n"
-	"       wsync-demo collector [--endpoint E] [--id K]\n"
+	"       wsync-demo trainer [--name NAME] [--model M] [--mib N] [--hz N] [--tensors N]\n"
+	"       wsync-demo collector [--name NAME] [--model M] [--id K]\n"
+	"       wsync-demo --version\n"
 	"\n"
 	"Without a role, starts a private wsyncd, one trainer and N collectors, lets\n"
 	"them run, stops them in order (trainer, collectors, broker) and prints a\n"
@@ -37,6 +38,8 @@ static const char usage_text[] =
 	"  --mib N           model size in MiB (default 32)\n"
 	"  --hz N            versions published per second (default 10)\n"
 	"  --tensors N       tensors in the model (default 8)\n"
+	"  --model M         the model's name (default " MODEL_NAME ")\n"
+	"  -h, --help        this text\n"
 	"\n"
 	"Run 'wsync-demo trainer --help' or 'wsync-demo collector --help' for the\n"
 	"roles, which also work on their own against any broker.\n";
@@ -365,7 +368,7 @@ static int demo_start_trainer(struct demo *d)
 {
 	char mib[24], hz[24], tensors[24];
 	char *argv[] = { d->self, "trainer", "--endpoint", d->socket, "--mib", mib,
-	                 "--hz", hz, "--tensors", tensors, NULL };
+	                 "--hz", hz, "--tensors", tensors, "--model", (char *)d->o.model, NULL };
 	int err;
 
 	snprintf(mib, sizeof mib, "%" PRIu64, d->o.mib);
@@ -380,7 +383,8 @@ static int demo_start_trainer(struct demo *d)
 static int demo_start_collector(struct demo *d, struct child *ch, unsigned id)
 {
 	char ids[16];
-	char *argv[] = { d->self, "collector", "--endpoint", d->socket, "--id", ids, NULL };
+	char *argv[] = { d->self, "collector", "--endpoint", d->socket, "--id", ids,
+	                 "--model", (char *)d->o.model, NULL };
 	int err;
 
 	snprintf(ids, sizeof ids, "%u", id);
@@ -506,16 +510,18 @@ static int driver_main(int argc, char **argv)
 		{ "mib",        required_argument, NULL, 'm' },
 		{ "hz",         required_argument, NULL, 'z' },
 		{ "tensors",    required_argument, NULL, 't' },
+		{ "model",      required_argument, NULL, 'M' },
 		{ "help",       no_argument,       NULL, 'h' },
 		{ 0 },
 	};
 	struct demo d = {
-		.o = { .seconds = 10, .collectors = 4, .mib = 32, .hz = 10, .tensors = 8 },
+		.o = { .model = MODEL_NAME, .seconds = 10, .collectors = 4, .mib = 32, .hz = 10,
+		       .tensors = 8 },
 	};
 	int c, bad = 0;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w': d.o.wsyncd = optarg; break;
 		case 's': bad |= parse_count("seconds", optarg, 1, 86400, &d.o.seconds); break;
@@ -524,6 +530,7 @@ static int driver_main(int argc, char **argv)
 		case 'm': bad |= parse_count("mib", optarg, 1, 65536, &d.o.mib); break;
 		case 'z': bad |= parse_count("hz", optarg, 1, 10000, &d.o.hz); break;
 		case 't': bad |= parse_count("tensors", optarg, 1, 1024, &d.o.tensors); break;
+		case 'M': bad |= !model_name_ok(optarg); d.o.model = optarg; break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		default:  bad = say_bad_option(argv); break;
 		}
@@ -536,6 +543,10 @@ static int driver_main(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "--version")) {
+		printf("wsync-demo %s\n", wsync_version_string());
+		return 0;
+	}
 	if (argc > 1 && !strcmp(argv[1], "trainer"))
 		return trainer_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "collector"))

@@ -121,6 +121,42 @@ void model_describe(wsync_tensor_desc *t, size_t n, uint64_t mib)
 	}
 }
 
+bool model_is_demo(const wsync_tensor_desc *t, size_t n, char *why, size_t len)
+{
+	char want[WSYNC_NAME_MAX];
+
+	if (!n || strcmp(t[0].name, "embed.weight") || t[0].dtype != WSYNC_BF16 ||
+	    t[0].ndim != 2 || t[0].shape[1] != HIDDEN) {
+		snprintf(why, len, "its first tensor is '%s', not the demo's embed.weight "
+		         "[rows, %d] bf16", n ? t[0].name : "(none)", HIDDEN);
+		return false;
+	}
+	for (size_t i = 1; i < n; i++) {
+		bool weight = i % 2;
+
+		snprintf(want, sizeof want, weight ? "layers.%zu.weight" : "layers.%zu.bias",
+		         weight ? (i - 1) / 2 : i / 2 - 1);
+		if (strcmp(t[i].name, want) || t[i].dtype != WSYNC_F32 ||
+		    t[i].ndim != (weight ? 2u : 1u) ||
+		    t[i].shape[weight ? 1 : 0] != HIDDEN) {
+			snprintf(why, len, "tensor %zu is '%s', not the demo's %s", i, t[i].name, want);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool model_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!n || n >= WSYNC_NAME_MAX) {
+		say_error("--model: a name of 1..%d bytes, not '%.40s'", WSYNC_NAME_MAX - 1, name);
+		return false;
+	}
+	return true;
+}
+
 static void shape_format(const wsync_tensor_desc *d, char *buf, size_t len)
 {
 	size_t used = (size_t)snprintf(buf, len, "[");

@@ -60,7 +60,7 @@ void summary_print(const struct demo *d)
 {
 	char status[96];
 
-	printf("\nsummary: model '%s', %" PRIu64 " collectors, %.1f s\n", MODEL_NAME,
+	printf("\nsummary: model '%s', %" PRIu64 " collectors, %.1f s\n", d->o.model,
 	       d->o.collectors, (double)(d->stopped_ns - d->started_ns) / 1e9);
 	summary_print_trainer(d);
 	summary_print_collectors(d);

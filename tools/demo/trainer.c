@@ -12,21 +12,23 @@
 #include "demo.h"
 
 static const char trainer_usage_text[] =
-	"usage: wsync-demo trainer [--endpoint E] [--mib N] [--hz N] [--tensors N]\n"
+	"usage: wsync-demo trainer [--name NAME | --endpoint E] [--model M] [--mib N]\n"
+	"                          [--hz N] [--tensors N]\n"
 	"\n"
-	"Declares model '" MODEL_NAME "' (an embedding, weight matrices and biases)\n"
+	"Declares model M (default '" MODEL_NAME "': an embedding, weight matrices and biases)\n"
 	"and publishes a new version at N Hz, each filled with a pattern derived from\n"
 	"its step. Prints one progress line per second. On SIGTERM or SIGINT prints\n"
 	"a line 'result trainer ...' and exits 0; exits 1 on an error.\n"
 	"\n"
-	"  --endpoint E      broker socket path or instance name (default:\n"
-	"                    $WSYNC_ENDPOINT, else the default broker)\n"
+	"  --name NAME       the broker instance (default: $WSYNC_ENDPOINT, else\n"
+	"                    'default'); --endpoint E: a socket path or instance name\n"
+	"  --model M         the model to publish (default " MODEL_NAME ")\n"
 	"  --mib N           model size in MiB (default 32)\n"
 	"  --hz N            versions per second (default 10)\n"
 	"  --tensors N       tensors in the model (default 8)\n";
 
 struct trainer_opts {
-	const char *endpoint;
+	const char *endpoint, *model;
 	uint64_t mib, hz, tensors;
 };
 
@@ -129,12 +131,15 @@ static int trainer_run(const struct trainer_opts *o)
 		say_wsync_error("connect to the broker", err);
 		goto out_free;
 	}
-	err = wsync_pub_open(client, MODEL_NAME, tensors, o->tensors, NULL, &pub);
+	err = wsync_pub_open(client, o->model, tensors, o->tensors, NULL, &pub);
 	if (err) {
-		say_wsync_error("open model '" MODEL_NAME "' to publish", err);
+		char what[WSYNC_NAME_MAX + 32];
+
+		snprintf(what, sizeof what, "open model '%s' to publish", o->model);
+		say_wsync_error(what, err);
 		goto out_close;
 	}
-	model_print(MODEL_NAME, tensors, o->tensors, o->hz);
+	model_print(o->model, tensors, o->tensors, o->hz);
 	err = trainer_loop(pub, o->hz, &st);
 	result_print_trainer(&st);
 	rc = err ? 1 : 0;
@@ -150,20 +155,23 @@ int trainer_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
+		{ "name",     required_argument, NULL, 'e' },
+		{ "model",    required_argument, NULL, 'M' },
 		{ "mib",      required_argument, NULL, 'm' },
 		{ "hz",       required_argument, NULL, 'z' },
 		{ "tensors",  required_argument, NULL, 't' },
 		{ "help",     no_argument,       NULL, 'h' },
 		{ 0 },
 	};
-	struct trainer_opts o = { .mib = 32, .hz = 10, .tensors = 8 };
+	struct trainer_opts o = { .model = MODEL_NAME, .mib = 32, .hz = 10, .tensors = 8 };
 	int c, bad = 0;
 
 	snprintf(g_role, sizeof g_role, "trainer: ");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'e': o.endpoint = optarg; break;
+		case 'M': bad |= !model_name_ok(optarg); o.model = optarg; break;
 		case 'm': bad |= parse_count("mib", optarg, 1, 65536, &o.mib); break;
 		case 'z': bad |= parse_count("hz", optarg, 1, 10000, &o.hz); break;
 		case 't': bad |= parse_count("tensors", optarg, 1, 1024, &o.tensors); break;
