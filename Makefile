@@ -3,8 +3,8 @@
 #   make test       build and run the whole suite
 #   make check      the suite under ASan+UBSan (build-asan/)
 #   make demo       broker + trainer + collectors for ~10 s, then a summary
-#   make install PREFIX=/usr/local
-#   make help       this list; V=1 shows the commands
+#   make install PREFIX=/usr/local    (make uninstall takes it out again)
+#   make help       every target; V=1 shows the commands
 
 PREFIX  ?= /usr/local
 # Debian's interpreter (the python3 first on PATH may be another build
@@ -88,26 +88,51 @@ INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 LIBS_CLIENT := -lxxhash -ldl -lrt
 LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
 
-.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests
-all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
+# Man pages, written in scdoc (man/*.scd), built into $(BUILD)/man.
+MAN_SRC   := $(sort $(wildcard man/*.scd))
+MAN_PAGES := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
+# The service: systemd user units (wsyncd.service, wsyncd@.service), made at
+# install time, since they name PREFIX/bin/wsyncd.
+UNITS     := $(patsubst tools/service/%.in,%,$(wildcard tools/service/*.in))
+COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench
+
+.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
+        tests tools man
+all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
+tools: $(TOOLS)
+man: $(MAN_PAGES)
+
+$(BUILD)/man/%: man/%.scd
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  SCDOC   $@")
+	$(Q)scdoc < $< > $@.tmp && mv $@.tmp $@
 
 help:
-	@echo "targets:"
-	@echo "  make            build libwsync, wsyncd and the tools into $(BUILD)/"
-	@echo "  make test       build and run unit + integration tests"
-	@echo "  make test-python the Python binding's tests (part of make test)"
-	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
-	@echo "  make demo       run broker, trainer and collectors for ~10 s"
-	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
-	@echo "  make bench-relay wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
-	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
-	@echo "  make deps       install missing Debian packages"
-	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
-	@echo "  make fuzz-smoke the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
-	@echo "  make soak       crash soak: kill -9 broker/trainers/group ranks/collectors for SOAK_SECONDS (120)"
-	@echo "  make check-tsan the concurrency tests under ThreadSanitizer (build-tsan/)"
-	@echo "  make clean      remove $(BUILD)/ and build-asan/"
-	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz"
+	@echo "build:"
+	@echo "  make              libwsync (.a, .so), wsyncd, the tools and the man pages"
+	@echo "                    into $(BUILD)/ (installs missing Debian packages first)"
+	@echo "  make tools        only wsyncctl, wsync-top, wsync-demo, wsync-bench"
+	@echo "  make man          only the man pages (scdoc): wsyncd(8), wsyncctl(1), wsync-top(1), libwsync(3)"
+	@echo "  make deps         install missing Debian packages"
+	@echo "test:"
+	@echo "  make test         unit + integration tests, then test-python"
+	@echo "  make test-python  the Python package's and the tools' tests (part of make test)"
+	@echo "  make check        the suite under ASan+UBSan (build-asan/)"
+	@echo "  make check-tsan   the concurrency tests under ThreadSanitizer (build-tsan/)"
+	@echo "  make fuzz         libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
+	@echo "  make fuzz-smoke   the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
+	@echo "  make soak         crash soak: kill -9 broker/trainers/group ranks/collectors for SOAK_SECONDS (120)"
+	@echo "run:"
+	@echo "  make demo         broker, trainer and collectors for ~10 s, then a summary"
+	@echo "  make bench        wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
+	@echo "  make bench-relay  wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
+	@echo "install:"
+	@echo "  make install      into PREFIX=$(PREFIX) (DESTDIR honoured): headers, libraries,"
+	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
+	@echo "                    completion, the Python package"
+	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
+	@echo "  make clean        remove the build directories"
+	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz, PREFIX, DESTDIR, PYTHON"
 
 # Installs only what is missing; apt-get as root or through sudo.
 deps:
@@ -232,6 +257,20 @@ install: all
 	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so.$(SOMAJOR)
 	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so
 	install -m 0755 $(WSYNCD) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/lib/systemd/user \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/wsync \
+		$(DESTDIR)$(PREFIX)/share/doc/wsync
+	for m in $(MAN_PAGES); do \
+		install -m 0644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}/; done
+	for u in $(UNITS); do sed -e 's|@PREFIX@|$(PREFIX)|g' tools/service/$$u.in \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/user/$$u; done
+	install -m 0644 tools/completion/wsync.bash \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/wsyncctl
+	for c in $(filter-out wsyncctl,$(COMPLETED)); do \
+		ln -sf wsyncctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; done
+	install -m 0644 tools/bench/torch_peers.py $(DESTDIR)$(PREFIX)/share/wsync/
+	install -m 0644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/wsync/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc
 	install -d $(DESTDIR)$(PYSITE)/wsync
@@ -243,8 +282,11 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/wsync.h $(DESTDIR)$(PREFIX)/lib/libwsync.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc $(DESTDIR)$(PREFIX)/bin/wsyncd \
-		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
-	rm -rf $(DESTDIR)$(PYSITE)/wsync
+		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS)) \
+		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+		$(patsubst %,$(DESTDIR)$(PREFIX)/lib/systemd/user/%,$(UNITS)) \
+		$(patsubst %,$(DESTDIR)$(PREFIX)/share/bash-completion/completions/%,$(COMPLETED))
+	rm -rf $(DESTDIR)$(PYSITE)/wsync $(DESTDIR)$(PREFIX)/share/wsync $(DESTDIR)$(PREFIX)/share/doc/wsync
 
 clean:
 	rm -rf build build-asan build-tsan build-clang build-fuzz
