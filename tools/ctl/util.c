@@ -70,7 +70,8 @@ static void bound_round_trips(const struct ctl_opts *o)
 	char ms[32];
 	int64_t t = ctl_broker_timeout(o) / 1000000;
 
-	snprintf(ms, sizeof(ms), "%lld", (long long)(t > 5 ? t : 5));
+	/* a floor, so that a poll (--timeout 0) still gets its round trips */
+	snprintf(ms, sizeof(ms), "%lld", (long long)(t > 100 ? t : 100));
 	setenv("WSYNC_REPLY_TIMEOUT_MS", ms, 1);
 }
 
