@@ -75,14 +75,14 @@ def test_ping_and_status_say_which(broker):
         r = run(CTL, "ping", "--timeout", "1")
         assert r.returncode == 1, r
         assert "not responding: heartbeat" in r.stdout and "SIGSTOP" in r.stdout
-        assert r.seconds < 1 + 2, r.seconds
+        assert r.seconds < 1 + 4, r.seconds   # --timeout, and slack for a loaded machine
         doc = json.loads(run(CTL, "--json", "ping", "--timeout", "0.5").stdout)
         assert doc["ok"] is False and doc["health"] == "not_responding" and doc["exit"] == 1
         time.sleep(1.5)                      # past 3 s: status says so at once
         for args in (["status"], ["--json", "status"], ["--json", "models"],
                      ["--json", "sessions"]):
             r = run(CTL, *args)
-            assert r.returncode == 0 and r.seconds < 2, (args, r)
+            assert r.returncode == 0 and r.seconds < 5, (args, r)   # never waits for it
         st = json.loads(run(CTL, "--json", "status").stdout)
         assert st["health"] == "not_responding" and st["heartbeat_age_s"] > 3
         assert "not responding: heartbeat" in run(CTL, "status").stdout
@@ -92,7 +92,7 @@ def test_ping_and_status_say_which(broker):
         for args in (["rm", "x"], ["wait", "x"], ["verify", "x"]):
             r = run(CTL, "--timeout", "1", *args)
             assert r.returncode == 3 and "not responding" in r.stderr, (args, r)
-            assert r.seconds < 1 + 2, (args, r.seconds)
+            assert r.seconds < 1 + 4, (args, r.seconds)
             doc = json.loads(run(CTL, "--json", "--timeout", "0.3", *args).stdout)
             assert doc["reason"] == "not_responding", doc
     finally:

@@ -502,9 +502,9 @@ def test_top_follows_a_restart(broker, how):
         if how == "sigkill":
             assert d["attached"] and d["status"]["health"] == "dead", d
         broker.restart()
-        while True:
+        while True:                          # the new broker, not the dead one's segment
             d = json.loads(proc.stdout.readline())
-            if d["attached"]:
+            if d["attached"] and d["status"]["health"] == "ok":
                 break
         # a new broker (a clean stop leaves no segment to adopt, so the
         # generation may start again at 1): another pid, a later start
