@@ -3,8 +3,8 @@
 #   make test       build and run the whole suite
 #   make check      the suite under ASan+UBSan (build-asan/)
 #   make demo       broker + trainer + collectors for ~10 s, then a summary
-#   make install PREFIX=/usr/local
-#   make help       this list; V=1 shows the commands
+#   make install PREFIX=/usr/local    (make uninstall takes it out again)
+#   make help       every target; V=1 shows the commands
 
 PREFIX  ?= /usr/local
 # Debian's interpreter (the python3 first on PATH may be another build
@@ -28,7 +28,8 @@ SOMAJOR := 0
 # libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (make check,
 # check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
-            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev libsystemd-dev
+            libxxhash-dev libncurses-dev libjansson-dev libmicrohttpd-dev scdoc clang \
+            libclang-rt-dev libsystemd-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -74,11 +75,13 @@ WSYNCD_FAULT_OBJ := $(filter-out $(BUILD)/obj/broker/fault.o,$(BROKER_OBJ)) \
                     $(BUILD)/obj-fault/broker/fault.o
 DEMO    := $(BUILD)/bin/wsync-demo
 BENCH   := $(BUILD)/bin/wsync-bench
-# tools/X.c is the main of wsync-X; tools/X_*.c are its other files.
-TOOL_MAINS := $(sort $(foreach f,$(wildcard tools/*.c),$(if $(findstring _,$(notdir $(f))),,$(f))))
-TOOLS   := $(patsubst tools/%.c,$(BUILD)/bin/wsync-%,$(TOOL_MAINS))
-# tools/ctl*.c is wsyncctl, spelled without the dash.
-TOOLS   := $(patsubst $(BUILD)/bin/wsync-ctl,$(BUILD)/bin/wsyncctl,$(TOOLS))
+# Each program has its folder: tools/ctl is wsyncctl, tools/X is wsync-X;
+# tools/common holds what they share (the control-segment reader, the
+# broker's health, the JSON and error contract of every tool).
+TOOL_DIRS := ctl top bench demo
+tool_bin   = $(BUILD)/bin/$(if $(filter ctl,$(1)),wsyncctl,wsync-$(1))
+TOOLS     := $(foreach d,$(TOOL_DIRS),$(call tool_bin,$(d)))
+TOOL_COMMON_OBJ := $(call obj,$(sort $(wildcard tools/common/*.c)))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 
@@ -86,29 +89,53 @@ LIBS_CLIENT := -lxxhash -ldl -lrt
 # libsystemd: sd_notify for Type=notify services (broker/service.c)
 LIBS_BROKER := -luring -ljemalloc -lsystemd -lxxhash -ldl -lrt
 
-.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests \
-        layering
-all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
+# Man pages, written in scdoc (man/*.scd), built into $(BUILD)/man.
+MAN_SRC   := $(sort $(wildcard man/*.scd))
+MAN_PAGES := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
+# The service: systemd user units (wsyncd.service, wsyncd@.service), made at
+# install time, since they name PREFIX/bin/wsyncd.
+UNITS     := $(patsubst tools/service/%.in,%,$(wildcard tools/service/*.in))
+COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench
+
+.PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
+        tests tools man layering
+all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
+tools: $(TOOLS)
+man: $(MAN_PAGES)
+
+$(BUILD)/man/%: man/%.scd
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  SCDOC   $@")
+	$(Q)scdoc < $< > $@.tmp && mv $@.tmp $@
 
 help:
-	@echo "targets:"
-	@echo "  make            build libwsync, wsyncd and the tools into $(BUILD)/"
-	@echo "  make test       build and run unit + integration tests (after make layering)"
-	@echo "  make layering   no include cycle among the headers of LAYER_DIRS, no call cycle"
-	@echo "                  among the files of each (tests/layering.sh), and its self-test"
-	@echo "  make test-python the Python binding's tests (part of make test)"
-	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
-	@echo "  make demo       run broker, trainer and collectors for ~10 s"
-	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
-	@echo "  make bench-relay wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
-	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
-	@echo "  make deps       install missing Debian packages"
-	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
-	@echo "  make fuzz-smoke the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
-	@echo "  make soak       crash soak: kill -9 broker/trainers/group ranks/collectors for SOAK_SECONDS (120)"
-	@echo "  make check-tsan the concurrency tests under ThreadSanitizer (build-tsan/)"
-	@echo "  make clean      remove $(BUILD)/ and build-asan/"
-	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz"
+	@echo "build:"
+	@echo "  make              libwsync (.a, .so), wsyncd, the tools and the man pages"
+	@echo "                    into $(BUILD)/ (installs missing Debian packages first)"
+	@echo "  make tools        only wsyncctl, wsync-top, wsync-demo, wsync-bench"
+	@echo "  make man          only the man pages (scdoc): wsyncd(8), wsyncctl(1), wsync-top(1), libwsync(3)"
+	@echo "  make deps         install missing Debian packages"
+	@echo "test:"
+	@echo "  make test         the layering check, unit + integration tests, then test-python"
+	@echo "  make layering     no include cycle among the headers of LAYER_DIRS, no call cycle"
+	@echo "                    among the files of each (tests/layering.sh), and its self-test"
+	@echo "  make test-python  the Python package's and the tools' tests (part of make test)"
+	@echo "  make check        the suite under ASan+UBSan (build-asan/)"
+	@echo "  make check-tsan   the concurrency tests under ThreadSanitizer (build-tsan/)"
+	@echo "  make fuzz         libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
+	@echo "  make fuzz-smoke   the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
+	@echo "  make soak         crash soak: kill -9 broker/trainers/group ranks/collectors for SOAK_SECONDS (120)"
+	@echo "run:"
+	@echo "  make demo         broker, trainer and collectors for ~10 s, then a summary"
+	@echo "  make bench        wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
+	@echo "  make bench-relay  wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
+	@echo "install:"
+	@echo "  make install      into PREFIX=$(PREFIX) (DESTDIR honoured): headers, libraries,"
+	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
+	@echo "                    completion, the Python package"
+	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
+	@echo "  make clean        remove the build directories"
+	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz, PREFIX, DESTDIR, PYTHON"
 
 # Installs only what is missing; apt-get as root or through sudo.
 deps:
@@ -147,20 +174,16 @@ $(WSYNCD_FAULT): $(WSYNCD_FAULT_OBJ) $(SHM_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
-.SECONDEXPANSION:
-# wsyncctl and wsync-top read JSON and write it with jansson (tools only,
-# never libwsync); wsync-top shares wsyncctl's control-segment snapshot.
-TOOL_LIBS := -ljansson -lncursesw
-define link_tool
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LIBS_CLIENT) -ljemalloc -lm $(TOOL_LIBS)
+# The tools read and write JSON with jansson, draw with ncurses and serve
+# metrics with libmicrohttpd (tools only, never libwsync).
+TOOL_LIBS := -ljansson -lncursesw -lmicrohttpd
+define tool_rule
+$(call tool_bin,$(1)): $(call obj,$(sort $(wildcard tools/$(1)/*.c))) $(TOOL_COMMON_OBJ) $(LIB_A)
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(Q),echo "  LD      $$@")
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $$(LIB_A) $$(LIBS_CLIENT) -ljemalloc -lm $$(TOOL_LIBS)
 endef
-$(BUILD)/bin/wsync-%: $(BUILD)/obj/tools/%.o $$(call obj,$$(wildcard tools/$$*_*.c)) $(LIB_A)
-	$(link_tool)
-$(BUILD)/bin/wsyncctl: $(BUILD)/obj/tools/ctl.o $(call obj,$(wildcard tools/ctl_*.c)) $(LIB_A)
-	$(link_tool)
-$(BUILD)/bin/wsync-top: $(BUILD)/obj/tools/ctl_snap.o
+$(foreach d,$(TOOL_DIRS),$(eval $(call tool_rule,$(d))))
 
 # Unit tests link the pieces they test directly (shm/ and broker/ objects
 # except the broker's main), plus cmocka.
@@ -172,7 +195,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 
 # The safetensors parser is wsyncctl's, with jansson.
 $(BUILD)/tests/unit/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o \
-		$(BUILD)/obj/tools/ctl_safetensors.o $(LIB_A)
+		$(BUILD)/obj/tools/ctl/safetensors.o $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) -lcmocka -ljansson $(LIBS_CLIENT)
@@ -249,6 +272,20 @@ install: all
 	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so.$(SOMAJOR)
 	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so
 	install -m 0755 $(WSYNCD) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/lib/systemd/user \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/wsync \
+		$(DESTDIR)$(PREFIX)/share/doc/wsync
+	for m in $(MAN_PAGES); do \
+		install -m 0644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}/; done
+	for u in $(UNITS); do sed -e 's|@PREFIX@|$(PREFIX)|g' tools/service/$$u.in \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/user/$$u; done
+	install -m 0644 tools/completion/wsync.bash \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/wsyncctl
+	for c in $(filter-out wsyncctl,$(COMPLETED)); do \
+		ln -sf wsyncctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; done
+	install -m 0644 tools/bench/torch_peers.py $(DESTDIR)$(PREFIX)/share/wsync/
+	install -m 0644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/wsync/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc
 	install -d $(DESTDIR)$(PYSITE)/wsync
@@ -260,8 +297,11 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/wsync.h $(DESTDIR)$(PREFIX)/lib/libwsync.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc $(DESTDIR)$(PREFIX)/bin/wsyncd \
-		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
-	rm -rf $(DESTDIR)$(PYSITE)/wsync
+		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS)) \
+		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+		$(patsubst %,$(DESTDIR)$(PREFIX)/lib/systemd/user/%,$(UNITS)) \
+		$(patsubst %,$(DESTDIR)$(PREFIX)/share/bash-completion/completions/%,$(COMPLETED))
+	rm -rf $(DESTDIR)$(PYSITE)/wsync $(DESTDIR)$(PREFIX)/share/wsync $(DESTDIR)$(PREFIX)/share/doc/wsync
 
 clean:
 	rm -rf build build-asan build-tsan build-clang build-fuzz

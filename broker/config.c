@@ -43,7 +43,7 @@ const char config_usage_text[] =
 	"                      pages, else shmem transparent huge pages, else 4 KiB\n"
 	"                      pages), on (the same, but fail without huge pages), off\n"
 	"                      (4 KiB pages; slab data then survives a broker restart)\n"
-	"  --help              show this text\n"
+	"  -h, --help          show this text\n"
 	"  --version           show the version\n";
 
 static int usage_fail(char *err, size_t errlen, const char *fmt, ...)
@@ -189,7 +189,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 	config_defaults(cfg);
 	optind = 0;          /* a full re-initialisation, for repeated calls */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_NAME:
 			if (!config_name_valid(optarg))
@@ -263,6 +263,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 				                  "auto, on, off", optarg);
 			break;
 		case OPT_HELP:
+		case 'h':
 			fputs(config_usage_text, stdout);
 			return CONFIG_DONE;
 		case OPT_VERSION:
@@ -273,7 +274,10 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err, size_t er
 			return usage_fail(err, errlen, "option '%s' needs an argument",
 			                  argv[optind - 1]);
 		default:
-			return usage_fail(err, errlen, "unknown option '%s'", argv[optind - 1]);
+			if (optopt > 0 && optopt < 256 && argv[optind - 1][1] != '-')
+				return usage_fail(err, errlen, "unknown option '-%c'", optopt);
+			return usage_fail(err, errlen, "unknown option '%.*s'",
+			                  (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
 		}
 	}
 	if (optind < argc)

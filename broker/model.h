@@ -21,6 +21,7 @@
 
 #include "broker.h"
 #include "slots.h"
+#include "stats.h"
 #include "shm/layout.h"
 
 struct pub_group;
@@ -76,6 +77,8 @@ struct model {
 	uid_t    owner;                  /* WSYNC_OWNER_NONE until READY (layout.h) */
 	uint64_t hwm;                    /* highest version ever granted */
 	uint64_t latest;                 /* last validated value of page->latest */
+
+	struct stats_history hist;       /* its commits, for monitors (monitor.c) */
 
 	struct peer **members;           /* peers that opened it, dense */
 	uint32_t n_members;

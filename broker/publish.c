@@ -30,6 +30,7 @@
 
 #include "log.h"
 #include "model.h"
+#include "monitor.h"
 #include "outbox.h"
 #include "peer.h"
 #include "shm/clock.h"
@@ -180,6 +181,7 @@ void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns)
 	atomic_fetch_add(&m->ctl->commits, 1);
 	atomic_store(&m->ctl->last_step, step);
 	atomic_store(&m->ctl->last_commit_ns, ns);
+	monitor_commit(m, v, ns);
 	log_debug("model '%s': v%llu committed in slot %u, step %llu", m->name,
 	          (unsigned long long)v, slot, (unsigned long long)step);
 	publish_notify(b, m);

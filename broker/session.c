@@ -36,6 +36,7 @@
 #include "group.h"
 #include "log.h"
 #include "model.h"
+#include "monitor.h"
 #include "outbox.h"
 #include "publish.h"
 #include "readers.h"
@@ -486,12 +487,25 @@ void session_free(struct broker *b, struct session *s)
 void session_mirror_stats(struct broker *b)
 {
 	int64_t mono = wsync_clock_ns(CLOCK_MONOTONIC_COARSE), real = wsync_real_ns();
+	const struct stats_history *hist[WSYNC_MAX_MODELS] = { 0 };
 
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		struct model *m = b->models[i];
+
+		if (!m || !m->ctl)
+			continue;
+		monitor_model(m);
+		if (m->hist.latest)
+			hist[i] = &m->hist;
+	}
 	for (uint32_t i = 0; i < WSYNC_MAX_SESSIONS; i++) {
 		const struct session *s = b->sessions[i];
 
 		if (!s || s->state != SESSION_ACTIVE || !s->p.page)
 			continue;
-		stats_mirror(&ctl_session(b, i)->stats, s->p.page, s->p.models, mono, real);
+		stats_mirror(&ctl_session(b, i)->stats, s->p.page, s->p.models, hist, mono, real);
 	}
+	/* last, with release: a monitor that finds it unchanged after reading
+	 * the entries read one tick's figures (stats.c) */
+	atomic_store_explicit(&b->ctl->stats_ns, real, memory_order_release);
 }

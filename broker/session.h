@@ -121,7 +121,8 @@ void session_leave_pub(struct broker *b, struct session *s, struct model *m, con
 void session_delete_model(struct broker *b, struct model *m, const char *why);
 /* Mirrors s's roles and models into its ctl entry. */
 void session_mirror(struct broker *b, struct session *s);
-/* Mirrors every active session's reading figures (stats.h), once a tick. */
+/* Mirrors the models' and every active session's figures for monitors
+ * (monitor.h, stats.h) and stamps the ctl header's stats_ns, once a tick. */
 void session_mirror_stats(struct broker *b);
 
 #endif

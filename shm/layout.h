@@ -111,11 +111,18 @@ struct wsync_ctl_header {
 	_Atomic uint64_t messages;       /* handled since start */
 	_Atomic uint64_t bad_messages;   /* answered with an error or a close */
 	char     name[WSYNC_INSTANCE_MAX];
-	uint8_t  reserved[WSYNC_PAGE - 184];
+	/* When the broker last mirrored the session stats and the models'
+	 * monitor words (broker/stats.c), CLOCK_REALTIME, stored after them
+	 * (release); 0 = not yet. Every figure of wsync_session_stats is "at
+	 * this instant", so a monitor compares them with each other, never
+	 * with what it reads live. */
+	_Atomic int64_t stats_ns;
+	uint8_t  reserved[WSYNC_PAGE - 192];
 };
 static_assert(sizeof(struct wsync_ctl_header) == WSYNC_PAGE, "ctl header is one page");
 static_assert(offsetof(struct wsync_ctl_header, state) == 32, "ctl state offset");
 static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset");
+static_assert(offsetof(struct wsync_ctl_header, stats_ns) == 184, "ctl stats_ns offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {
@@ -183,12 +190,20 @@ struct wsync_ctl_model {
 	/* What backs the slabs (enum wsync_slab_pages, shm/segment.h), for
 	 * monitors and for the next generation's adoption; 0 = 4 KiB pages */
 	uint32_t slab_pages;
+	/* For monitors, mirrored by broker/stats.c every tick (informational,
+	 * never trusted by anyone): the pid of the model's publisher (of rank
+	 * 0 of a group), 0 = none; the XXH3-64 its publisher stored with the
+	 * latest version (WSYNC_PUB_CHECKSUM; 0 = none) and that version, so a
+	 * monitor shows it only while it is still the latest. */
+	_Atomic uint32_t publisher_pid;
+	_Atomic uint64_t checksum;
+	_Atomic uint64_t checksum_version;
 	/* The uid that first published the model (its PUB_OPEN made it
 	 * READY): with the broker's uid and root, the only one that may
 	 * delete or replace it. WSYNC_OWNER_NONE while it has no layout. Kept
 	 * across adoption. */
 	uint32_t owner_uid;
-	uint8_t  reserved[64];
+	uint8_t  reserved[44];
 };
 #define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
@@ -198,7 +213,9 @@ static_assert(offsetof(struct wsync_ctl_model, group_first_ns) == 280, "ctl mode
 static_assert(offsetof(struct wsync_ctl_model, n_devices) == 296, "ctl model devices");
 static_assert(offsetof(struct wsync_ctl_model, dev_uuid) == 312, "ctl model device uuids");
 static_assert(offsetof(struct wsync_ctl_model, slab_pages) == 440, "ctl model slab pages");
-static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 444, "ctl model owner");
+static_assert(offsetof(struct wsync_ctl_model, publisher_pid) == 444, "ctl model publisher pid");
+static_assert(offsetof(struct wsync_ctl_model, checksum) == 448, "ctl model checksum");
+static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 464, "ctl model owner");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
@@ -210,24 +227,51 @@ enum wsync_session_role {
 };
 
 /*
- * What monitors show of a session's reading, copied by the broker from the
+ * What monitors show of a session's reading, computed by the broker from the
  * session page once per housekeeping tick (broker/stats.c): only the broker
- * maps session pages. Informational, as the client wrote it: never trusted.
+ * maps session pages. Informational, from what the client wrote: never
+ * trusted. All of it holds at the instant the ctl header's stats_ns names.
+ *
  * `view` packs the version the session reads: version << 8, bit 7 set while
  * it holds that version pinned (the lowest pinned version), bits 0..6 the
  * model id (WSYNC_STATS_MODEL_UNKNOWN when nothing is pinned and the session
  * opened several models); when nothing is pinned it is the newest version
  * taken. 0 = never acquired.
+ *
+ * `lag` packs how far that version is behind the model's latest, counted in
+ * commits (versions the session did not take; version numbers themselves
+ * jump when a publisher reopens or aborts, so their difference is not a
+ * count): bits 0..23 the count (saturating), bits 24..29 the slot pinned
+ * plus one (0 = none), bit 30 set when the count and lag_ms are estimates
+ * (the broker saw too few commits to know them; broker/stats.c says how it
+ * bounds them), bit 31 set when they are known at all. `lag_ms` is how long
+ * before stats_ns the first newer version was committed (0: the version was
+ * the latest), `view_ms` how long before stats_ns the view was taken (how
+ * long it has been held, for a pinned one); both in milliseconds,
+ * saturating.
+ *
+ * view, waits and timeouts keep the offsets they had before lag, lag_ms and
+ * view_ms took the place of a 64-bit acquires and an absolute time.
  */
 #define WSYNC_STATS_HELD           0x80u
 #define WSYNC_STATS_MODEL_UNKNOWN  0x7fu
+#define WSYNC_STATS_LAG_MAX        0xffffffu
+#define WSYNC_STATS_LAG_SLOT_SHIFT 24
+#define WSYNC_STATS_LAG_SLOT_MASK  0x3fu
+#define WSYNC_STATS_LAG_ESTIMATE   (1u << 30)
+#define WSYNC_STATS_LAG_KNOWN      (1u << 31)
 struct wsync_session_stats {
-	_Atomic uint64_t acquires;       /* views taken, summed over hazard records */
+	_Atomic uint32_t acquires;       /* views taken, summed over hazard records,
+	                                    low 32 bits */
+	_Atomic uint32_t lag;            /* see above */
 	_Atomic uint64_t view;           /* see above */
-	_Atomic int64_t  view_since_ns;  /* CLOCK_REALTIME when that view was taken */
+	_Atomic uint32_t view_ms;        /* see above */
+	_Atomic uint32_t lag_ms;         /* see above */
 	_Atomic uint32_t waits;          /* wsync_sub_wait calls, low 32 bits */
 	_Atomic uint32_t timeouts;       /* of which timed out, low 32 bits */
 };
+static_assert(offsetof(struct wsync_session_stats, view) == 8, "session stats view offset");
+static_assert(offsetof(struct wsync_session_stats, waits) == 24, "session stats waits offset");
 static_assert(sizeof(struct wsync_session_stats) == 32, "session stats size");
 
 struct wsync_ctl_session {

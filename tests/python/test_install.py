@@ -86,3 +86,53 @@ def test_pip_installs_the_package(tmp):
     lib = os.path.join(ROOT, os.environ.get("BUILD", "build"), "lib", "libwsync.so")
     env = clean_env(PYTHONPATH=target, WSYNC_LIBRARY=lib)
     assert run([sys.executable, "-c", CHECK, ROOT], env, tmp).strip() == lib
+
+
+def test_make_install_service_man_completion(tmp, broker):
+    """make install puts the systemd user units (Type=notify, a watchdog,
+    reload by SIGHUP, PREFIX/bin/wsyncd), the man pages, the bash completion
+    and the peers script of wsync-bench; make uninstall takes all of it out."""
+    prefix = os.path.join(tmp, "prefix")
+    build = os.environ.get("BUILD", "build")
+    args = ["PREFIX=" + prefix, "BUILD=" + build, "PYTHON=" + sys.executable]
+    run(["make", "-s", "install"] + args, clean_env(), ROOT)
+    units = os.path.join(prefix, "lib", "systemd", "user")
+    for unit, name in (("wsyncd.service", "default"), ("wsyncd@.service", "%i")):
+        text = open(os.path.join(units, unit)).read()
+        keys = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln and
+                    not ln.startswith("#"))
+        assert keys["Type"] == "notify" and int(keys["WatchdogSec"]) > 1
+        assert keys["ExecReload"] == "/bin/kill -HUP $MAINPID"
+        assert keys["ExecStart"] == "%s/bin/wsyncd --name %s" % (prefix, name)
+        assert os.access(keys["ExecStart"].split()[0], os.X_OK)
+    if shutil.which("systemd-analyze"):
+        r = subprocess.run(["systemd-analyze", "verify", os.path.join(units, "wsyncd.service")],
+                           env=clean_env(MANPATH=os.path.join(prefix, "share", "man")),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+    man = os.path.join(prefix, "share", "man")
+    for page in ("man8/wsyncd.8", "man1/wsyncctl.1", "man1/wsync-top.1", "man3/libwsync.3"):
+        text = open(os.path.join(man, page)).read()
+        assert text.startswith(".\\\"") or ".TH" in text, page
+        assert ".SH NAME" in text or ".SH \"NAME\"" in text, page
+    out = run(["man", "-l", os.path.join(man, "man1", "wsyncctl.1")],
+              clean_env(MANPAGER="cat", PAGER="cat", MANWIDTH="80"), tmp)
+    assert "serve-metrics" in out and "EXIT STATUS" in out
+    comp = os.path.join(prefix, "share", "bash-completion", "completions")
+    for prog in ("wsyncctl", "wsync-top", "wsyncd", "wsync-demo", "wsync-bench"):
+        assert os.path.exists(os.path.join(comp, prog)), prog
+    # completion of a command and of the broker's models
+    with wsync.connect(broker.sock, "t") as c:
+        pub = c.publisher("completed", [("w", "f32", (4,))])
+        pub.publish({"w": [1, 2, 3, 4]}, 1)
+        script = ("source %s; COMP_WORDS=(wsyncctl ve); COMP_CWORD=1; _wsyncctl; "
+                  "echo ${COMPREPLY[@]}; COMP_WORDS=(wsyncctl rm co); COMP_CWORD=2; "
+                  "_wsyncctl; echo ${COMPREPLY[@]}" % os.path.join(comp, "wsyncctl"))
+        out = run(["bash", "-c", script], clean_env(
+            PATH=os.path.join(prefix, "bin") + ":" + os.environ["PATH"],
+            WSYNC_ENDPOINT=broker.sock, XDG_RUNTIME_DIR=broker.dir), tmp).splitlines()
+    assert out == ["verify", "completed"], out
+    assert os.path.exists(os.path.join(prefix, "share", "wsync", "torch_peers.py"))
+    run(["make", "-s", "uninstall"] + args, clean_env(), ROOT)
+    left = [os.path.join(d, f) for d, _, fs in os.walk(prefix) for f in fs]
+    assert left == [], left

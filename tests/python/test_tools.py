@@ -38,7 +38,7 @@ def ctl_json(*args):
 
 
 def model_version(name):
-    for m in ctl_json("models"):
+    for m in ctl_json("models")["models"]:
         if m["name"] == name:
             return m["version"]
     return None
@@ -96,13 +96,24 @@ def test_help_and_usage_errors():
         assert r.returncode == 0, cmd
         assert r.stdout.startswith("usage: wsyncctl " + cmd), r.stdout
         assert "--endpoint" in r.stdout
-    for args in ([], ["frobnicate"], ["status", "--bogus"], ["status", "extra"], ["wait"],
-                 ["wait", "m", "--timeout", "soon"], ["dump", "m"], ["load", "f"],
-                 ["verify", "m", "--version", "x"]):
+    for args, names in (([], "no command"), (["frobnicate"], "'frobnicate'"),
+                        (["status", "--bogus"], "'--bogus'"), (["status", "extra"], "'extra'"),
+                        (["wait"], "no MODEL"), (["wait", "m", "--timeout", "soon"], "'soon'"),
+                        (["wait", "m", "--timeout"], "'--timeout' needs a value"),
+                        (["dump", "m"], "-o FILE"), (["load", "f"], "--model"),
+                        (["verify", "m", "--version", "x"], "'x'"),
+                        (["models", "-z"], "'-z'")):
         r = ctl(*args)
         assert r.returncode == 2, (args, r)
         assert r.stderr.startswith("wsyncctl: "), r.stderr
-        assert "--help" in r.stderr
+        assert "--help" in r.stderr and names in r.stderr, (args, r.stderr)
+        # the same error as one JSON object on stdout
+        r = ctl("--json", *args)
+        doc = json.loads(r.stdout)
+        assert r.returncode == 2 and doc["ok"] is False and doc["reason"] == "usage"
+        assert doc["exit"] == 2 and names in doc["error"], (args, doc)
+    r = ctl("--version")
+    assert r.returncode == 0 and r.stdout.startswith("wsyncctl ")
 
 
 def test_no_broker(tmp_path, files):
@@ -114,6 +125,8 @@ def test_no_broker(tmp_path, files):
         r = ctl("--endpoint", sock, *args)
         assert r.returncode == 3, (args, r)
         assert "no broker at " + sock in r.stderr, r.stderr
+        doc = json.loads(ctl("--json", "--endpoint", sock, *args).stdout)
+        assert doc["ok"] is False and doc["reason"] == "no_broker" and doc["exit"] == 3
     r = ctl("status", "--name", "no-such-instance-%d" % os.getpid())
     assert r.returncode == 3 and "no broker" in r.stderr
 
@@ -123,9 +136,16 @@ def test_missing_model(broker, tmp_path):
         r = ctl(*args)
         assert r.returncode == 3, r
         assert "model 'ghost': no such model" in r.stderr
+        doc = json.loads(ctl("--json", *args).stdout)
+        assert doc["reason"] == "not_found" and "no such model" in doc["error"]
     assert not (tmp_path / "x").exists()
+    # the library's hint for a name nobody published, said once
     r = ctl("wait", "ghost", "--timeout", "0.2")
-    assert r.returncode == 1 and "within the timeout" in r.stderr
+    assert r.returncode == 1 and "never been published" in r.stderr, r.stderr
+    assert "is the name right?" in r.stderr and r.stderr.count("\n") == 1
+    doc = json.loads(ctl("--json", "wait", "ghost", "--timeout", "0.2").stdout)
+    assert doc["ok"] is False and doc["reason"] == "timeout" and doc["exit"] == 1
+    assert "is the name right?" in doc["error"]
 
 
 # ---- tables ----------------------------------------------------------------------
@@ -149,20 +169,23 @@ def test_status_models_sessions(broker):
             slab.commit(13)                  # the reader is now one behind
         deadline = time.monotonic() + WAIT_S
         while True:                          # the broker mirrors once a second
-            sess = {s["name"]: s for s in ctl_json("sessions")}
+            sess = {s["name"]: s for s in ctl_json("sessions")["sessions"]}
             if sess["reader"]["held"] or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         rd = sess["reader"]
         assert rd["held"] and rd["version"] == view.version and rd["lag"] == 1
         assert rd["role"] == "sub" and rd["models"] == ["pol"] and rd["acquires"] == 1
-        assert sess["trainer"]["role"] == "pub" and sess["wsyncctl"]["self"]
-        models = ctl_json("models")
+        assert rd["slot"] is not None and rd["lag_ms"] >= 0
+        # monitors take no session
+        assert sess["trainer"]["role"] == "pub" and set(sess) == {"trainer", "reader"}
+        models = ctl_json("models")["models"]
         assert len(models) == 1
         m = models[0]
         assert m["name"] == "pol" and m["state"] == "ready" and m["step"] == 13
         assert m["version"] == view.version + 1 and m["commits"] == 4
         assert m["collectors"] == 1 and m["worst_lag"] == 1 and m["checksum"] is None
+        assert m["publisher_pid"] == os.getpid()
         assert m["slots"] == 4 and m["slots_used"] >= 2 and m["bytes"] >= 64 * 64 * 4
         assert m["pages"] == "4k"            # test brokers run --huge-pages off
         r = ctl("models")
@@ -175,6 +198,7 @@ def test_status_models_sessions(broker):
         view.release()
         st = ctl_json("status")
         assert st["models"] == 1 and st["publishers"] == 1 and st["subscribers"] == 1
+        assert st["sessions"] == 2 and st["health"] == "ok" and st["ok"] is True
 
 
 def test_wait(broker):
@@ -329,7 +353,12 @@ def test_verify(broker, files):
     assert r.returncode == 0 and " ok" in r.stdout, r
     doc = ctl_json("verify", "summed")
     assert doc["result"] == "ok" and len(doc["checksum"]) == 16
-    m = [m for m in ctl_json("models") if m["name"] == "summed"][0]
+    deadline = time.monotonic() + WAIT_S
+    while True:                              # the broker mirrors it at its next tick
+        m = [m for m in ctl_json("models")["models"] if m["name"] == "summed"][0]
+        if m["checksum"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert m["checksum"] == doc["checksum"]
     r = ctl("load", path, "--model", "plain")
     r = ctl("verify", "plain")
@@ -387,7 +416,7 @@ def busy_model(broker):
         with pub.begin(timeout=WAIT_S) as slab:
             latest = slab.commit(4)
         deadline = time.monotonic() + WAIT_S
-        while not {s["name"]: s for s in ctl_json("sessions")}["reader"]["held"]:
+        while not {s["name"]: s for s in ctl_json("sessions")["sessions"]}["reader"]["held"]:
             assert time.monotonic() < deadline, "the broker did not mirror the reader"
             time.sleep(0.1)
         yield {"pub": pub, "view": view, "latest": latest}
@@ -397,17 +426,22 @@ def busy_model(broker):
 def test_top_batch_text(broker, busy_model):
     r = top("-b", "-n", 2, "-d", 0.2)
     assert r.returncode == 0, r.stderr
-    frames = r.stdout.split("wsync-top - instance ")[1:]
+    frames = r.stdout.split("wsync-top - ")[1:]
     assert len(frames) == 2
     for f in frames:
         lines = f.splitlines()
-        assert lines[0].startswith("%s  pid %d  generation " % (broker.name, broker.proc.pid))
-        row = [ln for ln in lines if ln.startswith("pol ")][0].split()
-        assert row[1:3] == [str(busy_model["latest"]), "4"]
-        assert row[-3:] == ["1", "1", "-"]            # collectors, worst lag, checksum
-        rd = [ln for ln in lines if " reader " in ln][0].split()
-        assert rd[2:6] == ["sub", "pol", "%d*" % busy_model["view"].version, "1"]
-    assert "broker cpu -" in frames[0] and "broker cpu -" not in frames[1]
+        assert lines[0].startswith("%s  pid %d  gen " % (broker.name, broker.proc.pid))
+        title = [ln for ln in lines if ln.startswith("MODEL ")][0].split()
+        row = dict(zip(title, [ln for ln in lines if ln.startswith("pol ")][0].split()))
+        assert row["VERSION"] == str(busy_model["latest"]) and row["STEP"] == "4"
+        assert (row["COLL"], row["LAG"], row["CHECKSUM"]) == ("1", "1", "-")
+        title = [ln for ln in lines if ln.split()[:2] == ["ID", "PID"]][0].split()
+        rd = dict(zip(title, [ln for ln in lines if " reader " in ln][0].split()))
+        assert (rd["ROLE"], rd["MODELS"], rd["VERSION"], rd["LAG"]) == \
+            ("sub", "pol", "%d*" % busy_model["view"].version, "1")
+        assert "\x1b" not in f                       # no escape codes in batch mode
+    # the CPU needs two samples; an idle broker then reads 0.0%, never "-"
+    assert "cpu -" in frames[0] and "cpu -" not in frames[1]
 
 
 def test_top_json(broker, busy_model):
@@ -416,7 +450,7 @@ def test_top_json(broker, busy_model):
     r = top("--json", "-n", 2, "-d", 0.3)
     assert r.returncode == 0, r.stderr
     docs = [json.loads(ln) for ln in r.stdout.splitlines()]
-    assert len(docs) == 2 and all(d["attached"] for d in docs)
+    assert len(docs) == 2 and all(d["attached"] and d["ok"] for d in docs)
     for d in docs:
         assert d["status"]["instance"] == broker.name
         assert d["status"]["subscribers"] == 1 and d["status"]["publishers"] == 1
@@ -434,10 +468,15 @@ def test_top_json(broker, busy_model):
 def test_top_no_broker_and_usage(tmp_path):
     r = top("-b", "-n", 1, "--endpoint", str(tmp_path / "nobody.sock"))
     assert r.returncode == 3 and "no broker at" in r.stderr
+    r = top("--json", "-n", 1, "--endpoint", str(tmp_path / "nobody.sock"))
+    doc = json.loads(r.stdout)
+    assert r.returncode == 3 and doc["ok"] is False and doc["reason"] == "no_broker"
     assert top("--help").returncode == 0
-    for args in (["-n", "0"], ["-d", "fast"], ["--bogus"], ["extra"]):
+    assert top("--version").stdout.startswith("wsync-top ")
+    for args, names in ((["-n", "0"], "'0'"), (["-d", "fast"], "'fast'"),
+                        (["--bogus"], "'--bogus'"), (["extra"], "'extra'"), (["-d"], "'-d'")):
         r = top(*args)
-        assert r.returncode == 2 and "--help" in r.stderr, args
+        assert r.returncode == 2 and "--help" in r.stderr and names in r.stderr, (args, r)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
@@ -456,12 +495,16 @@ def test_top_follows_a_restart(broker, how):
             assert broker.stop() == 0
         else:
             broker.kill()                    # its segments stay, to be adopted
-        while json.loads(proc.stdout.readline())["attached"]:
-            pass                             # until it notices
-        broker.restart()
-        while True:
+        while True:                          # until it notices: gone, or dead
             d = json.loads(proc.stdout.readline())
-            if d["attached"]:
+            if not d["attached"] or d["status"]["health"] != "ok":
+                break
+        if how == "sigkill":
+            assert d["attached"] and d["status"]["health"] == "dead", d
+        broker.restart()
+        while True:                          # the new broker, not the dead one's segment
+            d = json.loads(proc.stdout.readline())
+            if d["attached"] and d["status"]["health"] == "ok":
                 break
         # a new broker (a clean stop leaves no segment to adopt, so the
         # generation may start again at 1): another pid, a later start
@@ -498,11 +541,12 @@ def test_top_interactive_in_tmux(broker, busy_model):
     assert r.returncode == 0, r.stderr
     try:
         s = wait_screen(lambda s: "reader" in s and "pol " in s)
-        assert "instance %s" % broker.name in s and "model: all" in s and "sort: lag" in s
+        assert "wsync-top - %s " % broker.name in s and "model: all" in s
+        assert "sort: LAG desc" in s
         tmux("send-keys", "-t", "top", "m")
-        wait_screen(lambda s: "model: pol" in s)
+        wait_screen(lambda s: "model: pol" in s and "PINNED BY" in s)
         tmux("send-keys", "-t", "top", "s")
-        wait_screen(lambda s: "sort: pid" in s)
+        wait_screen(lambda s: "sort: BEHIND desc" in s)
         tmux("send-keys", "-t", "top", "h")
         wait_screen(lambda s: "wsync-top keys" in s)
         tmux("send-keys", "-t", "top", "x")
@@ -558,7 +602,7 @@ def group_in_progress(broker):
             t.join(WAIT_S)
         waiting = run([0, 2], 2)
         deadline = time.monotonic() + WAIT_S
-        while {m["name"]: m for m in ctl_json("models")}["grp"]["group"]["committed"] != [0, 2]:
+        while {m["name"]: m for m in ctl_json("models")["models"]}["grp"]["group"]["committed"] != [0, 2]:
             assert time.monotonic() < deadline and not errors, "ranks 0 and 2 never committed"
             time.sleep(0.05)
         yield finish
@@ -582,7 +626,7 @@ def test_top_group_progress(broker, group_in_progress):
     assert g.endswith(" ms from first to last commit"), g
     d = json.loads(top("--json", "-n", 1).stdout)
     grp = {m["name"]: m for m in d["models"]}["grp"]["group"]
-    ctl_grp = {m["name"]: m for m in ctl_json("models")}["grp"]["group"]
+    ctl_grp = {m["name"]: m for m in ctl_json("models")["models"]}["grp"]["group"]
     assert grp["ranks"] == 3 and grp["committed"] == [0, 2] and grp["waiting_s"] >= 0
     assert grp["last_version_ms"] >= 0 and set(grp) == set(ctl_grp)
     assert ctl_grp["committed"] == [0, 2] and ctl_grp["last_version_ms"] == grp["last_version_ms"]
@@ -608,7 +652,7 @@ def test_rm_and_unpublished_waiters(broker):
         with pub.begin(timeout=WAIT_S) as slab:
             slab.commit(1)
         typo = rc.subscriber("gnoe")            # a name nobody publishes
-        models = {m["name"]: m for m in ctl_json("models")}
+        models = {m["name"]: m for m in ctl_json("models")["models"]}
         assert models["gnoe"]["state"] != "ready"   # shown: a waiter on nothing
         r = ctl("rm", "gone")
         assert r.returncode == 3 and "publish" in r.stderr    # it has a publisher
@@ -620,7 +664,7 @@ def test_rm_and_unpublished_waiters(broker):
                 break
             time.sleep(0.05)                     # the publisher's CLOSE is on its way
         assert r.returncode == 0 and "deleted gone" in r.stdout
-        assert "gone" not in {m["name"] for m in ctl_json("models")}
+        assert "gone" not in {m["name"] for m in ctl_json("models")["models"]}
         r = ctl("rm", "never-was")
         assert r.returncode == 3 and "never-was" in r.stderr
         assert ctl("rm").returncode == 2

@@ -1,5 +1,5 @@
 /*
- * test_safetensors — tools/ctl_safetensors.c: a header built by
+ * test_safetensors — tools/ctl/safetensors.c: a header built by
  * st_header_build parses back to the same tensors and metadata (8-byte
  * length, JSON padded with spaces to 8 bytes, offsets back to back); a file
  * whose entries are listed out of data order is read in data order; empty
@@ -16,7 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tools/ctl_safetensors.h"
+#include "tools/ctl/safetensors.h"
 
 static char why[512];
 

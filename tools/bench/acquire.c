@@ -1,0 +1,451 @@
+/*
+ * tools/bench/acquire.c — scenario "acquire": wsync_sub_acquire followed by
+ * wsync_sub_release of the latest version, in ns per pair, with 1, 4, 16
+ * and 64 reader threads in one process and with 4 processes of 16 threads,
+ * first while nothing is published, then while a publisher commits a small
+ * model at about 100 Hz.
+ *
+ * Each reader thread counts its pairs and its own CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), so with more threads than cores the time a
+ * thread spends preempted does not count; what remains is the cost of the
+ * pair, including cache-line traffic between readers and the publisher.
+ * The figure is the median thread, median over repeats.
+ *
+ * Reference: the bare hazard-pointer protocol (load latest, store a pin,
+ * reload latest, clear the pin) in the same threads, without the library.
+ * Threads share one client per process up to 32 threads (a client holds at
+ * most WSYNC_MAX_VIEWS views at once); 64 threads in one process use two.
+ * One more row gives each of 4 threads a client of its own, to show what
+ * sharing a client costs.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+
+#define ACQ_MAX_THREADS        64
+#define ACQ_THREADS_PER_CLIENT 32
+#define ACQ_MODEL_BYTES        (64 * 1024)
+#define ACQ_BATCH              64      /* pairs between looks at the stop flag */
+
+enum acq_mode { ACQ_WSYNC, ACQ_BARE };
+
+struct acq_pin {
+	_Alignas(64) _Atomic uint64_t word;
+};
+
+struct acq_shared {
+	_Atomic int ready;              /* reader processes ready to go */
+	_Atomic int go, stop;
+	_Atomic int failed;
+	char error[320];
+	_Alignas(64) _Atomic uint64_t latest;     /* bare mode's latest */
+	struct acq_pin pins[ACQ_MAX_THREADS];     /* bare mode's hazards */
+	double   ns_per_pair[ACQ_MAX_THREADS];
+	uint64_t eagain[ACQ_MAX_THREADS];
+	/* the publisher child */
+	_Atomic int published, pub_stop;
+	_Atomic uint64_t commits;
+};
+
+struct acq_proc {                   /* one reader process */
+	struct bench *b;
+	struct acq_shared *sh;
+	enum acq_mode mode;
+	const char *model;
+	int first, threads;             /* its threads' indexes in sh */
+	int per_client;                 /* threads sharing one client */
+};
+
+struct acq_thread {
+	struct acq_proc *proc;
+	wsync_sub *sub;
+	int index;
+	_Atomic int *warm;              /* threads of the process past warm-up */
+};
+
+static void acq_set_error(struct acq_shared *sh, const char *what, int err)
+{
+	int expected = 0;
+
+	if (atomic_compare_exchange_strong(&sh->failed, &expected, err ? err : -1))
+		wsync_error_text(sh->error, sizeof sh->error, what, err);
+	atomic_store(&sh->stop, 1);
+}
+
+/* ---- the readers ------------------------------------------------------------ */
+
+static uint64_t acq_bare_pair(struct acq_shared *sh, _Atomic uint64_t *pin)
+{
+	uint64_t l = atomic_load_explicit(&sh->latest, memory_order_acquire), l2;
+
+	for (;;) {
+		atomic_store(pin, l);
+		l2 = atomic_load(&sh->latest);
+		if (l2 == l)
+			break;
+		l = l2;
+	}
+	atomic_store_explicit(pin, 0, memory_order_release);
+	return l;
+}
+
+/* One batch of pairs; returns the number done, or -1 after an error. */
+static int acq_batch(struct acq_thread *t, uint64_t *sink)
+{
+	struct acq_shared *sh = t->proc->sh;
+	wsync_view v;
+
+	if (t->proc->mode == ACQ_BARE) {
+		for (int k = 0; k < ACQ_BATCH; k++)
+			*sink += acq_bare_pair(sh, &sh->pins[t->index].word);
+		return ACQ_BATCH;
+	}
+	for (int k = 0; k < ACQ_BATCH; k++) {
+		int err = wsync_sub_acquire(t->sub, &v);
+
+		if (err == -EAGAIN) {       /* every view of the client held */
+			sh->eagain[t->index]++;
+			sched_yield();
+			return k;
+		}
+		if (err) {
+			acq_set_error(sh, "wsync_sub_acquire", err);
+			return -1;
+		}
+		*sink += v.version;
+		wsync_sub_release(t->sub, &v);
+	}
+	return ACQ_BATCH;
+}
+
+static void *acq_reader(void *argp)
+{
+	struct acq_thread *t = argp;
+	struct acq_shared *sh = t->proc->sh;
+	uint64_t sink = 0, pairs = 0;
+	int64_t cpu0;
+	int n;
+
+	n = acq_batch(t, &sink);                 /* warm: slab mapped */
+	atomic_fetch_add(t->warm, 1);
+	if (n < 0)
+		return NULL;
+	while (!atomic_load(&sh->go) && !atomic_load(&sh->stop))
+		sleep_ns(100 * NS_PER_US);
+	cpu0 = thread_cpu_ns();
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		if ((n = acq_batch(t, &sink)) < 0)
+			return NULL;
+		pairs += (uint64_t)n;
+	}
+	if (pairs)
+		sh->ns_per_pair[t->index] = (double)(thread_cpu_ns() - cpu0) / (double)pairs;
+	return sink == 1 ? t : NULL;            /* keeps sink alive */
+}
+
+/* Clients and subscriptions of one reader process: one per 32 threads. */
+static int acq_open_subs(struct acq_proc *pr, wsync_client **clients, wsync_sub **subs,
+                         int n)
+{
+	for (int i = 0; i < n; i++) {
+		int err = wsync_connect(pr->b->endpoint, "bench-acquire", &clients[i]);
+
+		if (err) {
+			acq_set_error(pr->sh, "wsync_connect", err);
+			return -1;
+		}
+		err = wsync_sub_open(clients[i], pr->model, &subs[i]);
+		if (err) {
+			acq_set_error(pr->sh, "wsync_sub_open", err);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int acq_proc_main(void *arg)
+{
+	struct acq_proc *pr = arg;
+	wsync_client *clients[ACQ_MAX_THREADS] = { 0 };
+	wsync_sub *subs[ACQ_MAX_THREADS] = { 0 };
+	int n_clients = (pr->threads + pr->per_client - 1) / pr->per_client;
+	struct acq_thread th[ACQ_MAX_THREADS];
+	pthread_t tids[ACQ_MAX_THREADS];
+	_Atomic int warm = 0;
+	int started = 0, rc = 1;
+
+	if (pr->mode == ACQ_WSYNC && acq_open_subs(pr, clients, subs, n_clients))
+		goto out;
+	for (int i = 0; i < pr->threads; i++) {
+		th[i] = (struct acq_thread){ pr, subs[i / pr->per_client],
+		                             pr->first + i, &warm };
+		if (pthread_create(&tids[i], NULL, acq_reader, &th[i])) {
+			acq_set_error(pr->sh, "pthread_create", -errno);
+			break;
+		}
+		started++;
+	}
+	while (atomic_load(&warm) < started)
+		sleep_ns(100 * NS_PER_US);
+	if (started == pr->threads)
+		atomic_fetch_add(&pr->sh->ready, 1);
+	for (int i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	rc = atomic_load(&pr->sh->failed) ? 1 : 0;
+out:
+	for (int i = 0; i < n_clients; i++) {
+		wsync_sub_close(subs[i]);
+		wsync_close(clients[i]);
+	}
+	return rc;
+}
+
+/* ---- the publisher child ---------------------------------------------------- */
+
+struct acq_pub {
+	struct bench *b;
+	struct acq_shared *sh;
+	const char *model;
+	int hz;                          /* 0: publish once, then idle */
+};
+
+static int acq_pub_main(void *arg)
+{
+	struct acq_pub *ap = arg;
+	const char *what = "wsync_connect";
+	wsync_client *c = NULL;
+	wsync_pub *p = NULL;
+	uint64_t step = 0;
+	int64_t next;
+	int err;
+
+	err = wsync_connect(ap->b->endpoint, "bench-acquire-pub", &c);
+	if (err)
+		goto fail;
+	what = "wsync_pub_open";
+	err = model_open(c, ap->model, ACQ_MODEL_BYTES, 4, 0, &p);
+	if (err)
+		goto fail;
+	err = publish_once(p, NULL, NULL, ++step, NULL, &what);
+	if (err)
+		goto fail;
+	atomic_store(&ap->sh->published, 1);
+	next = mono_ns();
+	while (!atomic_load(&ap->sh->pub_stop)) {
+		if (!ap->hz) {
+			sleep_ns(10 * NS_PER_MS);
+			continue;
+		}
+		next += NS_PER_S / ap->hz;
+		sleep_ns(next - mono_ns());
+		if ((err = publish_once(p, NULL, NULL, ++step, NULL, &what))) {
+			acq_set_error(ap->sh, what, err);
+			break;
+		}
+		atomic_fetch_add(&ap->sh->commits, 1);
+	}
+	goto out;
+fail:
+	acq_set_error(ap->sh, what, err);
+out:
+	wsync_pub_close(p);
+	wsync_close(c);
+	return err ? 1 : 0;
+}
+
+/* ---- the parent ---------------------------------------------------------------- */
+
+struct acq_run {
+	struct bench *b;
+	struct acq_shared *sh;
+	int64_t duration_ns;
+	char error[400];
+};
+
+static int acq_error(struct acq_run *r, const char *what)
+{
+	if (atomic_load(&r->sh->failed))
+		snprintf(r->error, sizeof r->error, "%s", r->sh->error);
+	else
+		snprintf(r->error, sizeof r->error, "%s", what);
+	return -1;
+}
+
+static void acq_reset(struct acq_shared *sh)
+{
+	atomic_store(&sh->ready, 0);
+	atomic_store(&sh->go, 0);
+	atomic_store(&sh->stop, 0);
+	memset(sh->ns_per_pair, 0, sizeof sh->ns_per_pair);
+	memset(sh->eagain, 0, sizeof sh->eagain);
+}
+
+/* How readers are spread: processes, threads per process, threads per
+ * client. */
+struct acq_shape {
+	int procs, threads, per_client;
+};
+
+/* One measurement. Returns the median thread's ns per pair, or -1. */
+static double acq_measure(struct acq_run *r, enum acq_mode mode, const char *model,
+                          struct acq_shape shape)
+{
+	int procs = shape.procs, threads = shape.threads;
+	struct acq_proc pr[ACQ_MAX_THREADS];
+	pid_t pids[ACQ_MAX_THREADS];
+	double ns[ACQ_MAX_THREADS];
+	int n = procs * threads, spawned = 0, bad = 0, got = 0;
+	unsigned long long eagain = 0;
+
+	acq_reset(r->sh);
+	for (int i = 0; i < procs; i++) {
+		pr[i] = (struct acq_proc){ r->b, r->sh, mode, model, i * threads, threads,
+		                           shape.per_client };
+		if ((pids[i] = child_spawn(acq_proc_main, &pr[i])) < 0)
+			break;
+		spawned++;
+	}
+	if (spawned == procs &&
+	    !wait_counter(&r->sh->ready, procs, 30 * NS_PER_S, pids, procs)) {
+		atomic_store(&r->sh->go, 1);
+		sleep_ns(r->duration_ns);
+	}
+	atomic_store(&r->sh->stop, 1);
+	for (int i = 0; i < spawned; i++)
+		bad |= child_reap(pids[i], 10000) != 0;
+	if (bad || spawned < procs)
+		return acq_error(r, "a reader process failed");
+	for (int i = 0; i < n; i++) {
+		if (r->sh->ns_per_pair[i] > 0)
+			ns[got++] = r->sh->ns_per_pair[i];
+		eagain += r->sh->eagain[i];
+	}
+	if (eagain)
+		say("acquire: %d x %d threads: %llu acquires found every view of their "
+		    "client held (-EAGAIN) and were retried", procs, threads, eagain);
+	if (!got)
+		return acq_error(r, "no reader thread completed a pair");
+	return stat_median(ns, (size_t)got);
+}
+
+static double acq_median_of_repeats(struct acq_run *r, enum acq_mode mode,
+                                    const char *model, struct acq_shape shape)
+{
+	double v[64];
+	int R = r->b->repeats < 64 ? r->b->repeats : 64;
+
+	for (int i = 0; i < R; i++)
+		if ((v[i] = acq_measure(r, mode, model, shape)) < 0)
+			return -1;
+	return stat_median(v, (size_t)R);
+}
+
+static pid_t acq_pub_start(struct acq_run *r, struct acq_pub *ap, const char *model,
+                           int hz)
+{
+	pid_t pid;
+
+	*ap = (struct acq_pub){ r->b, r->sh, model, hz };
+	atomic_store(&r->sh->published, 0);
+	atomic_store(&r->sh->pub_stop, 0);
+	atomic_store(&r->sh->commits, 0);
+	if ((pid = child_spawn(acq_pub_main, ap)) < 0)
+		return -1;
+	if (wait_counter(&r->sh->published, 1, 30 * NS_PER_S, &pid, 1)) {
+		child_reap(pid, 1000);
+		acq_error(r, "the publisher did not publish");
+		return -1;
+	}
+	return pid;
+}
+
+static const int acq_threads[] = { 1, 4, 16, 64 };
+#define ACQ_N_THREADS (sizeof acq_threads / sizeof acq_threads[0])
+
+struct acq_config {
+	struct acq_shape shape;
+	size_t bare;                    /* index of its bare reference */
+	bool idle_only;
+	const char *label;              /* "%d threads" form when NULL */
+};
+
+static const struct acq_config acq_configs[] = {
+	{ { 1, 1, ACQ_THREADS_PER_CLIENT }, 0, false, NULL },
+	{ { 1, 4, ACQ_THREADS_PER_CLIENT }, 1, false, NULL },
+	{ { 1, 16, ACQ_THREADS_PER_CLIENT }, 2, false, NULL },
+	{ { 1, 64, ACQ_THREADS_PER_CLIENT }, 3, false, NULL },
+	{ { 4, 16, ACQ_THREADS_PER_CLIENT }, 3, false, "4 procs x 16 threads" },
+	{ { 1, 4, 1 }, 1, true, "4 threads, a client each" },
+};
+
+static int acq_series(struct acq_run *r, const char *model, int hz, const double *bare)
+{
+	struct acq_pub ap;
+	struct bench_row *row;
+	char fig[96], who[48];
+	const char *when = hz ? "publisher at 100 Hz" : "nothing published";
+	pid_t pub = acq_pub_start(r, &ap, model, hz);
+	double v;
+	int rc = 0;
+
+	if (pub < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof acq_configs / sizeof acq_configs[0]; i++) {
+		const struct acq_config *cf = &acq_configs[i];
+
+		if (cf->idle_only && hz)
+			continue;
+		if ((v = acq_median_of_repeats(r, ACQ_WSYNC, model, cf->shape)) < 0) {
+			rc = -1;
+			break;
+		}
+		if (cf->label)
+			snprintf(who, sizeof who, "%s", cf->label);
+		else
+			snprintf(who, sizeof who, "%d thread%s", cf->shape.threads,
+			         cf->shape.threads > 1 ? "s" : "");
+		snprintf(fig, sizeof fig, "acquire+release, %s, %s", who, when);
+		row = row_add("acquire", fig, "ns", v);
+		row_ref(row, "bare hazard loop", bare[cf->bare]);
+		row_target_value(row, 100);
+	}
+	atomic_store(&r->sh->pub_stop, 1);
+	if (child_reap(pub, 10000) != 0 && !rc)
+		rc = acq_error(r, "the publisher failed");
+	return rc;
+}
+
+int bench_acquire(struct bench *b)
+{
+	struct acq_run r = { .b = b, .duration_ns = (b->quick ? 80 : 200) * NS_PER_MS };
+	double bare[ACQ_N_THREADS];
+	int rc = -1;
+
+	r.sh = shared_alloc(sizeof *r.sh);
+	if (!r.sh) {
+		snprintf(r.error, sizeof r.error, "out of memory");
+		goto out;
+	}
+	atomic_store(&r.sh->latest, 1u << 8);
+	for (size_t i = 0; i < ACQ_N_THREADS; i++) {
+		struct acq_shape shape = { 1, acq_threads[i], ACQ_THREADS_PER_CLIENT };
+
+		if ((bare[i] = acq_median_of_repeats(&r, ACQ_BARE, "", shape)) < 0)
+			goto out;
+	}
+	if (acq_series(&r, "acq-idle", 0, bare) || acq_series(&r, "acq-busy", 100, bare))
+		goto out;
+	rc = 0;
+out:
+	if (rc) {
+		say_error("acquire: %s", r.error);
+		row_skip("acquire", "acquire+release", "failed: %s", r.error);
+	}
+	shared_free(r.sh, sizeof *r.sh);
+	return rc;
+}

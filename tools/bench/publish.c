@@ -1,0 +1,233 @@
+/*
+ * tools/bench/publish.c — scenario "publish": a 256 MiB model of 64 tensors,
+ * timed from wsync_pub_begin to wsync_pub_commit returning, with the tensors
+ * copied from the trainer's own (warm) memory into the slab.
+ *
+ * References, same process, same run: one memcpy of 256 MiB between warm
+ * buffers on one thread (the target's reference), the same bytes copied
+ * tensor by tensor, and one memcpy split across two threads. The first
+ * publish into a fresh model (its slabs never touched by this process: page
+ * faults) is a row of its own; so is begin+commit without any copy, which is
+ * the library's own cost. The copy itself is the library's
+ * wsync_slab_copy_tensors (streaming stores, 1 or 2 threads), with and
+ * with the opt-in write guard (WSYNC_PUB_GUARDED), and a plain memcpy per
+ * tensor for what a trainer gets without the helper.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+
+#define PUB_BYTES    (256 * MIB)
+#define PUB_TENSORS  64
+#define PUB_FRESH_MAX 3             /* fresh models (512 MiB of shm each) */
+
+struct pub_run {
+	struct bench *b;
+	void *src, *dst;
+	struct pcopy *pc;
+	wsync_tensor_desc *flat;        /* the layout, offsets contiguous */
+	wsync_client *c;
+	wsync_pub *p;
+	uint64_t step;
+	char error[400];
+	/* samples, one per repeat */
+	double *memcpy1, *memcpy_tensors, *memcpy2;
+	double *pub_memcpy, *lib1, *lib2, *lib2_ug, *overhead, *overhead_ug, *fresh;
+	int n_fresh;
+	wsync_pub *p_ug;                /* the same model, WSYNC_PUB_GUARDED */
+};
+
+#define PUB_SERIES 10               /* sample arrays above */
+
+static int pub_fail(struct pub_run *r, const char *what, int err)
+{
+	wsync_error_text(r->error, sizeof r->error, what, err);
+	return -1;
+}
+
+static double ms_since(int64_t t0)
+{
+	return (double)(mono_ns() - t0) / (double)NS_PER_MS;
+}
+
+/* begin, copy (from src unless NULL) as how says, commit: ms. */
+static int pub_timed(struct pub_run *r, wsync_pub *p, const void *src,
+                     const struct copier *how, double *ms)
+{
+	const char *what = "";
+	int64_t t0 = mono_ns();
+	int err = publish_once(p, src, how, ++r->step, NULL, &what);
+
+	*ms = ms_since(t0);
+	return err ? pub_fail(r, what, err) : 0;
+}
+
+static int pub_setup(struct pub_run *r)
+{
+	int R = r->b->repeats, err;
+	double *all;
+
+	r->src = warm_alloc(PUB_BYTES);
+	r->dst = warm_alloc(PUB_BYTES);
+	r->pc = pcopy_new(2);
+	r->flat = model_layout(PUB_BYTES, PUB_TENSORS);
+	all = calloc((size_t)R * PUB_SERIES, sizeof *all);
+	if (!r->src || !r->dst || !r->pc || !r->flat || !all) {
+		free(all);
+		snprintf(r->error, sizeof r->error, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < PUB_TENSORS; i++)
+		r->flat[i].offset = i * (PUB_BYTES / PUB_TENSORS);
+	r->memcpy1 = all;
+	r->memcpy_tensors = all + R;
+	r->memcpy2 = all + 2 * R;
+	r->pub_memcpy = all + 3 * R;
+	r->lib1 = all + 4 * R;
+	r->lib2 = all + 5 * R;
+	r->lib2_ug = all + 6 * R;
+	r->overhead = all + 7 * R;
+	r->overhead_ug = all + 8 * R;
+	r->fresh = all + 9 * R;
+	err = wsync_connect(r->b->endpoint, "bench-publish", &r->c);
+	if (err)
+		return pub_fail(r, "wsync_connect", err);
+	err = model_open(r->c, "pub-warm", PUB_BYTES, PUB_TENSORS, 0, &r->p);
+	if (err)
+		return pub_fail(r, "wsync_pub_open", err);
+	err = model_open_flags(r->c, "pub-warm-guarded", PUB_BYTES, PUB_TENSORS, 0,
+	                       WSYNC_PUB_GUARDED, &r->p_ug);
+	if (err)
+		return pub_fail(r, "wsync_pub_open (guarded)", err);
+	return 0;
+}
+
+static void pub_teardown(struct pub_run *r)
+{
+	wsync_pub_close(r->p);
+	wsync_pub_close(r->p_ug);
+	wsync_close(r->c);
+	pcopy_free(r->pc);
+	warm_free(r->src, PUB_BYTES);
+	warm_free(r->dst, PUB_BYTES);
+	free(r->flat);
+	free(r->memcpy1);
+}
+
+/* Every slot of the warm model written once by this process, and the copy
+ * threads started: later publishes fault nothing in. */
+static int pub_warm_up(struct pub_run *r)
+{
+	struct copier two = { .lib_threads = 2 };
+	double ms;
+
+	for (int i = 0; i < 6; i++)
+		if (pub_timed(r, r->p, r->src, i & 1 ? &two : NULL, &ms) ||
+		    pub_timed(r, r->p_ug, r->src, &two, &ms))
+			return -1;
+	return 0;
+}
+
+static int pub_repeat(struct pub_run *r, int i)
+{
+	int64_t t0;
+
+	t0 = mono_ns();
+	memcpy(r->dst, r->src, PUB_BYTES);
+	r->memcpy1[i] = ms_since(t0);
+
+	t0 = mono_ns();
+	copy_tensors(r->dst, r->src, r->flat, PUB_TENSORS);
+	r->memcpy_tensors[i] = ms_since(t0);
+
+	t0 = mono_ns();
+	pcopy_flat(r->pc, r->dst, r->src, PUB_BYTES);
+	r->memcpy2[i] = ms_since(t0);
+
+	if (pub_timed(r, r->p, r->src, NULL, &r->pub_memcpy[i]) ||
+	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_threads = 1 }, &r->lib1[i]) ||
+	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_threads = 2 }, &r->lib2[i]) ||
+	    pub_timed(r, r->p_ug, r->src, &(struct copier){ .lib_threads = 2 }, &r->lib2_ug[i]) ||
+	    pub_timed(r, r->p, NULL, NULL, &r->overhead[i]) ||
+	    pub_timed(r, r->p_ug, NULL, NULL, &r->overhead_ug[i]))
+		return -1;
+	return 0;
+}
+
+/* The first publish into a model this process never wrote: its slabs are
+ * allocated by the broker but not yet mapped here. */
+static int pub_fresh(struct pub_run *r, int i)
+{
+	char name[32];
+	wsync_pub *p;
+	int err;
+
+	snprintf(name, sizeof name, "pub-fresh-%d", i);
+	err = model_open(r->c, name, PUB_BYTES, PUB_TENSORS, 2, &p);
+	if (err)
+		return pub_fail(r, "wsync_pub_open (fresh model)", err);
+	err = pub_timed(r, p, r->src, NULL, &r->fresh[i]);
+	wsync_pub_close(p);
+	return err;
+}
+
+/* One row against the single-thread memcpy reference. */
+static struct bench_row *pub_row(struct pub_run *r, const char *what, double *v,
+                                 size_t n, double m1)
+{
+	struct bench_row *row = row_add("publish", what, "ms", stat_median(v, n));
+
+	(void)r;
+	row_ref(row, "memcpy, 1 thread", m1);
+	return row;
+}
+
+static void pub_rows(struct pub_run *r)
+{
+	size_t R = (size_t)r->b->repeats;
+	double m1 = stat_median(r->memcpy1, R);
+
+	row_add("publish", "memcpy 256 MiB, 1 thread, warm buffers (reference)", "ms", m1);
+	row_target_ratio(pub_row(r, "256 MiB / 64 tensors: begin, wsync_slab_copy_tensors "
+	                         "(1 thread), commit", r->lib1, R, m1), 1.2);
+	row_target_ratio(pub_row(r, "same, wsync_slab_copy_tensors with 2 threads",
+	                         r->lib2, R, m1), 1.0);
+	pub_row(r, "same, 2 threads, WSYNC_PUB_GUARDED (opt-in write guard)", r->lib2_ug, R, m1);
+	pub_row(r, "begin, memcpy each tensor, commit (no copy helper)", r->pub_memcpy, R, m1);
+	pub_row(r, "first publish after wsync_pub_open (slabs mapped at open)", r->fresh,
+	        (size_t)r->n_fresh, m1);
+	pub_row(r, "begin + commit without copying (library cost)", r->overhead, R, m1);
+	pub_row(r, "same, WSYNC_PUB_GUARDED", r->overhead_ug, R, m1);
+	pub_row(r, "memcpy 64 tensors one by one, warm (no wsync)", r->memcpy_tensors, R, m1);
+	pub_row(r, "memcpy 256 MiB split across 2 threads (no wsync)", r->memcpy2, R, m1);
+}
+
+int bench_publish(struct bench *b)
+{
+	struct pub_run r;
+	int rc = -1;
+
+	memset(&r, 0, sizeof r);
+	r.b = b;
+	if (pub_setup(&r) || pub_warm_up(&r))
+		goto out;
+	for (int i = 0; i < b->repeats; i++)
+		if (pub_repeat(&r, i))
+			goto out;
+	r.n_fresh = b->repeats < PUB_FRESH_MAX ? b->repeats : PUB_FRESH_MAX;
+	for (int i = 0; i < r.n_fresh; i++)
+		if (pub_fresh(&r, i))
+			goto out;
+	pub_rows(&r);
+	rc = 0;
+out:
+	if (rc) {
+		say_error("publish: %s", r.error);
+		row_skip("publish", "publish 256 MiB", "failed: %s", r.error);
+	}
+	pub_teardown(&r);
+	return rc;
+}

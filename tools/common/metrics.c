@@ -1,0 +1,226 @@
+/*
+ * tools/common/metrics.c — the Prometheus text exposition of a snapshot
+ * (see metrics.h). Each family is written whole (HELP, TYPE, then its
+ * samples), as the format asks; label values are escaped.
+ */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* Label value escaping: backslash, double quote and newline. */
+static void put_escaped(FILE *f, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', f);
+		if (*v == '\n') {
+			fputs("\\n", f);
+			continue;
+		}
+		fputc(*v, f);
+	}
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void value(FILE *f, double v)
+{
+	if (v == (double)(int64_t)v && v < 9e15 && v > -9e15)
+		fprintf(f, " %" PRId64 "\n", (int64_t)v);
+	else
+		fprintf(f, " %.9g\n", v);
+}
+
+static void broker_sample(FILE *f, const char *name, const char *broker, double v)
+{
+	fprintf(f, "%s{broker=\"", name);
+	put_escaped(f, broker);
+	fputs("\"}", f);
+	value(f, v);
+}
+
+static void model_sample(FILE *f, const char *name, const char *broker,
+                         const struct snap_model *m, double v)
+{
+	fprintf(f, "%s{broker=\"", name);
+	put_escaped(f, broker);
+	fputs("\",model=\"", f);
+	put_escaped(f, m->name);
+	fputs("\"}", f);
+	value(f, v);
+}
+
+static void session_sample(FILE *f, const char *name, const char *broker,
+                           const char *models, const struct snap_session *e, double v)
+{
+	fprintf(f, "%s{broker=\"", name);
+	put_escaped(f, broker);
+	fputs("\",model=\"", f);
+	put_escaped(f, models);
+	fprintf(f, "\",session=\"%" PRIu32 "\",name=\"", e->id);
+	put_escaped(f, e->name);
+	fprintf(f, "\",pid=\"%" PRIu32 "\"}", e->pid);
+	value(f, v);
+}
+
+enum mfig { M_VERSION, M_STEP, M_COMMITS, M_ABORTS, M_BUSY, M_BYTES, M_SLOTS, M_USED,
+            M_PINNED, M_COLL, M_AGE, M_LAG, M_LAG_S, M_N };
+
+static const struct { const char *name, *type, *help; } model_families[M_N] = {
+	[M_VERSION] = { "wsync_model_version", "gauge", "Latest version of the model (0: none yet)." },
+	[M_STEP]    = { "wsync_model_step", "gauge", "Trainer step of the latest version." },
+	[M_COMMITS] = { "wsync_model_commits_total", "counter",
+	                "Versions committed; rate() of it is the commit rate." },
+	[M_ABORTS]  = { "wsync_model_aborts_total", "counter", "Writes aborted by the publisher." },
+	[M_BUSY]    = { "wsync_model_busy_total", "counter",
+	                "Begins refused with EBUSY: every slot was held." },
+	[M_BYTES]   = { "wsync_model_slab_bytes", "gauge", "Size of one version (one slab)." },
+	[M_SLOTS]   = { "wsync_model_slots", "gauge", "Slots of the model." },
+	[M_USED]    = { "wsync_model_slots_used", "gauge", "Slots that hold a version or are being written." },
+	[M_PINNED]  = { "wsync_model_slots_pinned", "gauge", "Slots a reader holds a view of." },
+	[M_COLL]    = { "wsync_model_collectors", "gauge", "Sessions subscribed to the model." },
+	[M_AGE]     = { "wsync_model_latest_age_seconds", "gauge", "Time since the latest version was committed." },
+	[M_LAG]     = { "wsync_model_worst_lag_commits", "gauge",
+	                "Most commits a collector did not take, at the broker's last tick." },
+	[M_LAG_S]   = { "wsync_model_worst_lag_seconds", "gauge",
+	                "Longest time since the version a collector reads was superseded." },
+};
+
+static double model_figure(const struct snap *s, const struct snap_model *m, int k)
+{
+	uint32_t pinned = 0;
+
+	switch (k) {
+	case M_VERSION: return (double)m->version;
+	case M_STEP:    return (double)m->step;
+	case M_COMMITS: return (double)m->commits;
+	case M_ABORTS:  return (double)m->aborts;
+	case M_BUSY:    return (double)m->busy;
+	case M_BYTES:   return (double)m->bytes;
+	case M_SLOTS:   return m->n_slots;
+	case M_USED:    return m->slots_used;
+	case M_PINNED:
+		for (uint32_t i = 0; i < s->n_sessions; i++)
+			if (s->sessions[i].view_model == m->id && s->sessions[i].slot >= 0)
+				pinned |= UINT32_C(1) << s->sessions[i].slot;
+		return __builtin_popcount(pinned);
+	case M_COLL:    return m->collectors;
+	case M_AGE:     return m->version ? (double)(s->now_ns - m->commit_ns) / 1e9 : 0;
+	case M_LAG:     return (double)m->worst_lag;
+	case M_LAG_S:   return m->worst_lag_ms / 1e3;
+	default:        return 0;
+	}
+}
+
+enum sfig { S_LAG, S_LAG_S, S_HELD, S_ACQ, S_WAITS, S_TIMEOUTS, S_N };
+
+static const struct { const char *name, *type, *help; } session_families[S_N] = {
+	[S_LAG]      = { "wsync_collector_lag_commits", "gauge",
+	                 "Commits the collector did not take, at the broker's last tick." },
+	[S_LAG_S]    = { "wsync_collector_lag_seconds", "gauge",
+	                 "Time since the version the collector reads was superseded (0: latest)." },
+	[S_HELD]     = { "wsync_collector_view_held_seconds", "gauge",
+	                 "How long the collector has held its pinned view (0: none pinned)." },
+	[S_ACQ]      = { "wsync_collector_acquires_total", "counter", "Views taken (32-bit, wraps)." },
+	[S_WAITS]    = { "wsync_collector_waits_total", "counter", "Waits for a newer version (32-bit)." },
+	[S_TIMEOUTS] = { "wsync_collector_timeouts_total", "counter", "Waits that timed out (32-bit)." },
+};
+
+static bool session_figure(const struct snap_session *e, int k, double *v)
+{
+	switch (k) {
+	case S_LAG:      *v = (double)e->lag; return e->lag_known;
+	case S_LAG_S:    *v = e->lag_ms / 1e3; return e->lag_known;
+	case S_HELD:     *v = e->held ? e->view_ms / 1e3 : 0; return true;
+	case S_ACQ:      *v = e->acquires; return true;
+	case S_WAITS:    *v = e->waits; return true;
+	case S_TIMEOUTS: *v = e->timeouts; return true;
+	default:         return false;
+	}
+}
+
+int metrics_write(FILE *f, const struct snap *s, const char *instance, double cpu_seconds)
+{
+	const char *b = s ? s->instance : instance;
+
+	family(f, "wsync_up", "gauge", "1 if the broker is running and its heartbeat is fresh.");
+	broker_sample(f, "wsync_up", b, s && s->health.state == HEALTH_OK);
+	if (!s)
+		return fflush(f) ? -1 : 0;
+	family(f, "wsync_broker_heartbeat_age_seconds", "gauge",
+	       "Time since the broker's last heartbeat (once a second when it runs).");
+	broker_sample(f, "wsync_broker_heartbeat_age_seconds", b,
+	              (double)(s->now_ns - s->heartbeat_ns) / 1e9);
+	family(f, "wsync_broker_stats_age_seconds", "gauge",
+	       "Age of the session figures (computed at each heartbeat).");
+	broker_sample(f, "wsync_broker_stats_age_seconds", b,
+	              s->stats_ns ? (double)(s->now_ns - s->stats_ns) / 1e9 : 0);
+	family(f, "wsync_broker_uptime_seconds", "gauge", "Time since the broker started.");
+	broker_sample(f, "wsync_broker_uptime_seconds", b, (double)(s->now_ns - s->started_ns) / 1e9);
+	family(f, "wsync_broker_generation", "gauge", "Broker starts that adopted this state.");
+	broker_sample(f, "wsync_broker_generation", b, (double)s->generation);
+	family(f, "wsync_broker_sessions", "gauge", "Connected client sessions.");
+	broker_sample(f, "wsync_broker_sessions", b, s->n_sessions);
+	family(f, "wsync_broker_sessions_accepted_total", "counter", "Sessions accepted since start.");
+	broker_sample(f, "wsync_broker_sessions_accepted_total", b, (double)s->sessions_total);
+	family(f, "wsync_broker_messages_total", "counter", "Messages handled since start.");
+	broker_sample(f, "wsync_broker_messages_total", b, (double)s->messages);
+	family(f, "wsync_broker_bad_messages_total", "counter",
+	       "Messages answered with an error or a closed connection.");
+	broker_sample(f, "wsync_broker_bad_messages_total", b, (double)s->bad_messages);
+	family(f, "wsync_broker_shm_used_bytes", "gauge", "Slab memory in use.");
+	broker_sample(f, "wsync_broker_shm_used_bytes", b, (double)s->shm_used);
+	family(f, "wsync_broker_shm_limit_bytes", "gauge", "Slab memory allowed (--shm-limit).");
+	broker_sample(f, "wsync_broker_shm_limit_bytes", b, (double)s->shm_limit);
+	family(f, "wsync_broker_models", "gauge", "Models in the broker's table.");
+	broker_sample(f, "wsync_broker_models", b, s->n_models);
+	if (cpu_seconds >= 0) {
+		family(f, "wsync_broker_cpu_seconds_total", "counter",
+		       "CPU time (user and system) the broker process used.");
+		broker_sample(f, "wsync_broker_cpu_seconds_total", b, cpu_seconds);
+	}
+	for (int k = 0; k < M_N && s->n_models; k++) {
+		family(f, model_families[k].name, model_families[k].type, model_families[k].help);
+		for (uint32_t i = 0; i < s->n_models; i++)
+			model_sample(f, model_families[k].name, b, &s->models[i],
+			             model_figure(s, &s->models[i], k));
+	}
+	/* Lags belong to the model of the view a collector reads; its counters
+	 * to the session, labelled with every model it opened. */
+	for (int k = 0; k < S_N; k++) {
+		bool titled = false;
+
+		for (uint32_t i = 0; i < s->n_sessions; i++) {
+			const struct snap_session *e = &s->sessions[i];
+			const struct snap_model *m = NULL;
+			char models[512];
+			double v;
+
+			if (!(e->roles & WSYNC_ROLE_SUB))
+				continue;
+			for (uint32_t j = 0; j < s->n_models; j++)
+				if (s->models[j].id == e->view_model)
+					m = &s->models[j];
+			if (k == S_LAG || k == S_LAG_S || k == S_HELD) {
+				if (!m)
+					continue;
+				snprintf(models, sizeof(models), "%s", m->name);
+			} else {
+				fmt_session_models(models, sizeof(models), s, e);
+			}
+			if (!session_figure(e, k, &v))
+				continue;
+			if (!titled) {
+				family(f, session_families[k].name, session_families[k].type,
+				       session_families[k].help);
+				titled = true;
+			}
+			session_sample(f, session_families[k].name, b, models, e, v);
+		}
+	}
+	return fflush(f) || ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,461 @@
+/*
+ * tools/common/snap.c — snapshots of the control segment and their JSON form
+ * (see snap.h). Shared by wsyncctl, wsync-top and the metrics exporter, so
+ * all show the same figures under the same names.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "shm/cuda_discover.h"
+#include "shm/layout.h"
+#include "snap.h"
+
+#define RELAXED memory_order_relaxed
+/* The segment is mapped read-only: loads through a pointer without const. */
+#define LOAD(p) atomic_load_explicit((__typeof__(p) *)&(p), RELAXED)
+
+static int64_t real_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *e, uint32_t id)
+{
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	m->state = LOAD(e->state);
+	memcpy(m->name, e->name, sizeof(m->name));
+	m->name[sizeof(m->name) - 1] = 0;
+	m->bytes = e->bytes;
+	m->n_tensors = e->n_tensors;
+	m->n_slots = e->n_slots < WSYNC_MAX_SLOTS ? e->n_slots : WSYNC_MAX_SLOTS;
+	m->hwm = LOAD(e->hwm_version);
+	m->version = wsync_latest_slot(LOAD(e->latest)) == WSYNC_SLOT_NONE ? 0 :
+	             wsync_latest_version(LOAD(e->latest));
+	m->commits = LOAD(e->commits);
+	m->aborts = LOAD(e->aborts);
+	m->busy = LOAD(e->busy);
+	m->step = LOAD(e->last_step);
+	m->commit_ns = LOAD(e->last_commit_ns);
+	m->group_size = LOAD(e->group_size);
+	m->group_committed = LOAD(e->group_committed);
+	m->group_first_ns = LOAD(e->group_first_ns);
+	m->group_last_ns = LOAD(e->group_last_ns);
+	m->slab_pages = e->slab_pages;
+	m->publisher = LOAD(e->publisher);
+	m->publisher_pid = LOAD(e->publisher_pid);
+	if (m->version && LOAD(e->checksum_version) == m->version)
+		m->checksum = LOAD(e->checksum);
+	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
+	m->dev_flags = e->dev_flags;
+	memcpy(m->dev_uuid, e->dev_uuid, sizeof(m->dev_uuid));
+	for (uint32_t k = 0; k < m->n_slots; k++) {
+		m->slot_state[k] = LOAD(e->slot_state[k]);
+		if (m->slot_state[k] != WSYNC_SLOT_FREE)
+			m->slots_used++;
+	}
+}
+
+static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_session *e,
+                              uint32_t id)
+{
+	uint64_t view = LOAD(e->stats.view);
+	uint32_t lag = LOAD(e->stats.lag);
+	uint32_t slot = lag >> WSYNC_STATS_LAG_SLOT_SHIFT & WSYNC_STATS_LAG_SLOT_MASK;
+
+	memset(s, 0, sizeof(*s));
+	s->id = id;
+	s->pid = e->pid;
+	s->uid = e->uid;
+	s->roles = LOAD(e->roles);
+	s->connected_ns = e->connected_ns;
+	s->models = LOAD(e->models);
+	memcpy(s->name, e->name, sizeof(s->name));
+	s->name[sizeof(s->name) - 1] = 0;
+	s->acquires = LOAD(e->stats.acquires);
+	s->waits = LOAD(e->stats.waits);
+	s->timeouts = LOAD(e->stats.timeouts);
+	s->view_version = view >> 8;
+	s->held = view & WSYNC_STATS_HELD;
+	s->view_model = (uint32_t)(view & WSYNC_STATS_MODEL_UNKNOWN);
+	s->slot = s->held && slot ? (int)slot - 1 : -1;
+	s->view_ms = LOAD(e->stats.view_ms);
+	s->lag_known = s->view_version && (lag & WSYNC_STATS_LAG_KNOWN);
+	s->lag_estimated = s->lag_known && (lag & WSYNC_STATS_LAG_ESTIMATE);
+	s->lag = lag & WSYNC_STATS_LAG_MAX;
+	s->lag_ms = LOAD(e->stats.lag_ms);
+}
+
+/* Collector counts, worst lags and publisher pids, once models and
+ * sessions are copied. */
+static void snap_derive(struct snap *s)
+{
+	for (uint32_t i = 0; i < s->n_sessions; i++) {
+		const struct snap_session *e = &s->sessions[i];
+
+		for (uint32_t j = 0; j < s->n_models; j++) {
+			struct snap_model *m = &s->models[j];
+
+			if (!m->publisher_pid && m->publisher == e->id)
+				m->publisher_pid = e->pid;
+			if (!(e->models & (UINT64_C(1) << m->id)) || !(e->roles & WSYNC_ROLE_SUB))
+				continue;
+			m->collectors++;
+			if (!e->lag_known || e->view_model != m->id)
+				continue;
+			m->worst_known = true;
+			if (e->lag_estimated && (e->lag >= m->worst_lag || e->lag_ms >= m->worst_lag_ms))
+				m->worst_estimated = true;
+			if (e->lag > m->worst_lag)
+				m->worst_lag = e->lag;
+			if (e->lag_ms > m->worst_lag_ms)
+				m->worst_lag_ms = e->lag_ms;
+		}
+	}
+}
+
+static void snap_copy_sessions(const struct wsync_ctl_header *h, struct snap *out)
+{
+	const char *base = (const char *)h;
+
+	out->n_sessions = 0;
+	for (uint32_t i = 0; i < h->max_sessions; i++) {
+		const struct wsync_ctl_session *e =
+			(const struct wsync_ctl_session *)(base + h->sessions_offset) + i;
+		uint32_t id = LOAD(e->id);
+
+		if (id)
+			snap_session_copy(&out->sessions[out->n_sessions++], e, id);
+	}
+}
+
+void snap_take(const struct seg *seg, struct snap *out)
+{
+	const struct wsync_ctl_header *h = seg->ctl;
+	const char *base = (const char *)h;
+
+	memset(out, 0, offsetof(struct snap, models));
+	health_judge(seg, NULL, &out->health);
+	memcpy(out->instance, h->name, sizeof(out->instance));
+	out->instance[sizeof(out->instance) - 1] = 0;
+	out->broker_pid = h->broker_pid;
+	out->uid = h->uid;
+	out->state = LOAD(h->state);
+	out->max_slots = h->max_slots;
+	out->generation = h->generation;
+	out->started_ns = h->started_ns;
+	out->heartbeat_ns = LOAD(h->heartbeat_ns);
+	out->now_ns = real_now();
+	out->shm_limit = h->shm_limit;
+	out->shm_used = LOAD(h->shm_used);
+	out->sessions_total = LOAD(h->sessions_total);
+	out->messages = LOAD(h->messages);
+	out->bad_messages = LOAD(h->bad_messages);
+	for (uint32_t i = 0; i < h->max_models; i++) {
+		const struct wsync_ctl_model *e =
+			(const struct wsync_ctl_model *)(base + h->models_offset) + i;
+
+		if (LOAD(e->state) == WSYNC_MODEL_FREE)
+			continue;
+		snap_model_copy(&out->models[out->n_models++], e, i);
+	}
+	/* The session figures of one tick: the broker stores stats_ns last
+	 * (release); the same value before and after the copy means no tick
+	 * wrote in between. A broker that ticks during every try leaves the
+	 * last copy (a monitor's figures, not a decision). */
+	for (int tries = 0; tries < 4; tries++) {
+		int64_t before = atomic_load_explicit((_Atomic int64_t *)&h->stats_ns,
+		                                      memory_order_acquire);
+
+		snap_copy_sessions(h, out);
+		atomic_thread_fence(memory_order_acquire);
+		out->stats_ns = LOAD(h->stats_ns);
+		if (out->stats_ns == before)
+			break;
+	}
+	snap_derive(out);
+}
+
+const struct snap_model *snap_model_find(const struct snap *s, const char *name)
+{
+	for (uint32_t i = 0; i < s->n_models; i++)
+		if (!strcmp(s->models[i].name, name))
+			return &s->models[i];
+	return NULL;
+}
+
+const char *snap_state_name(uint32_t st)
+{
+	switch (st) {
+	case WSYNC_BROKER_STARTING: return "starting";
+	case WSYNC_BROKER_RUNNING:  return "running";
+	case WSYNC_BROKER_STOPPED:  return "stopped";
+	default:                    return "unknown";
+	}
+}
+
+const char *snap_model_state_name(uint32_t st)
+{
+	switch (st) {
+	case WSYNC_MODEL_DECLARED: return "declared";
+	case WSYNC_MODEL_READY:    return "ready";
+	default:                   return "free";
+	}
+}
+
+const char *snap_roles_name(uint32_t roles)
+{
+	static const char *const names[] = { "-", "pub", "sub", "pub+sub" };
+
+	return names[roles & (WSYNC_ROLE_PUB | WSYNC_ROLE_SUB)];
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+static json_t *jcount(uint64_t v)
+{
+	return json_integer((json_int_t)(v > INT64_MAX ? INT64_MAX : v));
+}
+
+static json_t *jseconds(int64_t ns)
+{
+	return json_real((double)ns / 1e9);
+}
+
+static json_t *jsince(const struct snap *s, int64_t ns)
+{
+	return ns > 0 ? jseconds(s->now_ns - ns) : json_null();
+}
+
+json_t *snap_json_status(const struct snap *s)
+{
+	uint32_t pubs = 0, subs = 0;
+
+	for (uint32_t i = 0; i < s->n_sessions; i++) {
+		pubs += !!(s->sessions[i].roles & WSYNC_ROLE_PUB);
+		subs += !!(s->sessions[i].roles & WSYNC_ROLE_SUB);
+	}
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, "
+	                 "s:I, s:I, s:I, s:I, s:I, s:I}",
+	                 "instance", s->instance,
+	                 "health", health_reason(s->health.state),
+	                 "health_text", s->health.text,
+	                 "broker_pid", (json_int_t)s->broker_pid,
+	                 "generation", (json_int_t)s->generation,
+	                 "state", snap_state_name(s->state),
+	                 "started_ns", json_integer(s->started_ns),
+	                 "uptime_s", jsince(s, s->started_ns),
+	                 "heartbeat_age_s", jsince(s, s->heartbeat_ns),
+	                 "stats_age_s", jsince(s, s->stats_ns),
+	                 "stats_ns", json_integer(s->stats_ns),
+	                 "shm_used", (json_int_t)s->shm_used,
+	                 "shm_limit", (json_int_t)s->shm_limit,
+	                 "max_slots", (json_int_t)s->max_slots,
+	                 "models", (json_int_t)s->n_models,
+	                 "sessions", (json_int_t)s->n_sessions,
+	                 "publishers", (json_int_t)pubs,
+	                 "subscribers", (json_int_t)subs,
+	                 "sessions_total", (json_int_t)s->sessions_total,
+	                 "messages", (json_int_t)s->messages);
+}
+
+json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
+{
+	char cs[32];
+	json_t *o = json_pack("{s:s, s:I, s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+	                      "s:o, s:o, s:I, s:o}",
+	                      "name", m->name,
+	                      "id", (json_int_t)m->id,
+	                      "state", snap_model_state_name(m->state),
+	                      "version", jcount(m->version),
+	                      "step", jcount(m->step),
+	                      "bytes", (json_int_t)m->bytes,
+	                      "tensors", (json_int_t)m->n_tensors,
+	                      "slots", (json_int_t)m->n_slots,
+	                      "slots_used", (json_int_t)m->slots_used,
+	                      "commits", (json_int_t)m->commits,
+	                      "aborts", (json_int_t)m->aborts,
+	                      "busy", (json_int_t)m->busy,
+	                      "published_ns", json_integer(m->commit_ns),
+	                      "age_s", m->version ? jsince(s, m->commit_ns) : json_null(),
+	                      "collectors", (json_int_t)m->collectors,
+	                      "worst_lag", m->worst_known ? jcount(m->worst_lag) : json_null());
+
+	json_object_set_new(o, "worst_lag_ms", m->worst_known ? json_real(m->worst_lag_ms) :
+	                    json_null());
+	json_object_set_new(o, "worst_lag_estimated", json_boolean(m->worst_estimated));
+	json_object_set_new(o, "publisher_pid",
+	                    m->publisher_pid ? json_integer(m->publisher_pid) : json_null());
+	if (m->group_size > 1) {
+		json_t *done = json_array();
+
+		for (uint32_t r = 0; r < m->group_size && r < 32; r++)
+			if (m->group_committed & (1u << r))
+				json_array_append_new(done, json_integer(r));
+		json_object_set_new(o, "group", json_pack(
+			"{s:I, s:o, s:o, s:f}", "ranks", (json_int_t)m->group_size,
+			"committed", done,
+			"waiting_s", m->group_first_ns ? jsince(s, m->group_first_ns) : json_null(),
+			"last_version_ms", (double)m->group_last_ns / 1e6));
+	}
+	if (m->n_devices) {
+		json_t *gpus = json_array();
+
+		for (uint32_t d = 0; d < m->n_devices; d++) {
+			char text[WSYNC_GPU_UUID_TEXT];
+
+			wsync_gpu_uuid_format(m->dev_uuid[d], text, sizeof(text));
+			json_array_append_new(gpus, json_string(text));
+		}
+		json_object_set_new(o, "devices", json_pack("{s:o, s:b}", "gpus", gpus,
+		                    "host_mirror", (m->dev_flags & WSYNC_DEV_HOST_MIRROR) != 0));
+	}
+	/* what backs the slabs: "4k", "thp" (2 MiB transparent huge pages
+	 * where the kernel had them) or "hugetlb" (2 MiB); null before a layout */
+	json_object_set_new(o, "pages", m->state != WSYNC_MODEL_READY ? json_null() :
+	                    json_string(m->slab_pages == WSYNC_PAGES_HUGETLB ? "hugetlb" :
+	                                m->slab_pages == WSYNC_PAGES_THP ? "thp" : "4k"));
+	if (m->checksum) {
+		snprintf(cs, sizeof(cs), "%016" PRIx64, m->checksum);
+		json_object_set_new(o, "checksum", json_string(cs));
+	} else {
+		json_object_set_new(o, "checksum", json_null());
+	}
+	return o;
+}
+
+json_t *snap_json_models(const struct snap *s)
+{
+	json_t *a = json_array();
+
+	for (uint32_t i = 0; i < s->n_models; i++)
+		json_array_append_new(a, snap_json_model(s, &s->models[i]));
+	return a;
+}
+
+json_t *snap_json_session(const struct snap *s, const struct snap_session *e)
+{
+	json_t *models = json_array();
+	json_t *o;
+
+	for (uint32_t j = 0; j < s->n_models; j++)
+		if (e->models & (UINT64_C(1) << s->models[j].id))
+			json_array_append_new(models, json_string(s->models[j].name));
+	o = json_pack("{s:I, s:I, s:I, s:s, s:s, s:o, s:o, s:I, s:I, s:I}",
+	              "id", (json_int_t)e->id,
+	              "pid", (json_int_t)e->pid,
+	              "uid", (json_int_t)e->uid,
+	              "name", e->name,
+	              "role", snap_roles_name(e->roles),
+	              "models", models,
+	              "connected_s", jsince(s, e->connected_ns),
+	              "acquires", (json_int_t)e->acquires,
+	              "waits", (json_int_t)e->waits,
+	              "timeouts", (json_int_t)e->timeouts);
+	/* what it reads, at the broker's last tick (stats_age_s ago) */
+	json_object_set_new(o, "version", e->view_version ? jcount(e->view_version) : json_null());
+	json_object_set_new(o, "held", json_boolean(e->held));
+	json_object_set_new(o, "slot", e->slot >= 0 ? json_integer(e->slot) : json_null());
+	json_object_set_new(o, "since_s", e->view_version ? json_real(e->view_ms / 1e3) :
+	                    json_null());
+	json_object_set_new(o, "lag", e->lag_known ? jcount(e->lag) : json_null());
+	json_object_set_new(o, "lag_ms", e->lag_known ? json_real(e->lag_ms) : json_null());
+	json_object_set_new(o, "lag_estimated", json_boolean(e->lag_estimated));
+	return o;
+}
+
+json_t *snap_json_sessions(const struct snap *s)
+{
+	json_t *a = json_array();
+
+	for (uint32_t i = 0; i < s->n_sessions; i++)
+		json_array_append_new(a, snap_json_session(s, &s->sessions[i]));
+	return a;
+}
+
+/* ---- human figures ------------------------------------------------------------ */
+
+const char *fmt_bytes(char *buf, size_t len, uint64_t bytes)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)bytes;
+	unsigned u = 0;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	/* no blank: every cell of the tools' tables is one word for awk */
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 "B", bytes);
+	else
+		snprintf(buf, len, "%.1f%s", v, units[u]);
+	return buf;
+}
+
+const char *fmt_age(char *buf, size_t len, int64_t ns)
+{
+	int64_t s = ns / 1000000000;
+
+	if (ns < 0)
+		snprintf(buf, len, "-");
+	else if (ns < 10 * INT64_C(1000000000))
+		snprintf(buf, len, "%.2fs", (double)ns / 1e9);
+	else if (s < 3600)
+		snprintf(buf, len, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, len, "%" PRId64 "h%02" PRId64 "m", s / 3600, s / 60 % 60);
+	else
+		snprintf(buf, len, "%" PRId64 "d%02" PRId64 "h", s / 86400, s / 3600 % 24);
+	return buf;
+}
+
+const char *fmt_checksum(char *buf, size_t len, const struct snap_model *m)
+{
+	if (m->checksum)
+		snprintf(buf, len, "%016" PRIx64, m->checksum);
+	else
+		snprintf(buf, len, "-");
+	return buf;
+}
+
+const char *fmt_session_models(char *buf, size_t len, const struct snap *s,
+                               const struct snap_session *e)
+{
+	size_t at = 0;
+
+	buf[0] = 0;
+	for (uint32_t j = 0; j < s->n_models && at < len; j++)
+		if (e->models & (UINT64_C(1) << s->models[j].id))
+			at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "," : "",
+			                       s->models[j].name);
+	if (!buf[0])
+		snprintf(buf, len, "-");
+	return buf;
+}
+
+const char *fmt_lag(char *buf, size_t len, const struct snap_session *e)
+{
+	if (!e->lag_known)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%s%" PRIu64, e->lag_estimated ? "~" : "", e->lag);
+	return buf;
+}
+
+const char *fmt_lag_ms(char *buf, size_t len, const struct snap_session *e)
+{
+	if (!e->lag_known)
+		snprintf(buf, len, "-");
+	else if (e->lag_ms < 10000)
+		snprintf(buf, len, "%s%.0fms", e->lag_estimated ? "~" : "", e->lag_ms);
+	else
+		fmt_age(buf, len, (int64_t)(e->lag_ms * 1e6));
+	return buf;
+}

@@ -1,0 +1,126 @@
+# bash completion for wsyncctl, wsync-top, wsyncd, wsync-demo and wsync-bench.
+# make install puts it in PREFIX/share/bash-completion/completions under each
+# command's name; source it by hand elsewhere.
+
+# The models of the broker named on the command line, read from its control
+# segment (wsyncctl models asks the broker nothing).
+_wsync_models()
+{
+	local i endpoint=()
+	for ((i = 1; i < COMP_CWORD; i++)); do
+		case ${COMP_WORDS[i]} in
+		--name|--endpoint) endpoint=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+		esac
+	done
+	wsyncctl "${endpoint[@]}" models 2>/dev/null | awk 'NR > 1 { print $1 }'
+}
+
+# Instance names: the brokers with a state file in the run directory.
+_wsync_instances()
+{
+	local run=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/wsync}
+	run=${run:-/tmp/wsync-$(id -u)}
+	local f
+	for f in "$run"/*.state; do
+		[[ -e $f ]] && f=${f##*/} && printf '%s\n' "${f%.state}"
+	done
+}
+
+_wsyncctl()
+{
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+	local commands="status models sessions ping health metrics serve-metrics wait dump load verify rm"
+	local common="--name --endpoint --json --timeout --help"
+	local cmd="" i
+	for ((i = 1; i < COMP_CWORD; i++)); do
+		case ${COMP_WORDS[i]} in
+		--name|--endpoint|--timeout) ((i++)) ;;
+		-*) ;;
+		*) cmd=${COMP_WORDS[i]}; break ;;
+		esac
+	done
+	case $prev in
+	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
+	--endpoint|-o|--output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	--timeout|--after|--version|--step|--listen) return ;;
+	--model) COMPREPLY=($(compgen -W "$(_wsync_models)" -- "$cur")); return ;;
+	esac
+	if [[ -z $cmd ]]; then
+		COMPREPLY=($(compgen -W "$commands $common --version" -- "$cur"))
+		return
+	fi
+	case $cmd in
+	wait) COMPREPLY=($(compgen -W "$common --after $(_wsync_models)" -- "$cur")) ;;
+	dump) COMPREPLY=($(compgen -W "$common -o --output --version $(_wsync_models)" -- "$cur")) ;;
+	verify) COMPREPLY=($(compgen -W "$common --version $(_wsync_models)" -- "$cur")) ;;
+	rm) COMPREPLY=($(compgen -W "$common $(_wsync_models)" -- "$cur")) ;;
+	load)
+		if [[ $cur == -* ]]; then
+			COMPREPLY=($(compgen -W "$common --model --step --checksum" -- "$cur"))
+		else
+			COMPREPLY=($(compgen -f -X '!*.safetensors' -- "$cur") $(compgen -d -- "$cur"))
+		fi ;;
+	serve-metrics) COMPREPLY=($(compgen -W "$common --listen" -- "$cur")) ;;
+	*) COMPREPLY=($(compgen -W "$common" -- "$cur")) ;;
+	esac
+}
+
+_wsync_top()
+{
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+	case $prev in
+	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
+	--endpoint) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	-d|-n) return ;;
+	esac
+	COMPREPLY=($(compgen -W "--name --endpoint -d -n -b --json --help --version" -- "$cur"))
+}
+
+_wsyncd()
+{
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+	case $prev in
+	--socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	--log-level) COMPREPLY=($(compgen -W "error warn info debug" -- "$cur")); return ;;
+	--huge-pages) COMPREPLY=($(compgen -W "auto on off" -- "$cur")); return ;;
+	--gpus) COMPREPLY=($(compgen -W "all none" -- "$cur")); return ;;
+	--group) COMPREPLY=($(compgen -g -- "$cur")); return ;;
+	--name|--shm-limit|--max-slots) return ;;
+	esac
+	COMPREPLY=($(compgen -W "--name --socket --shm-limit --max-slots --group --log-level
+		--keep --gpus --huge-pages --help --version" -- "$cur"))
+}
+
+_wsync_demo()
+{
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+	case $prev in
+	--wsyncd|--endpoint) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
+	--seconds|--collectors|--mib|--hz|--tensors|--id|--model) return ;;
+	esac
+	case ${COMP_WORDS[1]} in
+	trainer) COMPREPLY=($(compgen -W "--name --endpoint --model --mib --hz --tensors --help" -- "$cur")) ;;
+	collector) COMPREPLY=($(compgen -W "--name --endpoint --model --id --help" -- "$cur")) ;;
+	*) COMPREPLY=($(compgen -W "trainer collector --wsyncd --seconds --collectors --mib --hz
+		--tensors --model --help --version" -- "$cur")) ;;
+	esac
+}
+
+_wsync_bench()
+{
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+	case $prev in
+	--wsyncd|--json|--python|--peers-script) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	--only) COMPREPLY=($(compgen -W "publish acquire fanout wake sustained peers shard checksum scale gpu" -- "$cur")); return ;;
+	--repeats) return ;;
+	esac
+	COMPREPLY=($(compgen -W "--wsyncd --quick --only --repeats --json --python --peers-script
+		--help --version" -- "$cur"))
+}
+
+complete -F _wsyncctl wsyncctl
+complete -F _wsync_top wsync-top
+complete -F _wsyncd wsyncd
+complete -F _wsync_demo wsync-demo
+complete -F _wsync_bench wsync-bench
