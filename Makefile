@@ -98,6 +98,7 @@ help:
 	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
 	@echo "  make bench-relay wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
 	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
+	@echo "  make wheel      the Python package as a wheel with libwsync and wsyncd inside"
 	@echo "  make deps       install missing Debian packages"
 	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
 	@echo "  make fuzz-smoke the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
@@ -191,7 +192,9 @@ test: tests
 # installed too, so the torch tests never skip here.
 PYTHON ?= /usr/bin/python3
 # tmux: the wsync-top test drives the interactive screen in a real terminal.
-PY_PKGS := python3-numpy python3-pytest python3-torch tmux
+# python3-venv, python3-pip: the wheel test builds the wheel and installs it
+# into a fresh venv.
+PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
@@ -224,6 +227,20 @@ bench-relay: all
 PYVER   = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
 PYSITE ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
 PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libclient/python/wsync/py.typed
+
+# What the Python package's build backend (libclient/python/backend) runs:
+# the library and the broker it bundles in the wheel, without deps' apt.
+.PHONY: python-lib python-broker wheel
+python-lib: $(LIB_SO)
+python-broker: $(WSYNCD)
+
+# A wheel of the Python package with libwsync and wsyncd inside, built with
+# nothing but the standard library (no index, no network): $(BUILD)/wheel/.
+wheel: all
+	$(Q)sh .ci/deps.sh $(PY_PKGS)
+	$(Q)WSYNC_BUILD=$(BUILD) $(PYTHON) -m pip wheel -q --no-deps --no-index \
+		-w $(BUILD)/wheel libclient/python
+	@ls $(BUILD)/wheel/*.whl
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
