@@ -1412,6 +1412,11 @@ class View(ViewLife):
         if self.subscriber._closed:
             raise ClosedError("wsync: the subscriber of view v%d is closed" % self.version)
 
+    def _readonly_memory(self):
+        """The whole slab as a read-only memoryview (what _torch makes numpy
+        arrays of a ReadOnlyTensor over)."""
+        return _ro(self._buf())
+
     def buffer(self) -> memoryview:
         """The whole slab of this version as a read-only memoryview (nbytes
         long, tensors at layout[i].offset); same lifetime as numpy()."""
