@@ -34,10 +34,14 @@ Methods (the model: a state_dict of 64 float32 tensors):
                 its own tensors (its nn.Module's state_dict)
   torch_shm_copy  the trainer's part of mp_queue alone, in one process:
                 copy_ into new shared-memory tensors
-  torchrl_inplace_unsafe  TorchRL's SharedMemWeightSyncScheme shape: the
-                collectors' tensors are shared memory made once; the trainer
-                copy_s each update into them in place and tells each
-                collector on its Queue. UNSAFE: a collector reading while the
+  torchrl_inplace_unsafe  TorchRL's SharedMemWeightSyncScheme shape: shared
+                tensors made once, each collector's policy parameters alias
+                them; the trainer copy_s each update into them in place and
+                puts "receive" on each collector's Queue; the collector
+                applies the shared weights to its policy in place, as
+                TorchRL's receiver does (apply_weights(inplace=True): a copy_
+                of each shared tensor onto the parameter over the same
+                memory), and is done. UNSAFE: a collector reading while the
                 trainer writes sees a torn mix of two versions (no other
                 method here ever shows one)
 
@@ -392,15 +396,21 @@ def run_mpq(ctx, torch):
             collector_rounds(ctx, get_one)
             collector_rounds(ctx, get_and_load)
             collector_rounds(ctx, lambda: None)
-            policy = q.get()              # aliases the trainer's shared tensors
+            shared = q.get()
+            # the policy's parameters over the shared memory (TorchRL's
+            # connect: weights.to_module(policy), as Parameters)
+            policy = {k: torch.nn.Parameter(t, requires_grad=False) for k, t in shared.items()}
             ctx.barrier.wait()
 
             def told():
                 assert q.get() == "receive"
+                with torch.no_grad():          # TorchRL's apply_weights(inplace=True)
+                    for k, p in policy.items():
+                        p.copy_(shared[k])
                 ctx.stamp()
 
             collector_rounds(ctx, told)
-            del own, policy
+            del own, policy, shared
 
 
 # ---- the Python binding of wsync ----------------------------------------------------------

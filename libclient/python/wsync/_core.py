@@ -399,11 +399,16 @@ def _torch_view(buf, spec):
     return torch.from_numpy(_np_view(buf, spec))
 
 
+_read_only = []          # _torch.read_only, imported on first use (it imports torch)
+
+
 def _torch_ro_view(view, buf, spec):
     """A ReadOnlyTensor over tensor spec of view (see _torch.py)."""
-    from ._torch import read_only
+    if not _read_only:
+        from ._torch import read_only
+        _read_only.append(read_only)
     base = view._c.base
-    return read_only(_torch_view(buf, spec), view, base, base + view._c.bytes)
+    return _read_only[0](_torch_view(buf, spec), view, base, base + view._c.bytes)
 
 
 # ---- client -----------------------------------------------------------------
