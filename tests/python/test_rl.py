@@ -184,6 +184,23 @@ def test_a_synchronous_send_waits_for_workers_and_names_the_late(sender):
         rx.shutdown()
 
 
+def test_a_model_swapped_after_connect_gets_the_weights(sender):
+    """TorchRL's workers set scheme.model to their collector's copy of the
+    policy after connect(): that copy must hold the weights too."""
+    rx = receiver_of(sender, net(2), background=False)
+    rx.connect()
+    try:
+        copy = net(9)
+        rx.model = copy
+        assert same(copy, sender.trainer)
+        step(sender.trainer, 5.0)
+        sender.send_async()
+        assert rx.receive(timeout=WAIT_S) is not None
+        assert torch.all(copy[0].weight == 5.0)
+    finally:
+        rx.shutdown()
+
+
 def test_connect_without_a_sender_says_so(broker):
     s = rl.WsyncWeightSyncScheme(name="polcy", endpoint=broker.sock, connect_timeout=0.2)
     s.init_on_receiver(model_id="policy", model=net(0), worker_idx=3)

@@ -554,7 +554,20 @@ class WsyncWeightSyncScheme(_Base):
     def model(self, model):
         # held strongly: a model given to init_on_receiver(model=...) may have
         # no other reference (the model does not refer to the scheme: no cycle)
+        old = self._model_ref() if self._model_ref is not None else None
         self._model_ref = None if model is None else (lambda m: (lambda: m))(model)
+        if model is not None and model is not old and self._synchronized_on_receiver \
+                and isinstance(self._end, _ReceiverEnd):
+            # a connected worker's collector swapped its policy (TorchRL's
+            # workers do, after connect, for a copy on the right device):
+            # the new one gets the version applied so far at once
+            _check_target(model, "the model")
+            end = self._end
+            with self._lock, end.sub.acquire() as view:
+                view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
+                end.version, end.step = view.version, view.step
+                end.published_ns = view.published_ns
+            end.acknowledge(end.version)
 
     @property
     def weights(self):
