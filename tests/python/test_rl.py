@@ -201,6 +201,29 @@ def test_a_model_swapped_after_connect_gets_the_weights(sender):
         rx.shutdown()
 
 
+def test_a_replaced_model_is_followed(sender, broker):
+    """A new trainer publishes the name with another layout (replace): the
+    worker subscribes again and applies it, its versions going on."""
+    rx = receiver_of(sender, net(2), background=False)
+    rx.connect()
+    try:
+        v_old = rx.version
+        sender.shutdown()                       # the first job's trainer goes
+        wide = net(7, width=24)
+        s2 = rl.WsyncWeightSyncScheme("state_dict", endpoint=broker.sock)
+        s2.init_on_sender(model=wide)
+        s2.connect()                            # replaces the model: another layout
+        rx.model = net(8, width=24)             # the worker's new policy: applied at once
+        assert same(rx.model, wide) and rx.version > v_old
+        step(wide, 2.0)
+        s2.send_async()
+        assert rx.receive(timeout=WAIT_S) is not None
+        assert same(rx.model, wide) and rx.version > v_old
+        s2.shutdown()
+    finally:
+        rx.shutdown()
+
+
 def test_connect_without_a_sender_says_so(broker):
     s = rl.WsyncWeightSyncScheme(name="polcy", endpoint=broker.sock, connect_timeout=0.2)
     s.init_on_receiver(model_id="policy", model=net(0), worker_idx=3)

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any, Dict, Optional
 
 from ._core import Client, ModelRef, View, _timeout_s, _uint, default_endpoint
-from ._errors import ClosedError, NoDataError, WsyncError, WsyncTimeoutError
+from ._errors import ClosedError, NoDataError, RemovedError, WsyncError, WsyncTimeoutError
 
 __all__ = ["WsyncWeightSyncScheme", "WsyncTransport", "WsyncWeightStrategy", "PolicyLag",
            "WeightSender", "WeightReceiver"]
@@ -300,6 +300,16 @@ class _ReceiverEnd:
         self.step = 0
         self.published_ns = 0
         self.received = 0
+
+    def resubscribe(self):
+        """Subscribes again after the model was deleted or replaced (a new
+        job's trainer with another layout): its versions go on above the
+        old ones, so the version applied stays a valid floor."""
+        name = self.sub.model
+        self.sub.close()
+        self.ack_sub.close()
+        self.sub = self.client.subscriber(name)
+        self.ack_sub = self.ack_client.subscriber(name)
 
     def acknowledge(self, version):
         """Takes version on the ack session, unless a newer one is already
@@ -563,7 +573,12 @@ class WsyncWeightSyncScheme(_Base):
             # the new one gets the version applied so far at once
             _check_target(model, "the model")
             end = self._end
-            with self._lock, end.sub.acquire() as view:
+            try:
+                view = end.sub.acquire()
+            except RemovedError:
+                end.resubscribe()
+                view = end.sub.acquire()
+            with self._lock, view:
                 view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
                 end.version, end.step = view.version, view.step
                 end.published_ns = view.published_ns
@@ -850,7 +865,11 @@ class WsyncWeightSyncScheme(_Base):
             raise ValueError("wsync.rl: no model registered")
         with self._lock:
             try:
-                view = end.sub.wait(after=end.version, timeout=timeout)
+                try:
+                    view = end.sub.wait(after=end.version, timeout=timeout)
+                except RemovedError:
+                    end.resubscribe()
+                    view = end.sub.wait(after=end.version, timeout=timeout)
             except WsyncTimeoutError:
                 return None
             with view:
