@@ -134,6 +134,7 @@ help:
 	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
 	@echo "                    completion, the Python package"
 	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
+	@echo "  make wheel        the Python package as a wheel with libwsync and wsyncd inside"
 	@echo "  make clean        remove the build directories"
 	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz, PREFIX, DESTDIR, PYTHON"
 
@@ -230,7 +231,9 @@ test: tests
 # installed too, so the torch tests never skip here.
 PYTHON ?= /usr/bin/python3
 # tmux: the wsync-top test drives the interactive screen in a real terminal.
-PY_PKGS := python3-numpy python3-pytest python3-torch tmux
+# python3-venv, python3-pip: the wheel test builds the wheel and installs it
+# into a fresh venv.
+PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
@@ -263,6 +266,20 @@ bench-relay: all
 PYVER   = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
 PYSITE ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
 PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libclient/python/wsync/py.typed
+
+# What the Python package's build backend (libclient/python/backend) runs:
+# the library and the broker it bundles in the wheel, without deps' apt.
+.PHONY: python-lib python-broker wheel
+python-lib: $(LIB_SO)
+python-broker: $(WSYNCD)
+
+# A wheel of the Python package with libwsync and wsyncd inside, built with
+# nothing but the standard library (no index, no network): $(BUILD)/wheel/.
+wheel: all
+	$(Q)sh .ci/deps.sh $(PY_PKGS)
+	$(Q)WSYNC_BUILD=$(BUILD) $(PYTHON) -m pip wheel -q --no-deps --no-index \
+		-w $(BUILD)/wheel libclient/python
+	@ls $(BUILD)/wheel/*.whl
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -11,11 +11,8 @@ new weights between rollouts.
 import argparse
 import multiprocessing as mp
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from multiprocessing.connection import wait as wait_conns
 
@@ -91,8 +88,10 @@ def parse_args(doc):
     ap.add_argument("--short", action="store_true", help="a short run (60 updates), for tests")
     ap.add_argument("--endpoint", default=None,
                     help="a running broker (default: start a private wsyncd)")
-    ap.add_argument("--wsyncd", default=os.path.join(ROOT, "build", "bin", "wsyncd"),
-                    help="the broker binary for the private broker")
+    ap.add_argument("--wsyncd", default=None,
+                    help="the broker binary for the private broker (default: the one "
+                    "wsync.broker finds: bundled with the package, the source tree's, "
+                    "or wsyncd on PATH)")
     args = ap.parse_args()
     if args.short:
         args.updates = 60
@@ -100,23 +99,13 @@ def parse_args(doc):
 
 
 def private_broker(wsyncd):
-    """Starts wsyncd with its own name and directory; returns (proc, socket,
-    directory)."""
-    d = tempfile.mkdtemp(prefix="wsync-example-")
-    name = "example%d" % os.getpid()
-    sock = os.path.join(d, name + ".sock")
-    proc = subprocess.Popen([wsyncd, "--name", name, "--socket", sock, "--no-keep"],
-                            env=dict(os.environ, XDG_RUNTIME_DIR=d),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            wsync.connect(sock, "probe").close()
-            return proc, sock, d
-        except wsync.WsyncError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("wsyncd did not start (%s)" % wsyncd)
-            time.sleep(0.02)
+    """Starts wsyncd with its own name and directory (wsync.broker.start);
+    returns the running broker."""
+    import wsync.broker
+    try:
+        return wsync.broker.start(name="example%d" % os.getpid(), wsyncd=wsyncd)
+    except (RuntimeError, FileNotFoundError) as e:
+        raise SystemExit(str(e))
 
 
 def run(doc, train, collector):
@@ -131,7 +120,10 @@ def run(doc, train, collector):
     broker = None
     endpoint = args.endpoint
     if endpoint is None:
-        broker, endpoint, tmp = private_broker(args.wsyncd)
+        broker = private_broker(args.wsyncd)
+        endpoint = broker.endpoint
+    print("wsync %s from %s, libwsync %s" % (wsync.__version__, os.path.dirname(wsync.__file__),
+                                            wsync.library_path()))
     # forkserver: each collector is forked from a server that imported
     # torch once (a fresh interpreter, never a fork of this one, which holds
     # a wsync client); collectors, the restarted one too, start in ~0.1 s
@@ -218,9 +210,7 @@ def run(doc, train, collector):
             if p.is_alive():
                 p.kill()
         if broker is not None:
-            broker.terminate()
-            broker.wait(10)
-            shutil.rmtree(tmp, ignore_errors=True)
+            broker.stop()
     first = float(np.mean(rewards[:10]))
     last = float(np.mean(rewards[-10:]))
     print("%d updates in %.1f s; reward of the collectors' rollouts: %.2f at the start, "

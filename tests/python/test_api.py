@@ -43,17 +43,24 @@ def test_error_classes():
     assert issubclass(wsync.NotConnectedError, ConnectionError)
     for code, cls in [(errno.EBUSY, wsync.BusyError), (errno.ENOTCONN, wsync.NotConnectedError),
                       (errno.ENODATA, wsync.NoDataError), (errno.EEXIST, wsync.LayoutError),
-                      (errno.EINVAL, wsync.WsyncError)]:
+                      (errno.EINVAL, wsync.WsyncError),
+                      (errno.EPERM, wsync.PermissionDeniedError),
+                      (errno.EACCES, wsync.PermissionDeniedError),
+                      (errno.EBADMSG, wsync.ChecksumError),
+                      (errno.ECONNABORTED, wsync.DroppedError),
+                      (errno.ECONNREFUSED, wsync.NoBrokerError)]:
         assert type(wsync._errors.error_from_rc(-code)) is cls
     assert wsync.strerror(errno.ENODATA) == "nothing published yet"
     assert wsync.library_version() == "0.2.0"
 
 
 def test_connect_errors_and_default_endpoint(broker, tmp_path):
-    with pytest.raises(wsync.WsyncError) as ei:
+    with pytest.raises(wsync.NoBrokerError) as ei:
         wsync.connect(str(tmp_path / "nobody.sock"))
     assert ei.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
-    assert ei.value.detail
+    assert isinstance(ei.value, ConnectionError) and isinstance(ei.value, wsync.WsyncError)
+    assert "nobody.sock" in ei.value.detail, ei.value.detail
+    assert issubclass(wsync.PermissionDeniedError, PermissionError)
     assert wsync.default_endpoint() == broker.sock        # $WSYNC_ENDPOINT
     with wsync.connect() as c:
         assert not c.closed

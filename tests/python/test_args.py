@@ -97,6 +97,23 @@ def test_infinite_timeout_waits_and_the_message_names_the_callers_timeout(client
         assert text in str(ei.value)
 
 
+def test_a_wait_on_a_typoed_name_keeps_the_librarys_hint(client):
+    """The library says a model was never published and to check its name;
+    the Python message keeps that, with the caller's timeout, not the last
+    0.25 s slice's."""
+    client.publisher("policy", LAYOUT)
+    sub = client.subscriber("polcy")
+    for timeout, text in ((0.6, "0.6 s"), (0, "0 s")):
+        with pytest.raises(wsync.WsyncTimeoutError) as ei:
+            sub.wait(timeout=timeout)
+        d = ei.value.detail
+        assert d.startswith("model 'polcy': no version within %s: " % text), d
+        assert "never been published" in d and "is the name right?" in d, d
+        assert " ns" not in d, d
+    with pytest.raises(wsync.NoDataError):
+        sub.acquire()
+
+
 def test_slots_reach_the_library(client):
     pub = client.publisher("two", LAYOUT, slots=2)
     assert pub.slots == 2 and not pub.guarded

@@ -1,6 +1,6 @@
 /*
  * tools/bench/peers.c — scenario "peers": one update of a 64-tensor model
- * (16 MiB and 256 MiB; --quick: 16 MiB) reaching 4 collector processes, with
+ * (48 MiB and 256 MiB; --quick: 48 MiB) reaching 4 collector processes, with
  * wsync and with what PyTorch users run today.
  *
  * wsync side (here): the trainer begins, copies the update from its own
@@ -43,9 +43,13 @@ static const struct {
 } peer_methods[] = {
 	{ "gloo_flat",    "torch.distributed gloo broadcast, 1 flat tensor", true },
 	{ "gloo_tensors", "torch.distributed gloo broadcast, per tensor", true },
+	{ "gloo_isend",   "torch.distributed isend of each tensor to each collector", true },
 	{ "rpc_async",    "torch RPC rpc_async of the state_dict to all", true },
 	{ "rpc_sync",     "torch RPC rpc_sync to each in turn", true },
+	{ "rpc_fetch",    "torch RPC: notify, each collector fetches (rpc_sync)", true },
 	{ "mp_queue",     "torch.multiprocessing shm tensors + Queue each", true },
+	{ "torchrl_inplace_unsafe", "UNSAFE, torn reads: TorchRL in-place shared tensors",
+	  true },
 	{ "py_wsync_views", "Python wsync: 4 collectors hold zero-copy views", false },
 	{ "mp_queue_load", "torch shm + Queue: 4 collectors loaded own module", false },
 	{ "py_wsync_load", "Python wsync: 4 collectors loaded own module", false },
@@ -55,6 +59,7 @@ static const struct {
 	  false },
 	{ "torch_copy_slab", "torch copy_ into slab.torch() views, 1 process", false },
 	{ "py_wsync_copy_from", "Python wsync slab.copy_from, 1 process", false },
+	{ "py_wsync_rl_send", "Python wsync.rl send(): 4 collectors applied it", false },
 };
 
 #define N_PEER_METHODS (sizeof peer_methods / sizeof peer_methods[0])
@@ -223,7 +228,7 @@ static void peers_args(struct peers_run *r, char *sizes, size_t len, char *repea
 
 static void peers_run_script(struct peers_run *r)
 {
-	int timeout_s = r->b->quick ? 90 : 330;
+	int timeout_s = r->b->quick ? 150 : 600;
 	char sizes[32], repeats[16], timeout[16], collectors[16];
 	char *argv[] = { (char *)r->b->python, r->script, "--sizes", sizes,
 	                 "--collectors", collectors, "--repeats", repeats,
@@ -345,7 +350,7 @@ static void peers_row(const struct peers_run *r, size_t m, int i)
 
 int bench_peers(struct bench *b)
 {
-	struct peers_run r = { .b = b, .sizes = { 16, 256 }, .n_sizes = b->quick ? 1 : 2 };
+	struct peers_run r = { .b = b, .sizes = { 48, 256 }, .n_sizes = b->quick ? 1 : 2 };
 	int rc = 0;
 
 	for (int i = 0; i < r.n_sizes; i++)
@@ -358,7 +363,7 @@ int bench_peers(struct bench *b)
 	} else if (access(b->python, X_OK)) {
 		snprintf(r.reason, sizeof r.reason, "no python at %.200s", b->python);
 	} else {
-		say("peers: %s %s (up to %d s)", b->python, r.script, b->quick ? 120 : 360);
+		say("peers: %s %s (up to %d s)", b->python, r.script, b->quick ? 180 : 630);
 		peers_run_script(&r);
 	}
 	for (int i = 0; i < r.n_sizes; i++)

@@ -16,9 +16,16 @@ Methods (the model: a state_dict of 64 float32 tensors):
                 flat tensor; the trainer's tensors are views into it, so no
                 flattening copy is counted (the most favourable case)
   gloo_tensors  the same, one broadcast per tensor, as most code does
+  gloo_isend    torch.distributed isend of every tensor to each collector in
+                turn (torchgfn's and RLinf's send/recv shape), received into
+                the collector's own tensors
   rpc_async     torch RPC (TensorPipe): rpc_async of the state_dict to every
                 collector at once, then wait for all
   rpc_sync      torch RPC: rpc_sync to each collector in turn
+  rpc_fetch     torch RPC, the parameter-server shape (PyTorch's RPC
+                parameter-server tutorial, TorchRL's RPC scheme): the trainer
+                notifies each collector, which fetches the state_dict with
+                rpc_sync
   mp_queue      torch.multiprocessing: copy the state_dict into new shared-
                 memory tensors (new ones each update, so no collector ever
                 sees a half-written one) and put it on one Queue per
@@ -27,6 +34,16 @@ Methods (the model: a state_dict of 64 float32 tensors):
                 its own tensors (its nn.Module's state_dict)
   torch_shm_copy  the trainer's part of mp_queue alone, in one process:
                 copy_ into new shared-memory tensors
+  torchrl_inplace_unsafe  TorchRL's SharedMemWeightSyncScheme shape: shared
+                tensors made once, each collector's policy parameters alias
+                them; the trainer copy_s each update into them in place and
+                puts "receive" on each collector's Queue; the collector
+                applies the shared weights to its policy in place, as
+                TorchRL's receiver does (apply_weights(inplace=True): a copy_
+                of each shared tensor onto the parameter over the same
+                memory), and is done. UNSAFE: a collector reading while the
+                trainer writes sees a torn mix of two versions (no other
+                method here ever shows one)
 
 The Python binding of wsync, against the broker of --wsync-endpoint (the
 package of this source tree, libclient/python), default options:
@@ -46,6 +63,10 @@ package of this source tree, libclient/python), default options:
   py_wsync_copy_from  slab.copy_from(state_dict) alone, in one process
   torch_copy_slab  torch copy_ of each tensor into slab.torch() views alone,
                    the same rounds, interleaved with py_wsync_copy_from
+  py_wsync_rl_send wsync.rl.WsyncWeightSyncScheme (TorchRL's interface):
+                   the trainer's send() with sync=True, which returns once
+                   each collector's background thread has loaded the
+                   version into its own nn.Module (load_into) and said so
 
 Output: one JSON object per line on stdout, for wsync-bench to parse:
   {"method": "gloo_flat", "mib": 16, "ms": 12.3, "samples": 5}
@@ -66,11 +87,12 @@ import time
 import traceback
 
 GROUPS = {
-    "gloo": ["gloo_flat", "gloo_tensors"],
-    "rpc": ["rpc_async", "rpc_sync"],
-    "mpq": ["mp_queue", "mp_queue_load", "torch_shm_copy"],
+    "gloo": ["gloo_flat", "gloo_tensors", "gloo_isend"],
+    "rpc": ["rpc_async", "rpc_sync", "rpc_fetch"],
+    "mpq": ["mp_queue", "mp_queue_load", "torch_shm_copy", "torchrl_inplace_unsafe"],
     "pyws": ["py_wsync_views", "py_wsync_load", "py_wsync_publish",
-             "py_wsync_publish_unguarded", "py_wsync_copy_from", "torch_copy_slab"],
+             "py_wsync_publish_unguarded", "py_wsync_copy_from", "torch_copy_slab",
+             "py_wsync_rl_send"],
 }
 
 PR_SET_PDEATHSIG = 1
@@ -222,12 +244,27 @@ def run_gloo(ctx, torch):
             if ctx.rank:
                 ctx.stamp()
 
-        for method, once in (("gloo_flat", flat_once), ("gloo_tensors", per_tensor_once)):
+        # a collector receives into its own tensors, as into its module's
+        own = tensors if ctx.rank == 0 else \
+            list(make_state_dict(torch, mib, ctx.args.tensors).values())
+
+        def isend_each():
+            if ctx.rank == 0:
+                reqs = [dist.isend(t, dst=r) for r in range(1, ctx.world) for t in tensors]
+                for q in reqs:
+                    q.wait()
+            else:
+                for t in own:
+                    dist.recv(t, src=0)
+                ctx.stamp()
+
+        for method, once in (("gloo_flat", flat_once), ("gloo_tensors", per_tensor_once),
+                             ("gloo_isend", isend_each)):
             if ctx.rank == 0:
                 trainer_rounds(ctx, method, mib, once)
             else:
                 collector_rounds(ctx, once)
-        del flat, views, tensors
+        del flat, views, tensors, own
     dist.destroy_process_group()
 
 
@@ -242,11 +279,29 @@ def _rpc_receive(state_dict):
     return len(state_dict)
 
 
+_RPC_SERVED = {"sd": None}        # the trainer's current weights, for fetches
+_RPC_NEW = None                   # a collector's "there are new weights" event
+
+
+def _rpc_notify():
+    """Runs in a collector: the trainer has new weights."""
+    _RPC_NEW.set()
+    return True
+
+
+def _rpc_fetch():
+    """Runs in the trainer: a collector fetches the weights."""
+    return _RPC_SERVED["sd"]
+
+
 def run_rpc(ctx, torch):
     import torch.distributed.rpc as rpc
 
-    global _RPC_CTX
+    import threading
+
+    global _RPC_CTX, _RPC_NEW
     _RPC_CTX = ctx
+    _RPC_NEW = threading.Event()
     opts = rpc.TensorPipeRpcBackendOptions(init_method="tcp://127.0.0.1:%d" % ctx.args.port,
                                            rpc_timeout=600)
     rpc.init_rpc("w%d" % ctx.rank, rank=ctx.rank, world_size=ctx.world,
@@ -263,11 +318,25 @@ def run_rpc(ctx, torch):
             for n in names:
                 rpc.rpc_sync(n, _rpc_receive, args=(sd,))
 
-        for method, send in (("rpc_async", send_async), ("rpc_sync", send_sync)):
+        def notify():
+            _RPC_SERVED["sd"] = sd
+            torch.futures.wait_all([rpc.rpc_async(n, _rpc_notify) for n in names])
+
+        def fetch():
+            _RPC_NEW.wait()
+            _RPC_NEW.clear()
+            got = rpc.rpc_sync("w0", _rpc_fetch)
+            ctx.stamp()
+            return got
+
+        for method, send, recv in (("rpc_async", send_async, lambda: None),
+                                   ("rpc_sync", send_sync, lambda: None),
+                                   ("rpc_fetch", notify, fetch)):
             if ctx.rank == 0:
                 trainer_rounds(ctx, method, mib, send)
             else:
-                collector_rounds(ctx, lambda: None)
+                collector_rounds(ctx, recv)
+        _RPC_SERVED["sd"] = None
         del sd
     rpc.shutdown()
 
@@ -292,7 +361,22 @@ def run_mpq(ctx, torch):
             local_rounds(ctx, "torch_shm_copy", mib,
                          lambda: {k: torch.empty_like(v).share_memory_().copy_(v)
                                   for k, v in sd.items()})
-            del sd
+            # TorchRL's shared-memory scheme: shared tensors made once, the
+            # collectors' policies alias them, every update written in place
+            shared = {k: torch.empty_like(v).share_memory_().copy_(v) for k, v in sd.items()}
+            for q in ctx.queues:
+                q.put(shared)
+            ctx.barrier.wait()
+
+            def write_in_place():
+                with torch.no_grad():
+                    for k, t in shared.items():
+                        t.copy_(sd[k])
+                for q in ctx.queues:
+                    q.put("receive")
+
+            trainer_rounds(ctx, "torchrl_inplace_unsafe", mib, write_in_place)
+            del sd, shared
         else:
             q = ctx.queues[ctx.index]
             own = make_state_dict(torch, mib, ctx.args.tensors)
@@ -312,7 +396,21 @@ def run_mpq(ctx, torch):
             collector_rounds(ctx, get_one)
             collector_rounds(ctx, get_and_load)
             collector_rounds(ctx, lambda: None)
-            del own
+            shared = q.get()
+            # the policy's parameters over the shared memory (TorchRL's
+            # connect: weights.to_module(policy), as Parameters)
+            policy = {k: torch.nn.Parameter(t, requires_grad=False) for k, t in shared.items()}
+            ctx.barrier.wait()
+
+            def told():
+                assert q.get() == "receive"
+                with torch.no_grad():          # TorchRL's apply_weights(inplace=True)
+                    for k, p in policy.items():
+                        p.copy_(shared[k])
+                ctx.stamp()
+
+            collector_rounds(ctx, told)
+            del own, policy, shared
 
 
 # ---- the Python binding of wsync ----------------------------------------------------------
@@ -372,6 +470,40 @@ def pyws_trainer(ctx, torch, client, model, mib):
     copy_rounds(ctx, torch, pubs[0], sd, mib, step)
     for p in pubs:
         p.close()
+    rl_trainer(ctx, model, mib, sd)
+
+
+def rl_scheme(ctx, model):
+    import wsync.rl
+    return wsync.rl.WsyncWeightSyncScheme("state_dict", name=model + "-rl",
+                                          endpoint=ctx.args.wsync_endpoint, timeout=60)
+
+
+def rl_trainer(ctx, model, mib, sd):
+    """TorchRL's interface: send() returns once every collector applied."""
+    scheme = rl_scheme(ctx, model)
+    scheme.init_on_sender(model_id="policy", weights=sd, num_workers=ctx.world - 1)
+    scheme.connect()                # the first weights; the collectors wait for them
+    ctx.barrier.wait()
+    for _ in range(WARM_SLABS):     # each collector has read every slab once
+        ctx.barrier.wait()
+        scheme.send(sd)
+        ctx.barrier.wait()
+    local_rounds(ctx, "py_wsync_rl_send", mib, lambda: scheme.send(sd))
+    scheme.shutdown()
+
+
+def rl_collector(ctx, torch, model, mib):
+    scheme = rl_scheme(ctx, model)
+    own = make_module(torch, mib, ctx.args.tensors)
+    scheme.init_on_receiver(model_id="policy", model=own, worker_idx=ctx.index)
+    scheme.connect()                # applies the first weights; then a thread applies
+    ctx.barrier.wait()
+    for _ in range(WARM_SLABS):
+        ctx.barrier.wait()
+        ctx.barrier.wait()
+    collector_rounds(ctx, lambda: None)
+    scheme.shutdown()
 
 
 def copy_rounds(ctx, torch, pub, sd, mib, step):
@@ -427,6 +559,8 @@ def pyws_collector(ctx, torch, client, model, mib):
     collector_rounds(ctx, lambda: None)
     collector_rounds(ctx, lambda: None)
     sub.close()
+    del own
+    rl_collector(ctx, torch, model, mib)
 
 
 RUNNERS = {"gloo": run_gloo, "rpc": run_rpc, "mpq": run_mpq, "pyws": run_pyws}

@@ -17,9 +17,20 @@ version in place, zero copy, or wait for a newer one::
 
 See docs/PYTHON.md for the lifetime rules of zero-copy arrays.
 """
+try:
+    import numpy as _numpy  # noqa: F401  (the arrays; checked first for a clear message)
+except ImportError as _e:
+    raise ImportError(
+        "wsync needs numpy, which this Python (%s) cannot import: %s. On Debian: "
+        "apt-get install python3-numpy; in a virtual environment, create it with "
+        "--system-site-packages to use Debian's (python3 -m venv --system-site-packages "
+        "DIR), or install numpy into it." % (__import__("sys").executable, _e),
+        name="numpy") from None
+
 from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
-from ._errors import (BusyError, ClosedError, LayoutError, NoCudaError, NoDataError,
-                      NoDeviceError, NotConnectedError, RemovedError, WsyncError,
+from ._errors import (BusyError, ChecksumError, ClosedError, DroppedError, LayoutError,
+                      NoBrokerError, NoCudaError, NoDataError, NoDeviceError,
+                      NotConnectedError, PermissionDeniedError, RemovedError, WsyncError,
                       WsyncTimeoutError)
 from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersion, ModelRef,
                     ModelStatus, PartSpec, Publisher, Slab, Subscriber, TensorSpec, View, connect,
@@ -36,7 +47,8 @@ __all__ = [
     "ModelRef", "PUB_UNGUARDED", "PUB_GUARDED", "PUB_REPLACE", "RemovedError",
     "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "PartSpec", "ReadOnlyError",
     "ReadOnlyTensor", "NoDeviceError", "NoCudaError", "DeviceArray", "DeviceSlab",
-    "DeviceView", "gpu_uuid", "gpu_ordinal",
+    "DeviceView", "gpu_uuid", "gpu_ordinal", "NoBrokerError", "PermissionDeniedError",
+    "ChecksumError", "DroppedError",
 ]
 
 

@@ -9,6 +9,8 @@ def _info(endpoint):
     import wsync
     print("wsync package %s (%s)" % (wsync.__version__, wsync.__file__))
     print("libwsync %s: %s" % (wsync.library_version(), wsync.library_path()))
+    from .broker import wsyncd_path
+    print("wsyncd: %s" % (wsyncd_path() or "not found (python3 -m wsync.broker needs one)"))
     try:
         where = endpoint or wsync.default_endpoint()
     except wsync.WsyncError as e:

@@ -14,6 +14,7 @@ import math
 import numbers
 import operator
 import os
+import re
 import threading
 import time
 import weakref
@@ -24,7 +25,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import _dtypes, _gpu, _module, _shard
-from ._errors import ClosedError, WsyncError, check, error_from_rc
+from ._errors import ClosedError, WsyncError, check, connect_error_from_rc, error_from_rc
 from ._gpu import DeviceSlab, DeviceView
 from ._ends import SlabLife, ViewLife
 from ._lib import (DEV_HOST_MIRROR, FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView,
@@ -257,14 +258,23 @@ def _sliced(handle, call, timeout, retry_rc):
             raise ClosedError("wsync: %s was closed while waiting" % handle._what)
 
 
+_LIB_WITHIN = re.compile(r"within -?\d+ [nm]s")
+
+
 def _fail(rc, timeout=None, what=None):
-    """The exception for a failed sliced call: for -ETIMEDOUT the message
-    names the caller's timeout (the library's names its last slice)."""
-    if rc == -_errno.ETIMEDOUT and what is not None:
-        err = error_from_rc(rc)
-        err.detail = "%s within %s" % (what, _fmt_timeout(timeout))
-        return err
-    return error_from_rc(rc)
+    """The exception for a failed sliced call. For -ETIMEDOUT the library's
+    own detail is kept (it says, e.g., that the model was never published
+    and to check its name), with its "within N ns", which names the last
+    slice of a sliced wait, replaced by the caller's timeout; what is the
+    detail only where the library gave none."""
+    err = error_from_rc(rc)
+    if rc == -_errno.ETIMEDOUT:
+        within = "within %s" % _fmt_timeout(timeout)
+        if _LIB_WITHIN.search(err.detail):
+            err.detail = _LIB_WITHIN.sub(within, err.detail, count=1)
+        elif not err.detail and what is not None:
+            err.detail = "%s %s" % (what, within)
+    return err
 
 
 def _fmt_timeout(t):
@@ -389,11 +399,16 @@ def _torch_view(buf, spec):
     return torch.from_numpy(_np_view(buf, spec))
 
 
+_read_only = []          # _torch.read_only, imported on first use (it imports torch)
+
+
 def _torch_ro_view(view, buf, spec):
     """A ReadOnlyTensor over tensor spec of view (see _torch.py)."""
-    from ._torch import read_only
+    if not _read_only:
+        from ._torch import read_only
+        _read_only.append(read_only)
     base = view._c.base
-    return read_only(_torch_view(buf, spec), view, base, base + view._c.bytes)
+    return _read_only[0](_torch_view(buf, spec), view, base, base + view._c.bytes)
 
 
 # ---- client -----------------------------------------------------------------
@@ -413,7 +428,7 @@ class Client(_Handle):
         rc = lib.wsync_connect(bend, _enc(name, "client name"), ctypes.byref(ptr))
         if rc < 0:
             self._closed = self._freed = True
-            raise error_from_rc(rc)
+            raise connect_error_from_rc(rc)
         self._adopted(ptr.value)
         self.endpoint = endpoint
         self.name = name
@@ -1411,6 +1426,11 @@ class View(ViewLife):
             raise ClosedError("wsync: view v%d was released" % self.version)
         if self.subscriber._closed:
             raise ClosedError("wsync: the subscriber of view v%d is closed" % self.version)
+
+    def _readonly_memory(self):
+        """The whole slab as a read-only memoryview (what _torch makes numpy
+        arrays of a ReadOnlyTensor over)."""
+        return _ro(self._buf())
 
     def buffer(self) -> memoryview:
         """The whole slab of this version as a read-only memoryview (nbytes

@@ -66,6 +66,30 @@ class NoCudaError(WsyncError):
     torch without CUDA where a torch CUDA tensor was asked for (ENOSYS)."""
 
 
+class NoBrokerError(WsyncError, builtins.ConnectionError):
+    """connect() found no broker at the endpoint: no socket there (ENOENT)
+    or nobody listening on it (ECONNREFUSED). The detail names the path;
+    start wsyncd (python3 -m wsync.broker, or the service), or check
+    WSYNC_ENDPOINT and the instance name."""
+
+
+class PermissionDeniedError(WsyncError, builtins.PermissionError):
+    """EPERM / EACCES: the broker refused this user (not its uid or
+    --group), or this user may not do that to the model (delete or replace
+    a model it does not own). The detail says which."""
+
+
+class ChecksumError(WsyncError):
+    """EBADMSG: View.verify() found the version's bytes differ from the
+    checksum its publisher stored."""
+
+
+class DroppedError(WsyncError):
+    """ECONNABORTED: a group (sharded) version was dropped, because a rank
+    aborted, died or missed the group's deadline; the detail says which.
+    Begin the next version."""
+
+
 class ClosedError(ValueError):
     """The handle (client, publisher, subscriber, slab or view) was closed,
     released, committed or aborted, or belongs to the parent of a fork()."""
@@ -79,6 +103,11 @@ _BY_ERRNO = {
     _errno.EEXIST: LayoutError,
     _errno.EIDRM: RemovedError,
     _errno.ENODEV: NoDeviceError,
+    _errno.EPERM: PermissionDeniedError,
+    _errno.EACCES: PermissionDeniedError,
+    _errno.EBADMSG: ChecksumError,
+    _errno.ECONNABORTED: DroppedError,
+    _errno.ECONNREFUSED: NoBrokerError,
 }
 
 # What a failed driver load returns from the GPU calls (libclient/gpu.c).
@@ -93,6 +122,14 @@ def error_from_rc(rc, what=None):
     if what and not detail:
         detail = what
     return _BY_ERRNO.get(-rc, WsyncError)(-rc, text, detail)
+
+
+def connect_error_from_rc(rc):
+    """error_from_rc for wsync_connect: a missing socket is no broker."""
+    err = error_from_rc(rc)
+    if -rc == _errno.ENOENT:
+        return NoBrokerError(err.errno, err.strerror, err.detail)
+    return err
 
 
 def gpu_error_from_rc(rc, what=None):

@@ -2,9 +2,11 @@
 
 Which library is loaded, in order:
   1. $WSYNC_LIBRARY (a path to libwsync.so),
-  2. build/lib/libwsync.so of the source tree this package sits in
+  2. the library a wheel bundles, wsync/_native/libwsync.so.0 (pip install
+     of libclient/python builds it from the tree),
+  3. build/lib/libwsync.so of the source tree this package sits in
      (<root>/libclient/python/wsync -> <root>/build/lib/libwsync.so),
-  3. the library `make install` put beside an installed package: the path
+  4. the library `make install` put beside an installed package: the path
      written into _paths.py at install, else <prefix>/lib/libwsync.so.0 for a
      package in <prefix>/lib/pythonX.Y/dist-packages,
   4. ctypes.util.find_library("wsync"), else "libwsync.so.0" (the loader's
@@ -17,6 +19,7 @@ in a wait does not stop other Python threads.
 import ctypes
 import ctypes.util
 import os
+import re
 
 NAME_MAX = 128
 MAX_DIMS = 8
@@ -25,6 +28,7 @@ ALIGN = 256
 FOREVER = -1
 
 _here = os.path.dirname(os.path.abspath(__file__))
+_BUNDLED_LIB = os.path.join(_here, "_native", "libwsync.so.0")
 _SOURCE_TREE_LIB = os.path.normpath(
     os.path.join(_here, "..", "..", "..", "build", "lib", "libwsync.so"))
 
@@ -231,6 +235,8 @@ def _candidates():
     if env:
         return [env], True
     out = []
+    if os.path.exists(_BUNDLED_LIB):
+        out.append(_BUNDLED_LIB)
     if os.path.exists(_SOURCE_TREE_LIB):
         out.append(_SOURCE_TREE_LIB)
     installed = _installed_lib()
@@ -258,6 +264,39 @@ def _installed_lib():
     return cand if os.path.exists(cand) else None
 
 
+class LibraryNotFoundError(ImportError):
+    """libwsync could not be loaded; the message says what was tried and
+    how to get the library."""
+
+
+def _missing_dependency(err):
+    """The shared object a found libwsync could not load, if that was it."""
+    m = re.search(r"(lib[\w+.-]+\.so[.\d]*): cannot open shared object file", str(err))
+    return m.group(1) if m else None
+
+
+_DEB_OF = {"libxxhash.so.0": "libxxhash0"}
+
+
+def _explain(names, errors, from_env):
+    lines = ["wsync: cannot load libwsync, the C library this package binds."]
+    for name, err in errors:
+        dep = _missing_dependency(err)
+        if dep and dep not in os.path.basename(name):
+            lines.append("  %s was found but needs %s, which is not installed%s"
+                         % (name, dep, " (Debian: apt-get install %s)" % _DEB_OF[dep]
+                            if dep in _DEB_OF else ""))
+        else:
+            lines.append("  tried %s: %s" % (name, err))
+    if from_env:
+        lines.append("WSYNC_LIBRARY is set: point it at libwsync.so, or unset it.")
+    else:
+        lines.append("Install the package with its library: `pip install <wsync tree>/"
+                     "libclient/python` (builds and bundles libwsync), or `make install` "
+                     "in the wsync tree, or set WSYNC_LIBRARY to the path of libwsync.so.")
+    return "\n".join(lines)
+
+
 def _load():
     names, from_env = _candidates()
     errors = []
@@ -265,9 +304,17 @@ def _load():
         try:
             lib = ctypes.CDLL(name)
         except OSError as e:
-            errors.append("%s: %s" % (name, e))
+            if os.sep not in name and "cannot open shared object file" in str(e):
+                e = "not on the loader's search path (ldconfig, LD_LIBRARY_PATH)"
+            errors.append((name, e))
             if from_env:
                 break
+            continue
+        missing = [fn for fn in _PROTOS if not hasattr(lib, fn)]
+        if missing:
+            errors.append((name, "lacks %s: it is an older libwsync than this package "
+                                 "(%d functions missing); rebuild or reinstall it"
+                           % (missing[0], len(missing))))
             continue
         for fn, (res, args) in _PROTOS.items():
             f = getattr(lib, fn)
@@ -275,13 +322,12 @@ def _load():
             f.argtypes = args
         lib._wsync_path = name
         return lib
-    raise ImportError("wsync: cannot load libwsync (set WSYNC_LIBRARY to the path of "
-                      "libwsync.so): " + "; ".join(errors))
+    raise LibraryNotFoundError(_explain(names, errors, from_env))
 
 
 lib = _load()
 
 _ver = lib.wsync_version_string().decode()
 if not _ver.startswith("0."):
-    raise ImportError("wsync: %s is libwsync %s; this binding speaks 0.x"
-                      % (lib._wsync_path, _ver))
+    raise LibraryNotFoundError("wsync: %s is libwsync %s; this binding speaks 0.x"
+                               % (lib._wsync_path, _ver))

@@ -7,8 +7,15 @@ raises ReadOnlyError before any in-place operation on it (a method ending in
 "_", __setitem__, an out= argument) reaches the memory, and ClosedError for
 any operation once its view is released. Results that alias the view's
 memory (slices, view(), detach(), .data, t()) are ReadOnlyTensors again; new
-tensors (t * 2, a module's output) are plain. numpy() gives a read-only
-array.
+tensors (t * 2, a module's output) are plain.
+
+Every way out of the tensor to other code stays read-only or refuses:
+numpy() and np.asarray() give arrays over the view's read-only buffer (numpy
+refuses flags.writeable = True on them); __dlpack__ (torch.from_dlpack,
+np.from_dlpack), storage() and as_subclass() to a writable class raise
+ReadOnlyError, since DLPack and storages cannot carry read-only-ness and a
+plain tensor over the mapping would fault on its first write; pickling and
+deepcopy copy. nn.Parameter(t) stays a ReadOnlyTensor.
 
 Cost: one Python-level dispatch per torch operation that takes such a
 tensor (a few microseconds, see docs/PYTHON.md). Only imported when torch
@@ -21,6 +28,8 @@ import torch
 from ._errors import ClosedError
 
 _DISABLED = torch._C.DisableTorchFunction
+# The getter of __cuda_array_interface__: a view's CUDA tensor says read-only.
+_CAI_GET = getattr(getattr(torch.Tensor, "__cuda_array_interface__", None), "__get__", None)
 
 # In-place methods that do not write the tensor's memory.
 _ALLOWED_INPLACE = frozenset(("requires_grad_", "retain_grad"))
@@ -77,6 +86,51 @@ def _writes_first(func, args, kwargs):
     return None
 
 
+# Ways out of the tensor that would hand its memory to code that may write
+# it, and cannot say read-only (DLPack before 1.0, storages).
+_NO_EXPORT = {
+    "__dlpack__": "DLPack cannot mark memory read-only",
+    "storage": "a storage of it would be writable",
+    "_storage": "a storage of it would be writable",
+    "untyped_storage": "a storage of it would be writable",
+    "_typed_storage": "a storage of it would be writable",
+    "_untyped_storage": "a storage of it would be writable",
+}
+
+
+def _refuse_export(name, why):
+    raise ReadOnlyError("wsync: %s() of a tensor of a View: %s, and its memory is the "
+                        "broker's read-only mapping (a write would kill the process); "
+                        "clone() it for a writable copy, or use .numpy() (read-only, no "
+                        "copy)" % (name, why))
+
+
+def _ro_numpy(t, dtype=None):
+    """t's memory as a numpy array over its view's read-only buffer: no copy,
+    and numpy refuses to make it writeable (torch's own numpy() of t would
+    be a writable array over the read-only mapping)."""
+    import numpy as np
+    with _DISABLED():
+        if t.device.type != "cpu":
+            return None
+        shape, strides = tuple(t.shape), t.stride()
+        size = t.element_size()
+        ptr, n = t.data_ptr(), t.numel()
+        dt = torch.empty(0, dtype=t.dtype).numpy().dtype   # torch's refusals (bf16) kept
+    lo, hi = t._wsync_range
+    if n == 0 or not lo <= ptr < hi:
+        a = np.empty(shape, dt)
+        a.flags.writeable = False
+    else:
+        # over a read-only array of the whole slab, never over the memoryview
+        # itself: numpy would look through it to the writable ctypes array
+        # behind and let flags.writeable be set
+        slab = np.frombuffer(t._wsync_view._readonly_memory(), np.uint8)
+        a = np.ndarray(shape, dt, buffer=slab, offset=ptr - lo,
+                       strides=tuple(x * size for x in strides))
+    return a if dtype is None else a.astype(dtype, copy=False)
+
+
 def _first_ro(args):
     for a in args:
         if isinstance(a, ReadOnlyTensor):
@@ -113,6 +167,20 @@ class ReadOnlyTensor(torch.Tensor):
         if name is not None and args and isinstance(args[0], ReadOnlyTensor):
             raise ReadOnlyError("wsync: %s() on a tensor of a View: its memory is the "
                                 "broker's read-only mapping; clone() it to modify it" % name)
+        if ro is not None and args and args[0] is ro:
+            fname = getattr(func, "__name__", "")
+            if fname in _NO_EXPORT:
+                _refuse_export(fname, _NO_EXPORT[fname])
+            if fname in ("numpy", "__array__"):
+                a = _ro_numpy(ro, kwargs.get("dtype", args[1] if len(args) > 1 else None)
+                              if fname == "__array__" else None)
+                if a is not None:
+                    return a
+            if func is _CAI_GET:
+                with _DISABLED():
+                    cai = dict(func(*args, **kwargs))
+                cai["data"] = (cai["data"][0], True)
+                return cai
         out = kwargs.get("out")
         if out is not None and _first_ro((out,)) is not None:
             raise ReadOnlyError("wsync: out= a tensor of a View: its memory is the "
@@ -129,16 +197,27 @@ class ReadOnlyTensor(torch.Tensor):
             r.flags.writeable = False
         return r
 
+    def as_subclass(self, cls):
+        """A ReadOnlyTensor as another ReadOnlyTensor class; as a plain or
+        other tensor class it would be writable, so that raises ReadOnlyError
+        (clone() first)."""
+        if isinstance(cls, type) and issubclass(cls, ReadOnlyTensor):
+            w = torch.Tensor.as_subclass(self, cls)
+            w._wsync_view, w._wsync_range = self._wsync_view, self._wsync_range
+            return w
+        _refuse_export("as_subclass", "a %s over it would be writable"
+                       % getattr(cls, "__name__", cls))
+
     def __reduce_ex__(self, proto):
         # Pickling (a Queue, torch.save, deepcopy) copies the values into a
         # plain tensor: the shared mapping cannot travel.
         with _DISABLED():
-            plain = torch.Tensor.clone(self).as_subclass(torch.Tensor)
+            plain = torch.Tensor.as_subclass(torch.Tensor.clone(self), torch.Tensor)
         return plain.__reduce_ex__(proto)
 
     def __deepcopy__(self, memo):
         with _DISABLED():
-            return torch.Tensor.clone(self).as_subclass(torch.Tensor)
+            return torch.Tensor.as_subclass(torch.Tensor.clone(self), torch.Tensor)
 
 
 def _wrap_alias(r, ro):

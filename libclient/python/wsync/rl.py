@@ -1,100 +1,1036 @@
-"""A weight-sync scheme for RL loops: a trainer sends its policy's weights,
-collectors update their own policy modules in place between rollouts.
+"""TorchRL's weight-sync scheme on a wsync broker.
 
-Shaped like TorchRL's weight-sync schemes (torchrl.weight_update: a
-picklable scheme, a sender with send / send_async / wait_async, a receiver
-with receive(timeout)) without needing TorchRL::
+WsyncWeightSyncScheme has the interface and the semantics of TorchRL's
+WeightSyncScheme (torchrl.weight_update, TorchRL 0.11 and later): a TorchRL
+collector takes it as weight_sync_schemes={"policy": scheme} and drives it,
+or any trainer and collector processes use it directly::
 
-    scheme = wsync.rl.WsyncWeightSyncScheme("policy")      # picklable
-    sender = scheme.create_sender(policy)                   # in the trainer
-    sender.send_weights(policy, step)                       # each update
+    scheme = WsyncWeightSyncScheme()                  # picklable
+    # trainer (what a TorchRL collector does for you)
+    scheme.init_on_sender(model_id="policy", context=collector)   # or model=policy
+    scheme.connect()                                  # publishes the first weights
+    scheme.send()                                     # returns once every worker applied them
+    # each worker
+    scheme.init_on_receiver(model_id="policy", context=inner_collector, worker_idx=i)
+    scheme.connect(worker_idx=i)                      # applies the first weights
+    weights = scheme.receive(timeout=None)            # or leave it to the background thread
 
-    receiver = scheme.create_receiver(policy)               # in each collector
-    if receiver.receive(timeout=0.0):                       # between rollouts
-        ...                                                 # policy is updated
-    lag = receiver.lag()                                    # PolicyLag
+Where TorchRL is installed the scheme is a subclass of its WeightSyncScheme
+(so a TorchRL collector accepts it); elsewhere it stands alone with the same
+interface. Weights travel through shared memory: send() writes the version
+once, every worker copies it into its own module in place (View.load_into),
+and a synchronous send() returns when every worker has applied it
+(wsync_pub_wait_readers). A worker that dies, even by SIGKILL, stops
+counting at once: it never stalls a send. See docs/PYTHON.md.
 
-Weights go through a wsync broker: the trainer writes each version once
-into shared memory, each collector copies it into its module with
-View.load_into (checked, in place). A collector that dies, even by SIGKILL,
-never blocks the trainer. See docs/PYTHON.md.
+The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
+they still work (WeightSender, WeightReceiver).
 """
+import errno as _errno
+import logging
 import math
+import re
+import threading
 import time
+import warnings
+import weakref
 from collections import namedtuple
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Dict, Optional
 
-from ._core import Client, ModelRef, _timeout_s, _uint
-from ._errors import NoDataError, WsyncTimeoutError
+from ._core import Client, ModelRef, View, _timeout_s, _uint, default_endpoint
+from ._errors import ClosedError, NoDataError, RemovedError, WsyncError, WsyncTimeoutError
 
-__all__ = ["WsyncWeightSyncScheme", "WeightSender", "WeightReceiver", "PolicyLag"]
+__all__ = ["WsyncWeightSyncScheme", "WsyncTransport", "WsyncWeightStrategy", "PolicyLag",
+           "WeightSender", "WeightReceiver"]
+
+_log = logging.getLogger("wsync.rl")
+
+try:          # TorchRL's base class, so that its collectors take the scheme
+    from torchrl.weight_update import WeightSyncScheme as _TorchRLScheme
+except Exception:        # not installed (or not importable): stand alone
+    _TorchRLScheme = None
+
+STRATEGIES = ("tensordict", "state_dict")
+_SLICE_S = 0.25
 
 PolicyLag = namedtuple("PolicyLag", "versions_behind steps_behind seconds_behind age_s "
                                     "version latest_version")
 PolicyLag.__doc__ = """How far a receiver's policy is behind the trainer.
 
-versions_behind  versions published since the one loaded (0: up to date)
-steps_behind     trainer steps between the loaded version and the newest
-seconds_behind   commit time of the newest version minus that of the loaded
+versions_behind  versions published since the one applied (0: up to date)
+steps_behind     sends between the applied version and the newest
+seconds_behind   commit time of the newest version minus that of the applied
                  one, in seconds (0.0 when up to date)
-age_s            seconds since the loaded version was committed
-version          the version loaded (0: none yet)
+age_s            seconds since the applied version was committed
+version          the version applied (0: none yet)
 latest_version   the newest version published (0: none yet)"""
 
 
-class WsyncWeightSyncScheme:
-    """How to reach one model's weights: a broker endpoint (None:
-    $WSYNC_ENDPOINT or the default broker) and a model name, plus the
-    sender's options. Picklable: build it in the parent, hand it to the
-    workers, call create_receiver() there.
+# ---- weights: modules, flat and nested mappings, TensorDicts ----------------------
 
-    sync=True makes every send wait, after publishing, until n_readers
-    receivers (0: every current subscriber) took that version or a newer
-    one, up to sync_timeout seconds (None: forever); else send returns as
-    soon as the version is visible. slots: the model's slabs (0: the
-    broker's default). strict: load_into's strictness on receivers."""
+def _is_module(x):
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(x, torch.nn.Module)
 
-    def __init__(self, model: str = "policy", endpoint: Optional[str] = None,
-                 sync: bool = False, sync_timeout: Optional[float] = None, n_readers: int = 0,
-                 slots: int = 0, strict: bool = True) -> None:
-        if not isinstance(model, str):
-            raise TypeError("wsync: model must be a str, not %s" % type(model).__name__)
-        for what, val in (("sync", sync), ("strict", strict)):
+
+def _is_tensordict(x):
+    """A TensorDict (or anything shaped like one: nested keys flattened by
+    flatten_keys), without importing tensordict."""
+    return callable(getattr(x, "flatten_keys", None)) and callable(getattr(x, "items", None)) \
+        and not isinstance(x, Mapping)
+
+
+def _flatten(weights, prefix="", out=None):
+    """{dotted name: tensor} of a flat or nested mapping or a TensorDict
+    (nested keys joined with '.', as state_dict names them)."""
+    if out is None:
+        out = {}
+    if _is_tensordict(weights):
+        weights = weights.flatten_keys(".")
+        for k, v in weights.items():
+            k = ".".join(k) if isinstance(k, tuple) else str(k)
+            out[prefix + k] = v
+        return out
+    for k, v in weights.items():
+        k = ".".join(map(str, k)) if isinstance(k, tuple) else str(k)
+        if isinstance(v, Mapping) or _is_tensordict(v):
+            _flatten(v, prefix + k + ".", out)
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _unflatten(flat):
+    """A nested dict of a {dotted name: tensor} mapping."""
+    out = {}
+    for name, v in flat.items():
+        d = out
+        parts = name.split(".")
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = v
+    return out
+
+
+def _check_target(model, what):
+    """model must be something weights are written into: an nn.Module, a
+    mapping of tensors, or a TensorDict. Anything else (a model's *name*)
+    fails here, at once, not at the first update."""
+    if _is_module(model) or isinstance(model, Mapping) or _is_tensordict(model):
+        return model
+    hint = ""
+    if isinstance(model, str):
+        hint = (": the model's name is not the model; pass the module (its weights are "
+                "updated in place), and name the wsync model with "
+                "WsyncWeightSyncScheme(name=%r)" % model)
+    raise TypeError("wsync.rl: %s needs the policy (an nn.Module, a mapping of its tensors "
+                    "or a TensorDict), not %s%s" % (what, type(model).__name__, hint))
+
+
+def _module_tensors(module, names=None):
+    """{name: tensor} written in place for a module: its state_dict
+    (parameters, persistent buffers, tied weights under each name), plus the
+    non-persistent buffers that names (the view's) has (TensorDict.from_module
+    includes them)."""
+    out = module.state_dict(keep_vars=True)
+    if names is not None:
+        for n, b in module.named_buffers():
+            if n in names and n not in out:
+                out[n] = b
+    return out
+
+
+def _destination(model, names=None):
+    """{name: tensor} to copy a version into, for a receiver's model."""
+    if _is_module(model):
+        return _module_tensors(model, names)
+    return _flatten(model)
+
+
+class WsyncWeightStrategy:
+    """How weights are extracted on the sender and applied on receivers, for
+    the "tensordict" and "state_dict" formats (TorchRL's WeightStrategy).
+    Extraction gives a flat state_dict or a TensorDict (a nested dict where
+    the tensordict package is missing); application copies in place."""
+
+    def __init__(self, extract_as="tensordict"):
+        if extract_as not in STRATEGIES:
+            raise ValueError("wsync.rl: strategy must be 'tensordict' or 'state_dict', not %r"
+                             % (extract_as,))
+        self.extract_as = extract_as
+
+    def extract_weights(self, source):
+        """source (a module, a mapping, a TensorDict) in this format."""
+        flat = _module_tensors(source) if _is_module(source) else _flatten(source)
+        flat = {k: (v.detach() if hasattr(v, "detach") else v) for k, v in flat.items()}
+        return self.format(flat)
+
+    def format(self, flat):
+        if self.extract_as == "state_dict":
+            return dict(flat)
+        try:
+            from tensordict import TensorDict
+        except ImportError:
+            return _unflatten(flat)
+        return TensorDict(dict(flat), batch_size=[]).unflatten_keys(".")
+
+    def apply_weights(self, destination, weights, inplace=True):
+        """Copies weights into destination's tensors in place (wsync never
+        swaps a module's tensors: optimisers and hooks keep theirs)."""
+        if weights is None:
+            return
+        if isinstance(weights, View):
+            weights.load_into(_destination(destination, set(weights.tensors)))
+            return
+        src = _flatten(weights) if not _is_module(weights) else _module_tensors(weights)
+        dst = _destination(destination, set(src))
+        missing = [k for k in src if k not in dst]
+        if missing:
+            raise KeyError("wsync.rl: weights %s are not in the model" % ", ".join(missing))
+        import torch
+        with torch.no_grad():
+            for k, v in src.items():
+                t = dst[k]
+                if tuple(t.shape) != tuple(v.shape):
+                    raise ValueError("wsync.rl: %s: shape %s in the weights, %s in the model"
+                                     % (k, tuple(v.shape), tuple(t.shape)))
+                t.copy_(v)
+
+
+# ---- resolving a model_id against a collector --------------------------------------
+
+_SUBSCRIPT = re.compile(r"\[([^\]]+)\]")
+
+
+def resolve(context, path):
+    """The object path names in context: "policy", "env.value_net",
+    "nets[0]", "models['pi']" (TorchRL's model_id syntax)."""
+    obj = context
+    for part in path.split("."):
+        head = part.split("[", 1)[0]
+        if head:
+            try:
+                obj = getattr(obj, head)
+            except AttributeError:
+                raise AttributeError("wsync.rl: model_id %r: %s has no attribute %r"
+                                     % (path, type(obj).__name__, head)) from None
+        for key in _SUBSCRIPT.findall(part[len(head):]):
+            key = key.strip()
+            if key[:1] in "'\"" and key[-1:] == key[:1]:
+                obj = obj[key[1:-1]]
+            else:
+                obj = obj[int(key)]
+    return obj
+
+
+def _model_of(context, model_id):
+    get = getattr(context, "get_model", None)
+    if callable(get):
+        try:
+            return get(model_id)
+        except (AttributeError, KeyError):
+            pass
+    return resolve(context, model_id)
+
+
+# ---- the two ends on the broker ------------------------------------------------------
+
+class _SenderEnd:
+    """The trainer's connection: one publisher serving every worker."""
+
+    def __init__(self, endpoint, name, slots, client_name):
+        self.client = Client(endpoint, client_name)
+        self.name = name
+        self.slots = slots
+        self.publisher = None
+        self.version = 0
+        self.step = 0
+        self.lock = threading.Lock()
+
+    def publish(self, flat, timeout):
+        with self.lock:
+            if self.publisher is None:
+                self.publisher = self.client.publisher_like(self.name, flat, slots=self.slots,
+                                                            replace=True)
+            self.step += 1
+            self.version = self.publisher.publish(flat, self.step, timeout)
+            return self.version
+
+    def wait_applied(self, version, timeout):
+        """Returns when every current subscriber (each worker's two sessions)
+        has taken version or a newer one; a worker takes it on its ack
+        session only after applying it."""
+        if self.publisher is None:
+            return 0
+        # in slices, so that Ctrl-C and close() are noticed while waiting
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _SLICE_S if deadline is None else \
+                max(0.0, min(_SLICE_S, deadline - time.monotonic()))
+            try:
+                return self.publisher.wait_readers(version, left, 0)
+            except WsyncTimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    def close(self):
+        self.client.close()
+
+
+class _ReceiverEnd:
+    """A worker's connection: a subscriber it loads versions from, and an
+    acknowledging session that takes a version only once it is applied (the
+    broker counts taken versions per session, so a synchronous sender that
+    waits for every session waits for the applications)."""
+
+    def __init__(self, endpoint, name, client_name):
+        self.client = Client(endpoint, client_name)
+        try:
+            self.ack_client = Client(endpoint, client_name + "-ack")
+        except BaseException:
+            self.client.close()
+            raise
+        self.sub = self.client.subscriber(name)
+        self.ack_sub = self.ack_client.subscriber(name)
+        self.version = 0
+        self.step = 0
+        self.published_ns = 0
+        self.received = 0
+
+    def resubscribe(self):
+        """Subscribes again after the model was deleted or replaced (a new
+        job's trainer with another layout): its versions go on above the
+        old ones, so the version applied stays a valid floor."""
+        name = self.sub.model
+        self.sub.close()
+        self.ack_sub.close()
+        self.sub = self.client.subscriber(name)
+        self.ack_sub = self.ack_client.subscriber(name)
+
+    def acknowledge(self, version):
+        """Takes version on the ack session, unless a newer one is already
+        there: taking that would say it is applied too (the loop applies and
+        acknowledges it next)."""
+        try:
+            if self.ack_sub.latest().version != version:
+                return
+            with self.ack_sub.wait(after=version - 1, timeout=0):
+                pass
+        except (WsyncError, ClosedError) as e:
+            _log.debug("wsync.rl: acknowledging v%d: %s", version, e)
+
+    def close(self):
+        self.ack_client.close()
+        self.client.close()
+
+
+class WsyncTransport:
+    """A transport of the scheme (TorchRL's TransportBackend): a sender's
+    per-worker handle on the one publication that serves every worker, or a
+    worker's receiving end. Made by the scheme (create_transport)."""
+
+    def __init__(self, scheme, role, worker_idx=None):
+        self._scheme = weakref.ref(scheme)
+        self.role = role
+        self.worker_idx = worker_idx
+
+    def _s(self):
+        s = self._scheme()
+        if s is None:
+            raise ClosedError("wsync.rl: the scheme of this transport is gone")
+        return s
+
+    # sender side
+    def send_weights(self, weights):
+        """Publishes weights (every worker gets them) and, for a
+        synchronous scheme, waits until every worker applied them."""
+        s = self._s()
+        v = s._publish(weights)
+        if s.sync:
+            s._end.wait_applied(v, s.timeout)
+        return v
+
+    def send_weights_async(self, weights, model_id=None):
+        return self._s()._publish(weights)
+
+    def wait_ack(self, timeout=None):
+        return self._s().wait_async(timeout)
+
+    def setup_connection_and_weights_on_sender(self):
+        self._s()._connect_sender(None)
+
+    # receiver side
+    def receive_weights(self, timeout=None, *, weights=None, model=None, strategy=None):
+        return self._s()._receive(timeout)
+
+    def setup_connection_and_weights_on_receiver(self, *, worker_idx=None, weights=None,
+                                                 model=None, strategy=None):
+        return self._s()._connect_receiver(worker_idx)
+
+    def send_ack(self, message="updated"):
+        s = self._s()
+        if s._end is not None:
+            s._end.acknowledge(s._end.version)
+
+    def __repr__(self):
+        return "<wsync.rl.WsyncTransport %s%s>" % (
+            self.role, "" if self.worker_idx is None else " worker %d" % self.worker_idx)
+
+
+# ---- the scheme ------------------------------------------------------------------------
+
+_Base = _TorchRLScheme if _TorchRLScheme is not None else object
+
+# What never travels with a pickled scheme (connections, threads, references
+# to the process's own objects).
+_RUNTIME = ("_end", "_lock", "_thread", "_stop", "_context_ref", "_model_ref",
+            "_sender_transports", "_receiver_transport", "_background_thread", "_stop_event",
+            "_init_weights")
+
+
+class WsyncWeightSyncScheme(_Base):
+    """TorchRL's WeightSyncScheme on a wsync broker: synchronises one model
+    (the policy) from a sender (the trainer's collector) to its workers.
+
+    strategy    "tensordict" (TorchRL's default) or "state_dict": the format
+                send() takes and receive() returns (weights travel flat
+                either way; nested TensorDict or dict weights are flattened
+                with '.', as state_dict names them)
+    sync        send() returns once every worker applied the weights (True,
+                TorchRL's default); else as soon as they are published
+    name        the wsync model (default: the model_id, e.g. "policy"); two
+                jobs on one broker need two names
+    endpoint    the broker (default $WSYNC_ENDPOINT, else the default broker),
+                resolved to its socket path on the sender so workers reach
+                the same one
+    timeout     how long a synchronous send() waits for the workers (None:
+                as long as it takes; a worker that dies stops counting, a
+                TimeoutError names the ones behind)
+    connect_timeout  how long a worker's connect() waits for the first
+                weights (TorchRL's workers block there too)
+    background  workers apply new weights in a background thread after
+                connect() (as TorchRL's multiprocess schemes do); False: only
+                when the worker calls receive()
+    strict      the weights must name exactly the model's tensors
+    slots       the model's slabs on the broker (0: its default)
+
+    Hold scheme.lock around code that must not see the weights change
+    (a rollout step): the background thread applies a version under it.
+    """
+
+    def __init__(self, strategy: str = "tensordict", sync: bool = True, *,
+                 name: Optional[str] = None, endpoint: Optional[str] = None,
+                 timeout: Optional[float] = None, connect_timeout: Optional[float] = 120.0,
+                 background: bool = True, strict: bool = True, slots: int = 0) -> None:
+        if strategy not in STRATEGIES:
+            hint = ""
+            if isinstance(strategy, str):
+                hint = ("; the wsync model's name is WsyncWeightSyncScheme(name=%r) (wsync "
+                        "0.2's first argument)" % strategy)
+            raise ValueError("wsync.rl: strategy must be 'tensordict' or 'state_dict', not "
+                             "%r%s" % (strategy, hint))
+        for what, val in (("sync", sync), ("background", background), ("strict", strict)):
             if not isinstance(val, bool):
-                raise TypeError("wsync: %s must be True or False, not %s"
+                raise TypeError("wsync.rl: %s must be True or False, not %s"
                                 % (what, type(val).__name__))
-        self.model = model
-        self.endpoint = endpoint
+        if name is not None and not isinstance(name, str):
+            raise TypeError("wsync.rl: name must be a str, not %s" % type(name).__name__)
+        if _TorchRLScheme is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # its state_dict strategy "is experimental"
+                super().__init__(strategy)
+        self.strategy_str = strategy
+        self._strategy = WsyncWeightStrategy(strategy)
         self.sync = sync
-        self.sync_timeout = _timeout_s(sync_timeout)
-        self.n_readers = _uint(n_readers, "n_readers", 32)
-        self.slots = _uint(slots, "slots", 32)
+        self.name = name
+        self.endpoint = endpoint
+        self.timeout = _timeout_s(timeout)
+        self.connect_timeout = _timeout_s(connect_timeout)
+        self.background = background
         self.strict = strict
+        self.slots = _uint(slots, "slots", 32)
+        self._model_id = None
+        self._worker_idx = None
+        self.num_workers = None
+        self._reset_runtime()
+
+    def _reset_runtime(self):
+        self._end = None
+        self._lock = threading.RLock()
+        self._thread = None
+        self._stop = None
+        self._context_ref = None
+        self._model_ref = None
+        self._sender_transports = None
+        self._receiver_transport = None
+        self._shared_transport = None
+        self._background_thread = None
+        self._stop_event = None
+        self._init_weights = None
+        self._initialized_on_sender = False
+        self._initialized_on_receiver = False
+        self._synchronized_on_sender = False
+        self._synchronized_on_receiver = False
+        self.last_error = None
+
+    # ---- TorchRL's properties ------------------------------------------------------
+
+    @property
+    def strategy(self):
+        return self._strategy
+
+    @strategy.setter
+    def strategy(self, value):
+        self._strategy = value
+
+    @property
+    def lock(self):
+        """Held while a version is applied to the model: hold it around a
+        rollout step that must see one version throughout."""
+        return self._lock
+
+    @property
+    def initialized_on_sender(self):
+        return self._initialized_on_sender
+
+    @property
+    def initialized_on_receiver(self):
+        return self._initialized_on_receiver
+
+    @property
+    def synchronized_on_sender(self):
+        return self._synchronized_on_sender
+
+    @synchronized_on_sender.setter
+    def synchronized_on_sender(self, value):
+        self._synchronized_on_sender = value
+
+    @property
+    def synchronized_on_receiver(self):
+        return self._synchronized_on_receiver
+
+    @synchronized_on_receiver.setter
+    def synchronized_on_receiver(self, value):
+        self._synchronized_on_receiver = value
+
+    @property
+    def context(self):
+        return self._context_ref() if self._context_ref is not None else None
+
+    @context.setter
+    def context(self, context):
+        self._context_ref = weakref.ref(context) if context is not None else None
+
+    @property
+    def model_id(self):
+        return self._model_id
+
+    @model_id.setter
+    def model_id(self, model_id):
+        self._model_id = model_id
+
+    @property
+    def worker_idx(self):
+        return self._worker_idx
+
+    @worker_idx.setter
+    def worker_idx(self, worker_idx):
+        if self._initialized_on_sender and worker_idx is not None:
+            raise RuntimeError("wsync.rl: a sender has no worker index")
+        self._worker_idx = worker_idx
+
+    @property
+    def model(self):
+        """The model weights are applied to (receiver) or taken from
+        (sender): the one given, else model_id resolved in the context."""
+        if self._model_ref is not None:
+            m = self._model_ref()
+            if m is not None:
+                return m
+        if self._model_id is not None and self.context is not None:
+            m = _model_of(self.context, self._model_id)
+            if m is None:
+                raise AttributeError("wsync.rl: model %r is None in %r"
+                                     % (self._model_id, self.context))
+            self.model = m
+            return m
+        return None
+
+    @model.setter
+    def model(self, model):
+        # held strongly: a model given to init_on_receiver(model=...) may have
+        # no other reference (the model does not refer to the scheme: no cycle)
+        old = self._model_ref() if self._model_ref is not None else None
+        self._model_ref = None if model is None else (lambda m: (lambda: m))(model)
+        if model is not None and model is not old and self._synchronized_on_receiver \
+                and isinstance(self._end, _ReceiverEnd):
+            # a connected worker's collector swapped its policy (TorchRL's
+            # workers do, after connect, for a copy on the right device):
+            # the new one gets the version applied so far at once
+            _check_target(model, "the model")
+            end = self._end
+            try:
+                view = end.sub.acquire()
+            except RemovedError:
+                end.resubscribe()
+                view = end.sub.acquire()
+            with self._lock, view:
+                view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
+                end.version, end.step = view.version, view.step
+                end.published_ns = view.published_ns
+            end.acknowledge(end.version)
+
+    @property
+    def weights(self):
+        """The model's current weights in the strategy's format."""
+        model = self.model
+        if model is None:
+            return self._init_weights
+        return self._strategy.extract_weights(model)
+
+    @weights.setter
+    def weights(self, value):
+        self._init_weights = value
+
+    @property
+    def sender_transports(self) -> Dict[int, WsyncTransport]:
+        return self._sender_transports or {}
+
+    @property
+    def receiver_transport(self) -> Optional[WsyncTransport]:
+        return self._receiver_transport
+
+    @property
+    def shared_transport(self):
+        return None
+
+    @property
+    def wsync_name(self) -> str:
+        """The wsync model the weights go through."""
+        return self.name or self._model_id or "policy"
+
+    @property
+    def version(self) -> int:
+        """The last version sent (sender) or applied (receiver); 0: none."""
+        return self._end.version if self._end is not None else 0
+
+    @property
+    def step(self) -> int:
+        """How many sends the applied (or last sent) version is."""
+        return self._end.step if self._end is not None else 0
+
+    @property
+    def received(self) -> int:
+        """Versions this worker applied (its first weights included)."""
+        return getattr(self._end, "received", 0)
+
+    # ---- set-up ----------------------------------------------------------------------
+
+    def init_on_sender(self, model_id: Optional[str] = None, context: Any = None, *,
+                       weights: Any = None, model: Any = None, params_map: Any = None,
+                       devices: Any = None, device_map_fn: Any = None,
+                       num_workers: Optional[int] = None, ctx: Any = None, **kwargs) -> None:
+        """The sender's side, in the process that sends (before the workers
+        start). The weights come from model, weights, or model_id resolved
+        in context (a collector: context.get_model(model_id), else the
+        attribute path, "policy", "env.value_net", "nets[0]"). The workers
+        are counted from num_workers, params_map, devices or
+        context.num_workers, each with its transport. devices, params_map
+        and device_map_fn are accepted for TorchRL's calls: every worker
+        gets the host version and load_into copies it to its module's
+        device. Nothing is connected yet: connect() does."""
+        if self._initialized_on_receiver:
+            raise RuntimeError("wsync.rl: this scheme is initialised on a receiver")
+        self.model_id = model_id if model_id is not None else self._model_id
+        self.context = context
+        if model is not None:
+            self.model = model
+        if weights is not None:
+            self._init_weights = weights
+        n = num_workers
+        if n is None and params_map is not None:
+            n = len(params_map)
+        if n is None and devices is not None:
+            n = len(devices)
+        if n is None and context is not None:
+            n = getattr(context, "num_workers", None)
+        self.num_workers = None if n is None else _uint(n, "num_workers", 32)
+        if self.endpoint is None:
+            self.endpoint = default_endpoint()   # the workers reach the same broker
+        self._sender_transports = {i: self.create_transport(worker_idx=i, role="sender")
+                                   for i in range(self.num_workers or 0)}
+        self._initialized_on_sender = True
+
+    def init_on_receiver(self, *, model_id: str, context: Any = None, model: Any = None,
+                         worker_idx: Optional[int] = None, **kwargs) -> None:
+        """A worker's side, in the worker (after the scheme was pickled to
+        it, or inherited through fork). The model is model, else
+        context.get_model(model_id), else model_id resolved in context; it
+        must be a module, a mapping of tensors or a TensorDict (a str fails
+        here). worker_idx defaults to context.worker_idx."""
+        if self._initialized_on_sender:
+            # a forked worker holds the sender's state: start from what a
+            # pickled copy would hold (the parent's connection stays the
+            # parent's)
+            self.__setstate__(self.__getstate__())
+        self.model_id = model_id
+        self.context = context
+        if model is None and context is not None:
+            model = _model_of(context, model_id)
+        if model is None:
+            raise ValueError("wsync.rl: init_on_receiver needs model= or a context holding "
+                             "model_id %r" % (model_id,))
+        self.model = _check_target(model, "init_on_receiver")
+        if worker_idx is None and context is not None:
+            worker_idx = getattr(context, "worker_idx", None)
+        self.worker_idx = worker_idx
+        self._receiver_transport = self.create_transport(worker_idx=worker_idx,
+                                                         role="receiver")
+        self._initialized_on_receiver = True
+
+    def create_transport(self, *, worker_idx: Optional[int] = None,
+                         role: Optional[str] = None, **kwargs) -> WsyncTransport:
+        """A transport: a sender's handle for worker worker_idx, or a
+        worker's receiving end (role "sender"/"receiver"; by default the
+        side this scheme is initialised on)."""
+        if role is None:
+            role = "receiver" if self._initialized_on_receiver else "sender"
+        if role not in ("sender", "receiver"):
+            raise ValueError("wsync.rl: role must be 'sender' or 'receiver', not %r" % (role,))
+        return WsyncTransport(self, role, worker_idx)
+
+    def connect(self, *, worker_idx: Optional[int] = None, weights: Any = None) -> None:
+        """After the workers started. On the sender: connects and publishes
+        the first weights (weights, else the model's), without waiting for
+        the workers. On a worker: connects, waits up to connect_timeout for
+        the first weights, applies them, and starts the background thread
+        (background=True)."""
+        if self._synchronized_on_sender or self._synchronized_on_receiver:
+            raise RuntimeError("wsync.rl: connect() was already called")
+        if self._initialized_on_sender:
+            if worker_idx is not None:
+                raise RuntimeError("wsync.rl: a sender's connect() takes no worker_idx")
+            self._connect_sender(weights)
+        elif self._initialized_on_receiver:
+            if weights is not None:
+                raise RuntimeError("wsync.rl: a worker's connect() takes no weights; the "
+                                   "sender's connect() publishes them")
+            self._connect_receiver(worker_idx)
+        else:
+            raise RuntimeError("wsync.rl: call init_on_sender() or init_on_receiver() "
+                               "before connect()")
+
+    def _connect_sender(self, weights):
+        if self._end is None:
+            self._end = _SenderEnd(self.endpoint, self.wsync_name, self.slots,
+                                   "torchrl-sender-%s" % self.wsync_name)
+        self._synchronized_on_sender = True
+        try:
+            first = weights if weights is not None else self._init_weights
+            self._publish(first)
+        except BaseException:
+            self._synchronized_on_sender = False
+            raise
+
+    def _connect_receiver(self, worker_idx):
+        if worker_idx is not None:
+            self._worker_idx = worker_idx
+        who = "torchrl-worker-%s-%s" % (self.wsync_name,
+                                        "?" if self._worker_idx is None else self._worker_idx)
+        end = self._end = _ReceiverEnd(self.endpoint, self.wsync_name, who)
+        self._synchronized_on_receiver = True
+        try:
+            if self._receive(self.connect_timeout, initial=True) is None:
+                raise WsyncTimeoutError(_errno.ETIMEDOUT, "timed out",
+                                        "model '%s': no weights within %s of connect(): is "
+                                        "the sender connected, and the name right?"
+                                        % (self.wsync_name, _fmt(self.connect_timeout)))
+        except BaseException:
+            self._synchronized_on_receiver = False
+            self._end = None
+            end.close()
+            raise
+        if self.background:
+            self._start_background()
+
+    # ---- sending ------------------------------------------------------------------------
+
+    def prepare_weights(self, weights: Any, model_id: Optional[str] = None,
+                        strategy: Any = None, context: Any = None) -> Any:
+        """weights as the scheme sends them: None means the model's (given
+        at init, or model_id resolved in the context); a module gives its
+        weights; a str is a model_id resolved in the context; a mapping or a
+        TensorDict goes as it is."""
+        strategy = strategy or self._strategy
+        context = context if context is not None else self.context
+        if weights is None:
+            model = self.model
+            if model is None and self._init_weights is not None:
+                return self._init_weights
+            if model is None:
+                raise ValueError("wsync.rl: no weights to send: give weights, or a model / "
+                                 "context at init_on_sender")
+            return strategy.extract_weights(model)
+        if isinstance(weights, str):
+            if context is None:
+                raise ValueError("wsync.rl: weights %r name a model, but there is no "
+                                 "context to find it in" % weights)
+            return strategy.extract_weights(_model_of(context, weights))
+        if _is_module(weights):
+            return strategy.extract_weights(weights)
+        return weights
+
+    def _flat(self, weights):
+        w = self.prepare_weights(weights)
+        if _is_module(w):
+            return _module_tensors(w)
+        if not (isinstance(w, Mapping) or _is_tensordict(w)):
+            raise TypeError("wsync.rl: weights must be a module, a mapping of tensors or a "
+                            "TensorDict, not %s" % type(w).__name__)
+        return _flatten(w)
+
+    def _publish(self, weights):
+        if self._end is None or not isinstance(self._end, _SenderEnd):
+            raise RuntimeError("wsync.rl: connect() the sender before sending")
+        return self._end.publish(self._flat(weights), self.timeout)
+
+    def _check_workers(self, worker_ids):
+        if worker_ids is None:
+            return
+        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+        for i in ids:
+            if self._sender_transports and i not in self._sender_transports:
+                raise ValueError("wsync.rl: worker %r is not registered (workers: 0 .. %d)"
+                                 % (i, len(self._sender_transports) - 1))
+
+    def _check_sender(self):
+        if not self._initialized_on_sender:
+            raise RuntimeError("wsync.rl: init_on_sender() before sending weights")
+        if not self._synchronized_on_sender:
+            raise RuntimeError("wsync.rl: connect() before sending weights")
+
+    def send(self, weights: Any = None, worker_ids: Any = None) -> None:
+        """Publishes weights (None: the model's) and, with sync=True, returns
+        once every worker has applied them. One publication serves every
+        worker: worker_ids is checked against the registered workers, and
+        all of them get the version (a synchronous send waits for all).
+        TimeoutError after the scheme's timeout names the workers behind."""
+        self._check_sender()
+        self._check_workers(worker_ids)
+        v = self._publish(weights)
+        if self.sync:
+            self._end.wait_applied(v, self.timeout)
+
+    def send_async(self, weights: Any = None, worker_ids: Any = None) -> int:
+        """Publishes weights and returns the version at once; wait_async()
+        waits for the workers to apply it."""
+        self._check_sender()
+        self._check_workers(worker_ids)
+        return self._publish(weights)
+
+    def wait_async(self, timeout: Optional[float] = None) -> int:
+        """Waits until every worker applied the last version sent (up to
+        timeout, by default the scheme's); returns how many sessions have."""
+        self._check_sender()
+        t = self.timeout if timeout is None else _timeout_s(timeout)
+        return self._end.wait_applied(self._end.version, t)
+
+    # ---- receiving ------------------------------------------------------------------------
+
+    def _check_receiver(self, what):
+        if not self._initialized_on_receiver:
+            if self._initialized_on_sender:
+                raise RuntimeError("wsync.rl: %s() on the sender's side" % what)
+            raise RuntimeError("wsync.rl: init_on_receiver() before %s()" % what)
+
+    def receive(self, timeout: Optional[float] = None) -> Any:
+        """Applies the newest weights if they are newer than the ones
+        applied, waiting up to timeout seconds (None: until they come; 0:
+        only look), and returns them (the model's weights, in the strategy's
+        format), or None if none came in time. The context's
+        update_policy_weights_ is told, as TorchRL's schemes do."""
+        self._check_receiver("receive")
+        if not self._synchronized_on_receiver:
+            raise RuntimeError("wsync.rl: connect() before receive()")
+        return self._receive(_timeout_s(timeout))
+
+    def _receive(self, timeout, initial=False):
+        end = self._end
+        model = self.model
+        if model is None:
+            raise ValueError("wsync.rl: no model registered")
+        with self._lock:
+            try:
+                try:
+                    view = end.sub.wait(after=end.version, timeout=timeout)
+                except RemovedError:
+                    end.resubscribe()
+                    view = end.sub.wait(after=end.version, timeout=timeout)
+            except WsyncTimeoutError:
+                return None
+            with view:
+                view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
+                end.version, end.step = view.version, view.step
+                end.published_ns = view.published_ns
+            end.received += 1
+            version = end.version
+        weights = self._strategy.extract_weights(model)
+        ctx = self.context
+        if not initial and ctx is not None and callable(getattr(ctx, "update_policy_weights_",
+                                                                None)):
+            # TorchRL's cascade to the worker's collector, part of applying
+            ctx.update_policy_weights_(model_id=self._model_id or "policy",
+                                       policy_or_weights=weights)
+        end.acknowledge(version)        # now a synchronous send() may return
+        return weights
+
+    def apply_weights(self, weights: Any, inplace: bool = True) -> None:
+        """Copies weights (a mapping, a TensorDict, a module, or a wsync
+        View) into the model in place. inplace=False is taken as True:
+        wsync never swaps a module's tensors."""
+        self._check_receiver("apply_weights")
+        model = self.model
+        if model is None:
+            raise ValueError("wsync.rl: no model registered")
+        with self._lock:
+            self._strategy.apply_weights(model, weights, inplace=True)
+            if isinstance(weights, View) and self._end is not None:
+                self._end.version = max(self._end.version, weights.version)
+                self._end.acknowledge(weights.version)
+
+    def lag(self) -> PolicyLag:
+        """How far the applied weights are behind the newest published
+        (read from shared memory, no system call)."""
+        self._check_receiver("lag")
+        end = self._end
+        if end is None:
+            return PolicyLag(0, 0, 0.0, 0.0, 0, 0)
+        return _lag(end.sub, end.version, end.step, end.published_ns)
+
+    # ---- the background receiver ----------------------------------------------------------
+
+    def _start_background(self):
+        self._stop = self._stop_event = threading.Event()
+        self._thread = self._background_thread = threading.Thread(
+            target=self._background_loop, daemon=True,
+            name="wsync-receiver-%s" % self._worker_idx)
+        self._thread.start()
+
+    def _background_loop(self):
+        stop = self._stop
+        while not stop.is_set():
+            try:
+                self._receive(0.25)
+            except ClosedError:
+                return
+            except Exception as e:        # told (once per kind), then tried again
+                if not stop.is_set():
+                    if repr(e) != repr(self.last_error):
+                        _log.warning("wsync.rl: worker %s: applying weights failed: %s: %s",
+                                     self._worker_idx, type(e).__name__, e)
+                    self.last_error = e
+                    stop.wait(1.0)
+
+    # ---- life ------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stops the background thread and closes the connections.
+        Idempotent; the scheme can be pickled again afterwards."""
+        stop, thread = getattr(self, "_stop", None), getattr(self, "_thread", None)
+        if stop is not None:
+            stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)
+        self._thread = self._background_thread = None
+        end, self._end = getattr(self, "_end", None), None
+        if end is not None:
+            end.close()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for k in _RUNTIME:
+            state.pop(k, None)
+        for k in ("_initialized_on_sender", "_initialized_on_receiver",
+                  "_synchronized_on_sender", "_synchronized_on_receiver"):
+            state[k] = False
+        state["last_error"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        keep = {k: v for k, v in state.items() if k not in _RUNTIME}
+        self._reset_runtime()
+        self.__dict__.update(keep)
+
+    def __del__(self):
+        try:
+            self.shutdown()
+        except Exception:
+            pass
 
     @classmethod
     def from_ref(cls, ref, **kwargs):
         """A scheme for a wsync.ModelRef (endpoint, model)."""
-        return cls(ref.model, ref.endpoint, **kwargs)
+        return cls(name=ref.model, endpoint=ref.endpoint, **kwargs)
 
     def ref(self):
-        return ModelRef(self.endpoint, self.model)
+        return ModelRef(self.endpoint, self.wsync_name)
+
+    def __repr__(self):
+        side = "sender" if self._initialized_on_sender else \
+            "worker %s" % self._worker_idx if self._initialized_on_receiver else "not initialised"
+        return "WsyncWeightSyncScheme(%r, sync=%r, name=%r, %s, v%d)" % (
+            self.strategy_str, self.sync, self.wsync_name, side, self.version)
+
+    # ---- wsync 0.2's helpers (deprecated) ------------------------------------------------
 
     def create_sender(self, weights: Any, client: Optional[Client] = None,
                       name: str = "wsync-trainer") -> "WeightSender":
-        """The trainer's end, publishing a model laid out like weights (an
-        nn.Module or a state_dict). Uses client if given, else connects."""
+        """Deprecated (wsync 0.2): use init_on_sender(model=...), connect(),
+        send(). The trainer's end, publishing a model laid out like weights."""
+        _deprecated("create_sender", "init_on_sender(model=policy); connect(); send()")
         return WeightSender(self, weights, client, name)
 
     def create_receiver(self, policy: Any, client: Optional[Client] = None,
                         name: str = "wsync-collector") -> "WeightReceiver":
-        """A collector's end, updating policy (an nn.Module, or a mapping of
-        tensors) in place. Uses client if given, else connects."""
+        """Deprecated (wsync 0.2): use init_on_receiver(model_id=...,
+        model=policy), connect(), receive(). A collector's end, updating
+        policy in place; receive() returns True/False."""
+        _check_target(policy, "create_receiver")
+        _deprecated("create_receiver", "init_on_receiver(model_id='policy', model=policy); "
+                    "connect(); receive(timeout)")
         return WeightReceiver(self, policy, client, name)
 
-    def __repr__(self):
-        return "WsyncWeightSyncScheme(model=%r, endpoint=%r, sync=%r)" % (
-            self.model, self.endpoint, self.sync)
 
+def _fmt(t):
+    return "forever" if t is None else "%g s" % t
+
+
+def _deprecated(what, instead):
+    warnings.warn("wsync.rl: WsyncWeightSyncScheme.%s is deprecated (wsync 0.2's "
+                  "interface); use TorchRL's: %s" % (what, instead), DeprecationWarning,
+                  stacklevel=3)
+
+
+def _lag(sub, version, step, published_ns):
+    now = time.time_ns()
+    try:
+        latest = sub.latest()
+    except NoDataError:
+        return PolicyLag(0, 0, 0.0, 0.0, version, 0)
+    if version == 0:
+        return PolicyLag(latest.version, latest.step, math.inf, math.inf, 0, latest.version)
+    behind = max(0, latest.version - version)
+    return PolicyLag(behind, max(0, latest.step - step),
+                     max(0, latest.published_ns - published_ns) / 1e9 if behind else 0.0,
+                     max(0, now - published_ns) / 1e9, version, latest.version)
+
+
+# ---- wsync 0.2's ends (deprecated) ---------------------------------------------------------
 
 class _End:
     def _connect(self, client, name):
@@ -116,14 +1052,14 @@ class _End:
 
 
 class WeightSender(_End):
-    """The trainer's end of a WsyncWeightSyncScheme."""
+    """Deprecated (wsync 0.2): the trainer's end made by create_sender."""
 
     def __init__(self, scheme, weights, client=None, name="wsync-trainer"):
         self.scheme = scheme
         self._weights = weights
         self._connect(client, name)
         try:
-            self.publisher = self.client.publisher_like(scheme.model, weights,
+            self.publisher = self.client.publisher_like(scheme.wsync_name, weights,
                                                         slots=scheme.slots)
         except BaseException:
             if self._own:
@@ -142,25 +1078,20 @@ class WeightSender(_End):
 
     def send_weights(self, weights: Any = None, step: Optional[int] = None,
                      timeout: Optional[float] = None) -> int:
-        """Publishes weights (default: those given at creation, e.g. the
-        trained module) stamped with step (default: the last step + 1);
-        waits up to timeout for a free slab (BusyError after). With
-        sync=True, then waits for the receivers (see the scheme). Returns
-        the version."""
+        """Publishes weights (default: those given at creation) stamped
+        with step (default: the last + 1); with sync=True then waits for
+        every receiver to take it. Returns the version."""
         weights, step = self._args(weights, step)
         v = self.publisher.publish(weights, step, timeout)
         self.step, self.version = step, v
         if self.scheme.sync:
-            self.publisher.wait_readers(v, self.scheme.sync_timeout, self.scheme.n_readers)
+            self.publisher.wait_readers(v, self.scheme.timeout, 0)
         return v
 
     send = send_weights
 
     def send_weights_async(self, weights: Any = None, step: Optional[int] = None,
                            timeout: Optional[float] = None) -> int:
-        """Like send_weights() with sync=False, returning as soon as the
-        version is visible; wait_ack() collects the broker's confirmation
-        (and, with sync=True, waits for the receivers)."""
         weights, step = self._args(weights, step)
         v = self.publisher.publish_async(weights, step, timeout)
         self.step, self.version = step, v
@@ -169,55 +1100,48 @@ class WeightSender(_End):
     send_async = send_weights_async
 
     def wait_ack(self, timeout: Optional[float] = None) -> int:
-        """Waits for the confirmation of the last send_weights_async (and,
-        with sync=True, for the receivers); returns its version."""
         t = _timeout_s(timeout)
         deadline = None if t is None else time.monotonic() + t
         v = self.publisher.wait_ack(t)
         if self.scheme.sync:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if self.scheme.sync_timeout is not None:
-                left = self.scheme.sync_timeout if left is None else \
-                    min(left, self.scheme.sync_timeout)
-            self.publisher.wait_readers(v, left, self.scheme.n_readers)
+            if self.scheme.timeout is not None:
+                left = self.scheme.timeout if left is None else min(left, self.scheme.timeout)
+            self.publisher.wait_readers(v, left, 0)
         return v
 
     wait_async = wait_ack
 
     def __repr__(self):
-        return "<wsync.rl.WeightSender %r v%d step %d>" % (self.scheme.model, self.version,
-                                                           self.step)
+        return "<wsync.rl.WeightSender %r v%d step %d>" % (self.scheme.wsync_name,
+                                                           self.version, self.step)
 
 
 class WeightReceiver(_End):
-    """A collector's end of a WsyncWeightSyncScheme: receive() updates its
-    policy in place when the trainer published newer weights."""
+    """Deprecated (wsync 0.2): a collector's end made by create_receiver;
+    receive() returns True when the policy was updated."""
 
     def __init__(self, scheme, policy, client=None, name="wsync-collector"):
         self.scheme = scheme
-        self.policy = policy
+        self.policy = _check_target(policy, "WeightReceiver")
         self._connect(client, name)
         try:
-            self.subscriber = self.client.subscriber(scheme.model)
+            self.subscriber = self.client.subscriber(scheme.wsync_name)
         except BaseException:
             if self._own:
                 self.client.close()
             raise
-        self.version = 0           # the version loaded into policy (0: none)
+        self.version = 0
         self.step = 0
         self.published_ns = 0
-        self.received = 0          # how many versions receive() loaded
+        self.received = 0
 
     def _close_handle(self):
         self.subscriber.close()
 
     def receive(self, timeout: Optional[float] = 0.0) -> bool:
-        """Loads the newest version into the policy if it is newer than the
-        one loaded, waiting up to timeout seconds (0: only look, None:
-        until one comes) for one. Returns True if the policy was updated,
-        False if no newer weights came in time (the policy is unchanged).
-        A version that does not fit the policy raises MismatchError (and
-        is not loaded)."""
+        """Loads the newest version into the policy if it is newer, waiting
+        up to timeout seconds; True if the policy was updated."""
         t = _timeout_s(timeout)
         try:
             view = self.subscriber.wait(after=self.version, timeout=t)
@@ -231,26 +1155,11 @@ class WeightReceiver(_End):
         return True
 
     def update_policy_weights_(self, timeout: Optional[float] = 0.0) -> bool:
-        """receive(timeout), under the name TorchRL's collectors use."""
         return self.receive(timeout)
 
     def lag(self) -> PolicyLag:
-        """A PolicyLag: how far the loaded weights are behind the newest
-        published ones (no system call)."""
-        now = time.time_ns()
-        try:
-            latest = self.subscriber.latest()
-        except NoDataError:
-            return PolicyLag(0, 0, 0.0, 0.0, self.version, 0)
-        if self.version == 0:
-            return PolicyLag(latest.version, latest.step, math.inf, math.inf, 0,
-                             latest.version)
-        behind = max(0, latest.version - self.version)
-        return PolicyLag(behind, max(0, latest.step - self.step),
-                         max(0, latest.published_ns - self.published_ns) / 1e9 if behind
-                         else 0.0,
-                         max(0, now - self.published_ns) / 1e9, self.version, latest.version)
+        return _lag(self.subscriber, self.version, self.step, self.published_ns)
 
     def __repr__(self):
-        return "<wsync.rl.WeightReceiver %r v%d step %d>" % (self.scheme.model, self.version,
-                                                             self.step)
+        return "<wsync.rl.WeightReceiver %r v%d step %d>" % (self.scheme.wsync_name,
+                                                             self.version, self.step)
