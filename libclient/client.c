@@ -19,12 +19,14 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "conn.h"
 #include "endpoint.h"
 #include "maps.h"
+#include "shm/clock.h"
 #include "shm/errmsg.h"
 
 #define WSYNC_REPLY_TIMEOUT_MS_DEFAULT 30000
@@ -294,6 +296,38 @@ out_free:
 	return err;
 }
 
+int wsync_connect_wait(const char *endpoint, const char *client_name, int64_t timeout_ns,
+                       wsync_client **out)
+{
+	int64_t deadline, pause_ns = 5 * 1000000;
+	char path[108];
+	int err;
+
+	if (timeout_ns < 0 && timeout_ns != WSYNC_FOREVER)
+		return wsync_fail(-EINVAL, "wsync_connect_wait: timeout %lld ns is negative",
+		                  (long long)timeout_ns);
+	deadline = wsync_deadline(timeout_ns);
+	for (;;) {
+		int64_t left;
+
+		err = wsync_connect(endpoint, client_name, out);
+		if (err != -ENOENT && err != -ECONNREFUSED)
+			return err;
+		left = deadline < 0 ? pause_ns : deadline - wsync_mono_ns();
+		if (left <= 0)
+			break;
+		if (pause_ns > left)
+			pause_ns = left;
+		nanosleep(&(struct timespec){ .tv_sec = pause_ns / 1000000000,
+		                              .tv_nsec = pause_ns % 1000000000 }, NULL);
+		pause_ns = pause_ns * 2 > 100 * 1000000 ? 100 * 1000000 : pause_ns * 2;
+	}
+	if (wsync_endpoint_resolve(endpoint, path, sizeof(path)))
+		snprintf(path, sizeof(path), "%s", endpoint ? endpoint : "(default)");
+	return wsync_fail(-ETIMEDOUT, "no broker at %s within %lld ms (is wsyncd running?)",
+	                  path, (long long)(timeout_ns / 1000000));
+}
+
 void wsync_client_handle_add(struct wsync_client *c, struct client_handle *h,
                              void (*close)(struct client_handle *h))
 {
@@ -331,3 +365,18 @@ void wsync_close(wsync_client *c)
 	}
 	client_free(c);
 }
+
+int client_fail_gone(const struct wsync_client *c, const char *model)
+{
+	uint32_t state = atomic_load_explicit(&c->ctl->state, memory_order_acquire);
+	const char *sep = model ? "': " : "";
+
+	if (state == WSYNC_BROKER_SUPERSEDED)
+		return wsync_fail(-ENOTCONN, "%s%s%sthe broker restarted after this client's "
+		                  "generation %llu ended (it crashed): connect again, the "
+		                  "versions go on", model ? "model '" : "", model ? model : "",
+		                  sep, (unsigned long long)c->generation);
+	return wsync_fail(-ENOTCONN, "%s%s%sthe broker shut down", model ? "model '" : "",
+	                  model ? model : "", sep);
+}
+

@@ -88,11 +88,16 @@ static inline bool client_is_dead(struct wsync_client *c)
 	return atomic_load_explicit(&c->dead, memory_order_acquire) != 0;
 }
 
-/* The broker shut down cleanly (ctl state, which only the broker writes). */
-static inline bool client_broker_stopped(const struct wsync_client *c)
+/* This generation has no broker any more: it shut down cleanly (STOPPED),
+ * or a broker that started after it died took its models over
+ * (SUPERSEDED). One load of a word only brokers write (shm/layout.h). */
+static inline bool client_broker_gone(const struct wsync_client *c)
 {
-	return atomic_load_explicit(&c->ctl->state, memory_order_acquire) == WSYNC_BROKER_STOPPED;
+	return atomic_load_explicit(&c->ctl->state, memory_order_acquire) != WSYNC_BROKER_RUNNING;
 }
+
+/* -ENOTCONN saying which (client_broker_gone), naming model (NULL: none). */
+int client_fail_gone(const struct wsync_client *c, const char *model);
 
 /* Whether the broker still counts this session's hazards: seq_cst, so that
  * a pin stored before it is ordered against the broker clearing the entry

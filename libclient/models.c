@@ -51,8 +51,8 @@ int wsync_models(wsync_client *c, wsync_model_info *out, size_t cap, size_t *n)
 	if (!c || !n || (cap && !out))
 		return wsync_fail(-EINVAL, "wsync_models: client and n must not be NULL, nor "
 		                  "out when cap > 0");
-	if (client_broker_stopped(c))
-		return wsync_fail(-ENOTCONN, "the broker shut down");
+	if (client_broker_gone(c))
+		return client_fail_gone(c, NULL);
 	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
 		wsync_model_info info;
 

@@ -93,8 +93,8 @@ static int pub_check_alive(struct wsync_pub *p)
 
 int wsync_pub_gone(struct wsync_pub *p)
 {
-	if (client_broker_stopped(p->c))
-		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", p->model);
+	if (client_broker_gone(p->c))
+		return client_fail_gone(p->c, p->model);
 	/* A handle the broker cut off must not write the page any more: the
 	 * model may have another publisher now. (Ranks of a group never write
 	 * the page; the ctl entry names one of them.) */

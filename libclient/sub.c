@@ -185,6 +185,16 @@ static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t 
 		atomic_store(&hz->pin, wsync_pin_pack(s->model_id, slot));
 		if (atomic_load(src) != l)
 			continue;
+		/* The pair is this model's only if the entry still names the
+		 * incarnation this subscription opened: a delete and a reuse of
+		 * the id between the check above and the pin would otherwise
+		 * label the old model's bytes with the new model's version. The
+		 * broker stores a new model's incarnation before any latest of
+		 * it, and these loads are seq_cst: seeing its latest means
+		 * seeing its incarnation. */
+		err = wsync_sub_check_model(s);
+		if (err)
+			return err;
 		err = sub_check_session(s);
 		if (err)
 			return err;
@@ -232,8 +242,8 @@ int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view
 	int err;
 
 	c = s->c;
-	if (client_broker_stopped(c))
-		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+	if (client_broker_gone(c))
+		return client_fail_gone(c, s->model);
 	sub_drain_fd(s);
 	if (hz_take(c, s, &idx))
 		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
@@ -291,8 +301,8 @@ int wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step, int64_t *p
 
 	if (!s)
 		return wsync_fail(-EINVAL, "wsync_sub_latest: subscription is NULL");
-	if (client_broker_stopped(s->c))
-		return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+	if (client_broker_gone(s->c))
+		return client_fail_gone(s->c, s->model);
 	err = wsync_sub_check_model(s);
 	if (err)
 		return err;
@@ -353,7 +363,7 @@ int wsync_view_check(const wsync_view *v)
 	c = v->priv_sub->c;
 	/* the reads of the view's bytes come before the check of the entry */
 	atomic_thread_fence(memory_order_acquire);
-	if (client_session_live(c) || client_broker_stopped(c))
+	if (client_session_live(c) || client_broker_gone(c))
 		return 0;
 	return wsync_fail(-ECONNRESET, "model '%s': the broker ended this client's session; "
 	                  "v%llu may have been rewritten since it was taken",

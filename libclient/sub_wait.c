@@ -137,8 +137,8 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
 				return err;
 			/* -ESTALE: latest is being restored; the broker wakes us */
 		}
-		if (client_broker_stopped(c))
-			return wsync_fail(-ENOTCONN, "model '%s': broker shut down", s->model);
+		if (client_broker_gone(c))
+			return client_fail_gone(c, s->model);
 		err = wsync_sub_check_model(s);
 		if (err)
 			return err;

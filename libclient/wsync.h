@@ -25,10 +25,15 @@
  * memory stays valid until it is released, even if the broker dies.
  *
  * When the broker goes away: after a crash, acquire still returns the last
- * version (nothing can change it any more); waits and every call that talks
- * to the broker return -ENOTCONN. After a clean shutdown acquire returns
- * -ENOTCONN too. In every case: wsync_close() and connect again; a
- * restarted broker serves the same models at the same or newer versions.
+ * version while no broker runs (nothing can change it); waits and every
+ * call that talks to the broker return -ENOTCONN. Once a broker is started
+ * again it takes the models over and marks the old generation superseded:
+ * from then on acquire, latest and every other call return -ENOTCONN saying
+ * so, never the dead broker's version. After a clean shutdown acquire
+ * returns -ENOTCONN too. In every case: wsync_close() and connect again (the
+ * Python package can do it for you: wsync.connect(..., reconnect=True)); a
+ * restarted broker serves the same models at the same or newer versions, and
+ * views held from the old generation keep their bytes.
  *
  * Deadlines: a call given a timeout returns by it, also when it needs the
  * broker and the broker does not answer (it gets at least 5 ms for one
@@ -231,6 +236,13 @@ const char *wsync_version_string(void);
  * -EPROTO protocol or layout version mismatch, -ENOMEM. */
 int  wsync_connect(const char *endpoint, const char *client_name,
                    wsync_client **out);
+/* wsync_connect, waiting up to timeout_ns (WSYNC_FOREVER: no limit) for a
+ * broker that is not up yet (-ENOENT, -ECONNREFUSED: tried again with a
+ * growing pause, up to 100 ms): for collectors started before, or while,
+ * their broker (re)starts. -ETIMEDOUT naming the socket when none came;
+ * other errors at once. */
+int  wsync_connect_wait(const char *endpoint, const char *client_name, int64_t timeout_ns,
+                        wsync_client **out);
 /* Closes the connection and every pub/sub still open on it. NULL is a no-op. */
 void wsync_close(wsync_client *c);
 /* Fills buf with the socket path that wsync_connect(NULL, ...) would use.
