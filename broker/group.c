@@ -319,6 +319,7 @@ void group_leave(struct broker *b, struct model *m, struct peer *p, const char *
 	atomic_store(&m->ctl->group_size, 0);
 	m->group = NULL;                 /* the last rank went: a new group may form */
 	group_free(g);
+	publish_revoke(b, m, p->uid);
 }
 
 int64_t group_poll(struct broker *b)

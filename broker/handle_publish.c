@@ -162,6 +162,45 @@ static int pub_open_refuse_early(struct req *r, const struct model *m,
 	                m->group->size);
 }
 
+/*
+ * The memory a publisher is handed read-write must be out of reach of every
+ * earlier publisher of another uid (DESIGN invariant 11): such a process
+ * may keep its mappings of the page and slabs after it left, and whatever
+ * it writes there would land in the new publisher's versions. So a
+ * publisher of another uid than the one that was handed them gets new
+ * memory first (model_rotate). Device memory cannot be given anew with the
+ * latest version in it, and ranks of one group write the same slabs: both
+ * are refused across uids instead.
+ */
+static int pub_open_take_memory(struct req *r, struct model *m)
+{
+	uid_t uid = r->p->uid;
+	char reason[96];
+	int err;
+
+	if (m->gpu && uid != r->b->uid && uid != 0)
+		return req_fail(r, -EPERM, "device model '%s': GPU memory handed to a process "
+		                "cannot be taken back, so only the broker's user (uid %u) and "
+		                "root publish device models, not uid %u", m->name,
+		                (unsigned)r->b->uid, (unsigned)uid);
+	if (m->has_writer && m->writer_uid != uid) {
+		if (m->group)
+			return req_fail(r, -EPERM, "model '%s': its other ranks run as uid %u; the "
+			                "ranks of one group run as one user", m->name,
+			                (unsigned)m->writer_uid);
+		if (!m->gpu) {
+			snprintf(reason, sizeof(reason), "a publisher of uid %u follows one of uid "
+			         "%u", (unsigned)uid, (unsigned)m->writer_uid);
+			err = model_rotate(r->b, m, reason, r->why, sizeof(r->why));
+			if (err)
+				return err;
+		}
+	}
+	m->has_writer = true;
+	m->writer_uid = uid;
+	return 0;
+}
+
 int handle_pub_open(struct req *r)
 {
 	const struct wsync_msg_pub_open *p = &r->m->pub_open;
@@ -273,6 +312,9 @@ int handle_pub_open(struct req *r)
 		canon = NULL;                 /* the model's now */
 		model_set_owner(m, s->p.uid);
 	}
+	err = pub_open_take_memory(r, m);
+	if (err)
+		goto out_undeclare;
 	if (group) {
 		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms, parts,
 		                 p->n_parts, r->why, sizeof(r->why));

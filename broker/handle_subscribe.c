@@ -68,6 +68,7 @@ int handle_sub_open(struct req *r)
 	ok.sub_open_ok.model_id = m->id;
 	ok.sub_open_ok.state = m->state;
 	ok.sub_open_ok.incarnation = m->incarnation;
+	ok.sub_open_ok.base_incarnation = m->base_incarnation;
 	fds[n_fds++] = m->page_ro_fd;
 	if (m->state == WSYNC_MODEL_READY) {
 		ok.sub_open_ok.n_slots = m->books.n_slots;
@@ -100,7 +101,10 @@ int handle_attach(struct req *r)
 	ok.attach_ok.bytes = m->bytes;
 	ok.attach_ok.layout_bytes = m->layout_bytes;
 	ok.attach_ok.incarnation = m->incarnation;
-	n_fds = ready_fds(m, fds);
+	/* the page too: after a new publisher's memory (model_rotate) the
+	 * subscriber maps all of it anew */
+	fds[0] = m->page_ro_fd;
+	n_fds = 1 + ready_fds(m, fds + 1);
 	req_reply(r, &ok, WSYNC_MSG_ATTACH_OK, fds, n_fds);
 	return 0;
 }

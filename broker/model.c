@@ -18,6 +18,7 @@
 #include "log.h"
 #include "pages.h"
 #include "state.h"
+#include "shm/clock.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
 
@@ -142,6 +143,7 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 	atomic_store(&e->subscribers, 0);
 	atomic_store(&e->grant, 0);
 	atomic_store(&e->incarnation, 0);
+	atomic_store(&e->base_incarnation, 0);
 	e->owner_uid = WSYNC_OWNER_NONE;
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&e->slot_state[i], WSYNC_SLOT_FREE);
@@ -195,12 +197,13 @@ int model_declare(struct broker *b, const char *name, int id, uint64_t hwm,
 	atomic_store(&m->page->latest, m->latest);
 
 	m->state = WSYNC_MODEL_DECLARED;
-	m->incarnation = ++b->incarnations;
+	m->incarnation = m->base_incarnation = ++b->incarnations;
 	m->ctl = ctl_model(b, m->id);
 	ctl_entry_reset(m->ctl, m->id);
 	snprintf(m->ctl->name, sizeof(m->ctl->name), "%s", name);
 	atomic_store(&m->ctl->hwm_version, hwm);
 	atomic_store(&m->ctl->latest, m->latest);
+	atomic_store(&m->ctl->base_incarnation, m->base_incarnation);
 	atomic_store(&m->ctl->incarnation, m->incarnation);
 	atomic_store(&m->ctl->state, WSYNC_MODEL_DECLARED);
 	b->models[m->id] = m;
@@ -478,6 +481,7 @@ void model_delete(struct broker *b, struct model *m, const char *why)
 	m->n_members = 0;
 	m->subscribers = 0;
 	/* subscribers learn from the entry (incarnation 0), then wake */
+	atomic_store(&m->ctl->base_incarnation, 0);
 	atomic_store(&m->ctl->incarnation, 0);
 	atomic_store(&m->ctl->state, WSYNC_MODEL_FREE);
 	model_wake(m);
@@ -495,6 +499,161 @@ void model_destroy(struct broker *b, struct model *m, bool unlink_them)
 			if (k != latest)
 				seg_unlink(b, m, (int)k);
 	model_release(b, m, unlink_them);
+}
+
+/* ---- fresh memory for a publisher of another uid --------------------------- */
+
+/* A new slab for slot k, created under a name of its own when slabs are
+ * named ("m<id>.s<k>.next", renamed over the old one once every slot has
+ * its new slab). */
+static int slab_create_next(struct broker *b, const struct model *m, uint32_t k)
+{
+	char seg[40];
+
+	if (m->slab_pages != WSYNC_PAGES_4K)
+		return fault_memfd_create_huge("wsync-slab", m->bytes, m->slab_pages);
+	if (!slabs_named(b, m))
+		return fault_memfd_create("wsync-slab", m->bytes);
+	snprintf(seg, sizeof(seg), "m%u.s%u.next", m->id, k);
+	return fault_seg_create_at(b->seg_dirfd, seg, m->bytes);
+}
+
+/* Copies the seg_bytes of slab from into slab to: 0 or -errno. */
+static int slab_copy_into(const struct model *m, int from, int to)
+{
+	void *src, *dst;
+	int err;
+
+	err = fault_seg_map(from, m->seg_bytes, 0, 0, &src);
+	if (err)
+		return err;
+	err = fault_seg_map(to, m->seg_bytes, 1, 1, &dst);
+	if (!err) {
+		memcpy(dst, src, m->bytes);
+		munmap(dst, m->seg_bytes);
+	}
+	munmap(src, m->seg_bytes);
+	return err;
+}
+
+/* A model page for m: the header, the validated latest, the latest slot's
+ * metadata, the futex word moved on; its fds in *fd and *ro. */
+static int page_create_next(const struct model *m, int *fd, int *ro,
+                            struct wsync_model_page **out)
+{
+	uint32_t latest = wsync_latest_slot(m->latest);
+	struct wsync_model_page *page;
+	void *map;
+	int err;
+
+	*fd = fault_memfd_create("wsync-page", WSYNC_PAGE);
+	if (*fd < 0)
+		return *fd;
+	*ro = wsync_seg_reopen_ro(*fd);
+	err = *ro < 0 ? *ro : fault_seg_map(*fd, WSYNC_PAGE, 1, 1, &map);
+	if (err) {
+		if (*ro >= 0)
+			close(*ro);
+		close(*fd);
+		return err;
+	}
+	page = map;
+	page->magic = WSYNC_MAGIC_PAGE;
+	page->layout_version = WSYNC_LAYOUT_VERSION;
+	page->model_id = m->id;
+	page->generation = m->page->generation;
+	if (latest < WSYNC_MAX_SLOTS) {
+		const struct wsync_slot_meta *from = &m->page->slots[latest];
+
+		atomic_store(&page->slots[latest].version, m->books.version[latest]);
+		atomic_store(&page->slots[latest].step, atomic_load(&m->ctl->last_step));
+		atomic_store(&page->slots[latest].published_ns,
+		             atomic_load(&m->ctl->last_commit_ns));
+		/* the checksum is the earlier publisher's word: kept only while it
+		 * says the same version */
+		if (atomic_load(&from->version) == m->books.version[latest])
+			atomic_store(&page->slots[latest].checksum, atomic_load(&from->checksum));
+	}
+	atomic_store(&page->latest, m->latest);
+	atomic_store(&page->seq, atomic_load(&m->page->seq) + 1);
+	*out = page;
+	return 0;
+}
+
+int model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
+                 size_t whylen)
+{
+	uint32_t n = m->books.n_slots, latest = wsync_latest_slot(m->latest), k;
+	int fd[WSYNC_MAX_SLOTS], ro[WSYNC_MAX_SLOTS], page_fd, page_ro, err;
+	struct wsync_model_page *page, *old_page;
+	int64_t t0 = wsync_mono_ns();
+	char from[40], to[32];
+
+	if (m->state != WSYNC_MODEL_READY || m->granted || m->gpu)
+		return -EINVAL;
+	err = page_create_next(m, &page_fd, &page_ro, &page);
+	if (err)
+		goto out_why;
+	for (k = 0; k < n; k++) {
+		fd[k] = slab_create_next(b, m, k);
+		ro[k] = fd[k] < 0 ? -1 : wsync_seg_reopen_ro(fd[k]);
+		if (fd[k] < 0 || ro[k] < 0) {
+			err = fd[k] < 0 ? fd[k] : ro[k];
+			if (fd[k] >= 0)
+				close(fd[k]);
+			goto out_slabs;
+		}
+	}
+	if (latest < n && (err = slab_copy_into(m, m->slab_fd[latest], fd[latest])))
+		goto out_slabs;
+	/* From here on nothing fails: the new memory takes the old's names
+	 * and place, and collectors learn of it from the new incarnation. */
+	for (k = 0; k < n && slabs_named(b, m); k++) {
+		snprintf(from, sizeof(from), "m%u.s%u.next", m->id, k);
+		seg_name(m->id, (int)k, to, sizeof(to));
+		renameat(b->seg_dirfd, from, b->seg_dirfd, to);
+	}
+	for (k = 0; k < n; k++) {
+		close(m->slab_fd[k]);
+		close(m->slab_ro_fd[k]);
+		m->slab_fd[k] = fd[k];
+		m->slab_ro_fd[k] = ro[k];
+		if (k != latest)
+			model_set_slot(m, k, WSYNC_SLOT_FREE, 0);
+	}
+	old_page = m->page;
+	close(m->page_fd);
+	close(m->page_ro_fd);
+	m->page = page;
+	m->page_fd = page_fd;
+	m->page_ro_fd = page_ro;
+	m->incarnation = ++b->incarnations;
+	atomic_store(&m->ctl->incarnation, m->incarnation);
+	/* waiters asleep on the old page look again and find the new one */
+	atomic_fetch_add(&old_page->seq, 1);
+	wsync_futex_wake(&old_page->seq, INT32_MAX);
+	munmap(old_page, WSYNC_PAGE);
+	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
+	         "copied, in %.1f ms", m->name, reason, n, (double)(wsync_mono_ns() - t0) / 1e6);
+	m->has_writer = false;
+	return 0;
+
+out_slabs:
+	while (k-- > 0) {
+		close(fd[k]);
+		close(ro[k]);
+		if (slabs_named(b, m)) {
+			snprintf(from, sizeof(from), "m%u.s%u.next", m->id, k);
+			unlinkat(b->seg_dirfd, from, 0);
+		}
+	}
+	munmap(page, WSYNC_PAGE);
+	close(page_ro);
+	close(page_fd);
+out_why:
+	snprintf(why, whylen, "model '%s': cannot give its new publisher memory of its own: "
+	         "%s", m->name, strerror(-err));
+	return err;
 }
 
 void model_set_owner(struct model *m, uid_t uid)

@@ -38,7 +38,9 @@ struct model_devices {
 struct model {
 	uint32_t id;
 	uint32_t state;                  /* enum wsync_model_state */
-	uint64_t incarnation;            /* broker-wide, given at declare */
+	uint64_t incarnation;            /* broker-wide, given at declare and at
+	                                    model_rotate */
+	uint64_t base_incarnation;       /* the one given at declare */
 	char     name[WSYNC_NAME_MAX];
 	struct wsync_ctl_model *ctl;
 
@@ -75,6 +77,12 @@ struct model {
 	bool     busy_logged;            /* one info line per busy spell */
 	bool     forged_logged;          /* one warning per forged-latest spell */
 	uid_t    owner;                  /* WSYNC_OWNER_NONE until READY (layout.h) */
+	/* The uid whose publishers were handed this page's and these slabs'
+	 * rw fds (has_writer once one was): a publisher of another uid gets
+	 * memory of its own first, and a publisher of a uid other than the
+	 * broker's and root loses the memory when it leaves (model_rotate). */
+	bool     has_writer;
+	uid_t    writer_uid;
 	uint64_t hwm;                    /* highest version ever granted */
 	uint64_t latest;                 /* last validated value of page->latest */
 
@@ -123,6 +131,18 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
                       uint32_t n_tensors, uint64_t bytes, uint64_t hash,
                       uint32_t n_slots, const struct model_devices *dev,
                       char *why, size_t whylen);
+/*
+ * Gives m new memory — a new model page and new slabs, the latest version
+ * copied into its slot, the other slots free — so that no process that was
+ * handed the old ones' rw fds can write what collectors read from now on;
+ * then a new incarnation, which tells subscribers to map the new memory
+ * (libclient follows it), and a wake of whoever sleeps on the old page. For
+ * a host model with no publisher and no grant; afterwards nobody has its rw
+ * fds (has_writer false). reason is logged. 0, or -errno (nothing changed)
+ * with a reason in why.
+ */
+int  model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
+                  size_t whylen);
 /* Records uid as m's owner (first publisher, or the adopted entry's). */
 void model_set_owner(struct model *m, uid_t uid);
 /* Whether a PUB_OPEN's devices are the model's (both none, or the same

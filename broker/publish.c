@@ -324,4 +324,21 @@ void publish_leave(struct broker *b, struct model *m, struct peer *p, const char
 	p->m[m->id].fds_sent = 0;
 	log_info("model '%s': publisher session %u '%s' pid %d left (%s)", m->name,
 	         p->id, p->name, (int)p->pid, why);
+	publish_revoke(b, m, p->uid);
+}
+
+void publish_revoke(struct broker *b, struct model *m, uid_t uid)
+{
+	char reason[96], why[WSYNC_ERRMSG_MAX];
+
+	/* The broker's uid and root can do anything the broker can: not a
+	 * boundary. Device memory cannot be taken back (and is never handed
+	 * to another uid: handle_publish.c). */
+	if (uid == b->uid || uid == 0 || m->state != WSYNC_MODEL_READY || m->gpu ||
+	    m->granted || !m->has_writer)
+		return;
+	snprintf(reason, sizeof(reason), "its publisher of uid %u left", (unsigned)uid);
+	if (model_rotate(b, m, reason, why, sizeof(why)))
+		log_warn("%s; uid %u may still write its memory until a publisher of another "
+		         "uid opens it", why, (unsigned)uid);
 }

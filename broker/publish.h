@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "broker.h"
 
@@ -42,8 +43,14 @@ void publish_abort(struct broker *b, struct model *m);
 void publish_restore(struct broker *b, struct model *m, uint64_t seen);
 /* The single publisher leaves (CLOSE, cut off or teardown): its grant is
  * booked if it already published it, else freed; then the model has no
- * publisher. (A group's rank leaves through group_leave.) */
+ * publisher, and one of another uid than the broker's and root loses the
+ * memory it could write (publish_revoke). (A group's rank leaves through
+ * group_leave.) */
 void publish_leave(struct broker *b, struct model *m, struct peer *p, const char *why);
+/* The last publisher of m, of uid, is gone: unless uid is the broker's or
+ * root, m gets new memory its processes cannot reach (model_rotate), so
+ * its write right ends when it leaves (DESIGN invariant 11). */
+void publish_revoke(struct broker *b, struct model *m, uid_t uid);
 /*
  * Checks the page's `latest` against what the broker validated (its latest,
  * or the outstanding grant) and repairs it if it holds anything else

@@ -34,7 +34,7 @@ int wsync_view_checksum(const wsync_view *v, uint64_t *out)
 	if (!v || !v->priv_sub || v->priv_slot >= WSYNC_MAX_SLOTS || !out)
 		return wsync_fail(-EINVAL, "checksum: not a live view");
 	s = v->priv_sub;
-	*out = atomic_load_explicit(&s->page->slots[v->priv_slot].checksum,
+	*out = atomic_load_explicit(&sub_page(s)->slots[v->priv_slot].checksum,
 	                            memory_order_relaxed);
 	return 0;
 }

@@ -116,7 +116,12 @@ int wsync_sub_acquire_gpu(wsync_sub *s, const char *uuid, wsync_dview *out)
 		                  "must not be NULL");
 	/* the acquire checks that the model is still the one mapped */
 	if (!device_mapped(s, uuid, &device)) {
+		/* device models are never given new memory (broker/model.c
+		 * model_rotate): moved means gone for them */
 		err = wsync_sub_check_model(s);
+		if (err == WSYNC_SUB_MOVED)
+			err = wsync_fail(-EIDRM, "model '%s' moved to other memory; subscribe "
+			                 "again", s->model);
 		if (!err)
 			err = wsync_gpu_model_device(s->entry, s->model, uuid, &device);
 	}

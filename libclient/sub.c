@@ -112,16 +112,18 @@ static void hz_put(struct wsync_client *c, uint32_t idx)
 
 #define ACQUIRE_MAX_TRIES 4096   /* an honest latest moves once per commit */
 
-uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint64_t **src)
+uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s,
+                                  const struct wsync_model_page *page,
+                                  const _Atomic uint64_t **src)
 {
-	uint64_t l = atomic_load_explicit(&s->page->latest, memory_order_acquire);
+	uint64_t l = atomic_load_explicit(&page->latest, memory_order_acquire);
 	/* grant before latest: the broker stores them in the other order, so a
 	 * grant we see that is newer than l comes with a latest >= l */
 	uint64_t g = atomic_load_explicit(&s->entry->grant, memory_order_acquire);
 	uint64_t v = atomic_load_explicit(&s->entry->latest, memory_order_acquire);
 
 	if (l == v || (g && l == g)) {
-		*src = &s->page->latest;
+		*src = &page->latest;
 		return l;
 	}
 	*src = &s->entry->latest;
@@ -165,13 +167,27 @@ static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t 
 	for (unsigned tries = 0; tries < ACQUIRE_MAX_TRIES; tries++) {
 		const _Atomic uint64_t *src;
 		struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
+		const struct wsync_model_page *page = sub_maps_page(s, m);
+		uint64_t inc = m ? m->incarnation
+		                 : atomic_load_explicit(&s->incarnation, memory_order_acquire);
 		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS, slot;
 		int err;
 
-		err = wsync_sub_check_model(s);
+		/* The memory read below must be the model's current memory:
+		 * checked by the maps' own incarnation, so a maps another thread
+		 * replaced meanwhile is never read with the new memory's latest. */
+		err = wsync_sub_check_model_in(s, inc);
+		if (err == WSYNC_SUB_MOVED) {
+			if (inc != atomic_load_explicit(&s->incarnation, memory_order_acquire))
+				continue;        /* another thread followed it already */
+			err = wsync_sub_attach(s, deadline);
+			if (err && err != -EAGAIN)
+				return err;
+			continue;
+		}
 		if (err)
 			return err;
-		l = wsync_sub_trusted_latest(s, &src);
+		l = wsync_sub_trusted_latest(s, page, &src);
 		slot = wsync_latest_slot(l);
 		if (slot == WSYNC_SLOT_NONE)
 			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
@@ -185,14 +201,16 @@ static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t 
 		atomic_store(&hz->pin, wsync_pin_pack(s->model_id, slot));
 		if (atomic_load(src) != l)
 			continue;
-		/* The pair is this model's only if the entry still names the
-		 * incarnation this subscription opened: a delete and a reuse of
-		 * the id between the check above and the pin would otherwise
-		 * label the old model's bytes with the new model's version. The
-		 * broker stores a new model's incarnation before any latest of
-		 * it, and these loads are seq_cst: seeing its latest means
-		 * seeing its incarnation. */
-		err = wsync_sub_check_model(s);
+		/* The pair is this model's, in this memory, only if the entry
+		 * still names the incarnation read with: a delete and a reuse of
+		 * the id, or new memory, between the check above and the pin
+		 * would otherwise label bytes with a version they are not. The
+		 * broker stores an incarnation before any latest of it, and the
+		 * load of src was seq_cst: seeing its latest means seeing its
+		 * incarnation. */
+		err = wsync_sub_check_model_in(s, inc);
+		if (err == WSYNC_SUB_MOVED)
+			continue;
 		if (err)
 			return err;
 		err = sub_check_session(s);
@@ -207,7 +225,7 @@ static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t 
 		 * so the slot stays ours while we map; then start over to check
 		 * the slot against the real slot count. */
 		err = wsync_sub_attach(s, deadline);
-		if (err)
+		if (err && err != -EAGAIN)
 			return err;
 	}
 	/* -ESTALE here, -EAGAIN to the caller of wsync_sub_acquire; a wait
@@ -259,7 +277,7 @@ int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view
 	}
 	slot = wsync_latest_slot(l);
 	version = wsync_latest_version(l);
-	meta = &s->page->slots[slot];
+	meta = &m->page->slots[slot];
 	out->version = version;
 	out->step = atomic_load_explicit(&meta->step, memory_order_relaxed);
 	out->published_ns = atomic_load_explicit(&meta->published_ns, memory_order_relaxed);
@@ -304,18 +322,22 @@ int wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step, int64_t *p
 	if (client_broker_gone(s->c))
 		return client_fail_gone(s->c, s->model);
 	err = wsync_sub_check_model(s);
+	if (err == WSYNC_SUB_MOVED)
+		err = wsync_sub_attach(s, -1);   /* new memory: follow it */
 	if (err)
 		return err;
 	/* a seqlock on latest: the slot latest names is not rewritten before
 	 * latest moves away from it */
 	for (unsigned tries = 0;; tries++) {
-		l = wsync_sub_trusted_latest(s, &src);
+		const struct wsync_model_page *page = sub_page(s);
+
+		l = wsync_sub_trusted_latest(s, page, &src);
 		if (wsync_latest_slot(l) == WSYNC_SLOT_NONE)
 			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
 		if (wsync_latest_slot(l) >= WSYNC_MAX_SLOTS)
 			return wsync_fail(-EPROTO, "model '%s': latest names slot %u", s->model,
 			                  wsync_latest_slot(l));
-		meta = &s->page->slots[wsync_latest_slot(l)];
+		meta = &page->slots[wsync_latest_slot(l)];
 		st = atomic_load_explicit(&meta->step, memory_order_relaxed);
 		ns = atomic_load_explicit(&meta->published_ns, memory_order_relaxed);
 		atomic_thread_fence(memory_order_acquire);
@@ -377,8 +399,9 @@ static void sub_free(struct wsync_sub *s)
 	if (s->gpu_release)
 		s->gpu_release(s);
 	wsync_sub_maps_free(atomic_load(&s->maps));
-	if (s->page)
-		munmap((void *)s->page, sizeof(*s->page));
+	if (sub_page(s))
+		munmap((void *)sub_page(s), sizeof(struct wsync_model_page));
+	wsync_sub_retired_free(s);
 	if (efd >= 0)
 		close(efd);
 	free(s);
@@ -413,12 +436,15 @@ static int sub_map_open(struct wsync_sub *s, struct conn_reply *rep)
 	wsync_reply_close_fds(rep, want);
 	s->model_id = ok->model_id;
 	s->entry = client_ctl_model(s->c, s->model_id);
-	s->incarnation = ok->incarnation;
-	err = wsync_map_fd(rep->fds[0], sizeof(*s->page), 0, 0, "model page", &page);
+	atomic_store_explicit(&s->incarnation, ok->incarnation, memory_order_relaxed);
+	s->base_incarnation = ok->base_incarnation;
+	err = wsync_map_fd(rep->fds[0], sizeof(struct wsync_model_page), 0, 0, "model page",
+	                   &page);
 	if (err)
 		goto out_close;
-	s->page = page;
-	err = wsync_page_check(s->page, s->model_id, s->model);
+	atomic_store_explicit(&s->page, (const struct wsync_model_page *)page,
+	                      memory_order_relaxed);
+	err = wsync_page_check(page, s->model_id, s->model);
 	if (err)
 		goto out_close;
 	close(rep->fds[0]);
@@ -489,7 +515,9 @@ void wsync_sub_close(wsync_sub *s)
 		return;
 	c = s->c;
 	client_lock(c);
-	if (atomic_load(&s->entry->incarnation) == s->incarnation)   /* not deleted */
+	/* not deleted (in whatever memory it is now): the broker counts it */
+	if (s->base_incarnation &&
+	    atomic_load(&s->entry->base_incarnation) == s->base_incarnation)
 		sub_close_remote(s);
 	wsync_client_handle_remove(c, &s->handle);
 	client_unlock(c);

@@ -24,10 +24,17 @@ struct wsync_sub {
 	struct client_handle handle;     /* in c->handles */
 	char model[WSYNC_NAME_MAX];
 	uint32_t model_id;
-	const struct wsync_model_page *page;  /* ro */
+	/* The model page (ro) and the memory incarnation it and maps belong
+	 * to. Both move on together, under c->lock, when the subscription
+	 * follows its model into new memory (wsync_sub_follow); readers load
+	 * them without a lock, and what they replace stays mapped until the
+	 * subscription closes (retired), so a view taken before stays valid. */
+	_Atomic(const struct wsync_model_page *) page;
+	_Atomic uint64_t incarnation;
+	uint64_t base_incarnation;            /* the model's, at open (layout.h) */
 	const struct wsync_ctl_model *entry;  /* ro, written by the broker only */
-	uint64_t incarnation;                 /* entry->incarnation at open */
 	_Atomic(struct sub_maps *) maps;      /* NULL until the model is READY */
+	struct sub_retired *retired;          /* under c->lock: replaced mappings */
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
 	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
@@ -39,13 +46,45 @@ struct wsync_sub {
 };
 
 
-/* -EIDRM once the model of a subscription was deleted or replaced. */
-static inline int wsync_sub_check_model(const struct wsync_sub *s)
+/* A page or maps a subscription no longer reads, kept mapped until it
+ * closes: views taken before may still point into them. */
+struct sub_retired {
+	struct sub_retired *next;
+	const struct wsync_model_page *page;
+	struct sub_maps *maps;
+};
+
+/*
+ * Whether the subscription's model is still in the memory it reads, by
+ * incarnation (the subscription's, or a maps' of it): 0 yes;
+ * WSYNC_SUB_MOVED when the same model was given new memory (a publisher of
+ * another uid took it over) and the subscription must follow it
+ * (wsync_sub_follow) before it reads again; -EIDRM once the model was
+ * deleted or replaced. One load in the common case.
+ */
+#define WSYNC_SUB_MOVED 1
+static inline int wsync_sub_check_model_in(const struct wsync_sub *s, uint64_t incarnation)
 {
-	if (atomic_load_explicit(&s->entry->incarnation, memory_order_acquire) == s->incarnation)
+	uint64_t inc = atomic_load_explicit(&s->entry->incarnation, memory_order_acquire);
+
+	if (inc == incarnation)
 		return 0;
+	if (inc && atomic_load_explicit(&s->entry->base_incarnation, memory_order_acquire) ==
+	    s->base_incarnation)
+		return WSYNC_SUB_MOVED;
 	return wsync_fail(-EIDRM, "model '%s' was deleted or replaced since this "
 	                  "subscription opened it; subscribe again", s->model);
+}
+
+static inline int wsync_sub_check_model(const struct wsync_sub *s)
+{
+	return wsync_sub_check_model_in(s, atomic_load_explicit(&s->incarnation,
+	                                                        memory_order_acquire));
+}
+
+static inline const struct wsync_model_page *sub_page(const struct wsync_sub *s)
+{
+	return atomic_load_explicit(&s->page, memory_order_acquire);
 }
 
 /* wsync_sub_acquire with the deadline of a wait for what needs the broker;
@@ -55,7 +94,10 @@ int wsync_sub_acquire_by(struct wsync_sub *s, int64_t deadline_ns, bool device,
                          wsync_view *out);
 /* The newest version a collector may take, and the word it came from: the
  * model page's latest while it equals the ctl entry's latest or grant, else
- * the ctl entry's latest (sub.c explains). */
-uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s, const _Atomic uint64_t **src);
+ * the ctl entry's latest (sub.c explains). page: the subscription's page
+ * (sub_page), or the one of the maps the caller reads with. */
+uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s,
+                                  const struct wsync_model_page *page,
+                                  const _Atomic uint64_t **src);
 
 #endif /* WSYNC_SUB_H */

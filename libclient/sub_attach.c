@@ -2,11 +2,17 @@
  * libclient/sub_attach.c — mapping a model's layout and slabs for reading.
  *
  * Done once per subscription: at sub_open if the model is READY, else by the
- * first acquire that finds a version (one ATTACH round trip). The layout is
- * copied out of shared memory and checked against the canonical placement,
- * so no offset written by another process can point a view outside its slab.
- * The result is published in sub->maps with a release store and never
- * changes until sub_close, so readers use it without a lock.
+ * first acquire that finds a version (one ATTACH round trip); and again when
+ * the model is given new memory because a publisher of another uid took it
+ * over (broker/model.c model_rotate), which a reader learns from the ctl
+ * entry's incarnation. The layout is copied out of shared memory and checked
+ * against the canonical placement, so no offset written by another process
+ * can point a view outside its slab. The result is published in sub->maps
+ * with a release store, then the page, then the incarnation; a maps is never
+ * changed, only replaced, and a replaced one stays mapped until the
+ * subscription closes, so readers use it without a lock and a view taken
+ * from it stays valid. A reader checks the entry's incarnation against the
+ * maps' own, so it never reads new memory's latest through old slabs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +30,7 @@ void wsync_sub_maps_free(struct sub_maps *m)
 {
 	if (!m)
 		return;
+	/* the page is the subscription's (sub_open) or its retired list's */
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		if (m->slabs[i])
 			munmap((void *)m->slabs[i], m->map_bytes);
@@ -100,6 +107,7 @@ static int layout_load(const struct wsync_sub *s, struct sub_maps *m, int fd,
 		goto out_unmap;
 	}
 	memcpy(m->tensors, h + 1, m->n_tensors * sizeof(*m->tensors));
+	m->layout_hash = h->hash;
 	if (wsync_layout_hash(m->tensors, m->n_tensors) != h->hash) {
 		err = wsync_fail(-EPROTO, "model '%s': layout hash does not match its "
 		                 "descriptors", s->model);
@@ -132,29 +140,30 @@ static int slabs_map(const struct wsync_sub *s, struct sub_maps *m, const int *f
 	return 0;
 }
 
-int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tensors,
-                         uint64_t bytes, uint64_t layout_bytes,
-                         int *fds, int n_fds)
+/* Builds maps from fds[0] = layout, then n_slots slabs (closed by the
+ * caller), for page and incarnation. */
+static int maps_build(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tensors,
+                      uint64_t bytes, uint64_t layout_bytes, const int *fds, int n_fds,
+                      const struct wsync_model_page *page, uint64_t incarnation,
+                      struct sub_maps **out)
 {
 	struct sub_maps *m;
 	int err;
 
 	if (n_slots < WSYNC_MIN_SLOTS || n_slots > WSYNC_MAX_SLOTS || n_tensors == 0 ||
 	    n_tensors > WSYNC_MAX_TENSORS || bytes == 0 || bytes % WSYNC_PAGE ||
-	    (uint64_t)n_fds < 1 + (uint64_t)n_slots) {
-		err = wsync_fail(-EPROTO, "model '%s': %u slots, %u tensors, %llu bytes with %d "
-		                 "fds from the broker", s->model, n_slots, n_tensors,
-		                 (unsigned long long)bytes, n_fds);
-		goto out_close;
-	}
+	    (uint64_t)n_fds < 1 + (uint64_t)n_slots)
+		return wsync_fail(-EPROTO, "model '%s': %u slots, %u tensors, %llu bytes with %d "
+		                  "fds from the broker", s->model, n_slots, n_tensors,
+		                  (unsigned long long)bytes, n_fds);
 	m = calloc(1, sizeof(*m));
-	if (!m) {
-		err = wsync_fail(-ENOMEM, "model '%s': out of memory", s->model);
-		goto out_close;
-	}
+	if (!m)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory", s->model);
 	m->n_slots = n_slots;
 	m->n_tensors = n_tensors;
 	m->bytes = bytes;
+	m->page = page;
+	m->incarnation = incarnation;
 	/* the ctl entry is written by the broker alone, before READY */
 	m->device_only = s->entry->n_devices &&
 	                 !(s->entry->dev_flags & WSYNC_DEV_HOST_MIRROR);
@@ -171,13 +180,103 @@ int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tenso
 		err = slabs_map(s, m, fds + 1);
 	if (err) {
 		wsync_sub_maps_free(m);
-		goto out_close;
+		return err;
 	}
-	atomic_store_explicit(&s->maps, m, memory_order_release);
-out_close:
+	*out = m;
+	return 0;
+}
+
+int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tensors,
+                         uint64_t bytes, uint64_t layout_bytes,
+                         int *fds, int n_fds)
+{
+	struct sub_maps *m;
+	int err;
+
+	err = maps_build(s, n_slots, n_tensors, bytes, layout_bytes, fds, n_fds, sub_page(s),
+	                 atomic_load_explicit(&s->incarnation, memory_order_relaxed), &m);
+	if (!err)
+		atomic_store_explicit(&s->maps, m, memory_order_release);
 	for (int i = 0; i < n_fds; i++)
 		close(fds[i]);
 	return err;
+}
+
+/* Keeps what a follow replaced mapped until the subscription closes. */
+static int retire(struct wsync_sub *s, const struct wsync_model_page *page,
+                  struct sub_maps *m)
+{
+	struct sub_retired *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return wsync_fail(-ENOMEM, "model '%s': out of memory", s->model);
+	r->page = page;
+	r->maps = m;
+	r->next = s->retired;
+	s->retired = r;
+	return 0;
+}
+
+void wsync_sub_retired_free(struct wsync_sub *s)
+{
+	while (s->retired) {
+		struct sub_retired *r = s->retired;
+
+		s->retired = r->next;
+		if (r->page)
+			munmap((void *)r->page, sizeof(*r->page));
+		wsync_sub_maps_free(r->maps);
+		free(r);
+	}
+}
+
+/*
+ * What ATTACH_OK brought (page, layout, slabs), for the model's incarnation
+ * ok->incarnation: mapped and published, the current ones retired. Caller
+ * holds the lock; closes nothing (the caller closes rep's fds).
+ */
+static int attach_install(struct wsync_sub *s, const struct wsync_msg_attach_ok *ok,
+                          const struct conn_reply *rep)
+{
+	struct sub_maps *m = NULL, *old = atomic_load_explicit(&s->maps, memory_order_relaxed);
+	const struct wsync_model_page *old_page = sub_page(s);
+	void *page;
+	int err;
+
+	if (rep->n_fds < 2 + (int)ok->n_slots)
+		return wsync_fail(-EPROTO, "model '%s': ATTACH_OK with %d fds for %u slots",
+		                  s->model, rep->n_fds, ok->n_slots);
+	if (ok->incarnation == atomic_load_explicit(&s->incarnation, memory_order_relaxed)) {
+		/* the first maps of the memory the subscription already has */
+		err = maps_build(s, ok->n_slots, ok->n_tensors, ok->bytes, ok->layout_bytes,
+		                 rep->fds + 1, rep->n_fds - 1, old_page, ok->incarnation, &m);
+		if (!err)
+			atomic_store_explicit(&s->maps, m, memory_order_release);
+		return err;
+	}
+	err = wsync_map_fd(rep->fds[0], sizeof(struct wsync_model_page), 0, 0, "model page",
+	                   &page);
+	if (err)
+		return err;
+	err = wsync_page_check(page, s->model_id, s->model);
+	if (!err)
+		err = maps_build(s, ok->n_slots, ok->n_tensors, ok->bytes, ok->layout_bytes,
+		                 rep->fds + 1, rep->n_fds - 1, page, ok->incarnation, &m);
+	if (!err && old && m->layout_hash != old->layout_hash)
+		err = wsync_fail(-EIDRM, "model '%s' was replaced with another layout; "
+		                 "subscribe again", s->model);
+	if (!err)
+		err = retire(s, old_page, old);
+	if (err) {
+		wsync_sub_maps_free(m);
+		munmap(page, sizeof(struct wsync_model_page));
+		return err;
+	}
+	atomic_store_explicit(&s->maps, m, memory_order_release);
+	atomic_store_explicit(&s->page, (const struct wsync_model_page *)page,
+	                      memory_order_release);
+	atomic_store_explicit(&s->incarnation, ok->incarnation, memory_order_release);
+	return 0;
 }
 
 int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns)
@@ -189,33 +288,28 @@ int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns)
 	int err;
 
 	client_lock(c);
-	/* another thread may have attached while we waited for the lock */
-	if (atomic_load_explicit(&s->maps, memory_order_acquire)) {
+	/* another thread may have attached, or followed, while we waited */
+	err = wsync_sub_check_model(s);
+	if (err < 0 || (err == 0 && atomic_load_explicit(&s->maps, memory_order_acquire))) {
 		client_unlock(c);
-		return 0;
+		return err;
 	}
 	wsync_msg_init(&m.hdr, WSYNC_MSG_ATTACH, 0);
 	m.attach.m.model_id = s->model_id;
 	err = wsync_conn_call_by(c, &m, NULL, 0, WSYNC_MSG_ATTACH_OK, deadline_ns, NULL, &rep);
-	if (!err && ok->model_id != s->model_id) {
-		wsync_reply_close_fds(&rep, 0);
+	if (err) {
+		client_unlock(c);
+		return err;
+	}
+	if (ok->model_id != s->model_id)
 		err = wsync_fail(-EPROTO, "model '%s': ATTACH_OK names model %u, not %u",
 		                 s->model, ok->model_id, s->model_id);
-	} else if (!err && ok->incarnation != s->incarnation) {
-		wsync_reply_close_fds(&rep, 0);
-		err = wsync_sub_check_model(s);
-		if (!err)
-			err = wsync_fail(-EIDRM, "model '%s' was replaced; subscribe again",
-			                 s->model);
-	}
-	if (!err) {
-		int want = 1 + (int)ok->n_slots;
-
-		if (rep.n_fds > want)
-			wsync_reply_close_fds(&rep, want);
-		err = wsync_sub_attach_fds(s, ok->n_slots, ok->n_tensors, ok->bytes,
-		                           ok->layout_bytes, rep.fds, rep.n_fds);
-	}
+	else if (ok->incarnation != atomic_load(&s->entry->incarnation))
+		/* it moved again meanwhile, or went: the caller looks again */
+		err = wsync_sub_check_model(s) < 0 ? -EIDRM : -EAGAIN;
+	if (!err)
+		err = attach_install(s, ok, &rep);
+	wsync_reply_close_fds(&rep, 0);
 	client_unlock(c);
 	return err;
 }

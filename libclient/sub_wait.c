@@ -111,7 +111,6 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
 		return wsync_fail(-EINVAL, "model '%s': timeout %lld ns is negative",
 		                  s->model, (long long)timeout_ns);
 	c = s->c;
-	seqw = (_Atomic uint32_t *)&s->page->seq;
 	deadline = wsync_deadline(timeout_ns);
 	/* The socket is looked at once per slice per client, not before every
 	 * sleep: a wake that a commit answers in microseconds should not pay a
@@ -120,12 +119,18 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
 	atomic_fetch_add_explicit(&c->session->waits, 1, memory_order_relaxed);
 
 	for (;;) {
-		uint32_t seq = atomic_load_explicit(seqw, memory_order_acquire);
+		/* the page moves when the model moves to new memory: look again
+		 * each time round (the broker wakes the old one's sleepers) */
+		const struct wsync_model_page *page = sub_page(s);
+		uint32_t seq;
 		const _Atomic uint64_t *src;
-		uint64_t l = wsync_sub_trusted_latest(s, &src);
+		uint64_t l;
 		int64_t now, until;
 		int err;
 
+		seqw = (_Atomic uint32_t *)&page->seq;
+		seq = atomic_load_explicit(seqw, memory_order_acquire);
+		l = wsync_sub_trusted_latest(s, page, &src);
 		if (wsync_latest_version(l) > after_version &&
 		    wsync_latest_slot(l) != WSYNC_SLOT_NONE) {
 			err = wsync_sub_acquire_by(s, deadline, device, out);
@@ -140,6 +145,13 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
 		if (client_broker_gone(c))
 			return client_fail_gone(c, s->model);
 		err = wsync_sub_check_model(s);
+		if (err == WSYNC_SUB_MOVED) {
+			/* the model was given new memory: map it, then look again */
+			err = wsync_sub_attach(s, deadline);
+			if (err && err != -EAGAIN)
+				return err;
+			continue;
+		}
 		if (err)
 			return err;
 		if (client_is_dead(c))
@@ -224,7 +236,7 @@ int wsync_sub_fd(wsync_sub *s)
 	{
 		const _Atomic uint64_t *src;
 
-		if (wsync_latest_version(wsync_sub_trusted_latest(s, &src)) >
+		if (wsync_latest_version(wsync_sub_trusted_latest(s, sub_page(s), &src)) >
 		    atomic_load_explicit(&s->last_version, memory_order_relaxed))
 			(void)eventfd_write(efd, 1);
 	}

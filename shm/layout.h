@@ -203,7 +203,14 @@ struct wsync_ctl_model {
 	 * delete or replace it. WSYNC_OWNER_NONE while it has no layout. Kept
 	 * across adoption. */
 	uint32_t owner_uid;
-	uint8_t  reserved[44];
+	uint32_t reserved0;
+	/* The incarnation the model was declared with. `incarnation` moves on
+	 * also when the model gets new memory for a publisher of another uid
+	 * (broker/model.c model_rotate): a subscription whose base still
+	 * matches follows it (maps the new memory); one whose base does not
+	 * has lost its model (-EIDRM). 0 once the model is deleted. */
+	_Atomic uint64_t base_incarnation;
+	uint8_t  reserved[32];
 };
 #define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
@@ -216,6 +223,7 @@ static_assert(offsetof(struct wsync_ctl_model, slab_pages) == 440, "ctl model sl
 static_assert(offsetof(struct wsync_ctl_model, publisher_pid) == 444, "ctl model publisher pid");
 static_assert(offsetof(struct wsync_ctl_model, checksum) == 448, "ctl model checksum");
 static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 464, "ctl model owner");
+static_assert(offsetof(struct wsync_ctl_model, base_incarnation) == 472, "ctl model base");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

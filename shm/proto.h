@@ -61,7 +61,7 @@
 #include "layout.h"
 
 #define WSYNC_PROTO_MAGIC     0x31595357u   /* "WSY1" */
-#define WSYNC_PROTO_VERSION   2u
+#define WSYNC_PROTO_VERSION   3u
 #define WSYNC_MSG_MAX_FDS     (3 + WSYNC_MAX_SLOTS)
 #define WSYNC_ERRMSG_MAX      480
 
@@ -180,6 +180,7 @@ struct wsync_msg_sub_open_ok {
 	uint64_t bytes;
 	uint64_t layout_bytes;           /* size of the layout segment */
 	uint64_t incarnation;            /* the ctl entry's, see layout.h */
+	uint64_t base_incarnation;       /* the ctl entry's base (layout.h) */
 };
 
 /* client -> broker: send me the layout and slabs of a model I subscribed to */
@@ -187,7 +188,10 @@ struct wsync_msg_attach {
 	struct wsync_msg_hdr hdr;
 	struct wsync_model_ref m;
 };
-/* broker -> client; fds: layout (ro), slab 0..n_slots-1 (ro) */
+/* broker -> client; fds: model page (ro), layout (ro), slab 0..n_slots-1
+ * (ro). An incarnation other than the subscription's, for the same name and
+ * layout, is the same model in new memory (a publisher of another uid took
+ * it over): the subscriber maps it all anew and goes on. */
 struct wsync_msg_attach_ok {
 	struct wsync_msg_hdr hdr;
 	uint32_t model_id;

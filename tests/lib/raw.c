@@ -176,6 +176,23 @@ void raw_close(struct raw *r)
 int raw_pub_open(struct raw *r, const char *model, const wsync_tensor_desc *d, uint32_t n,
                  uint32_t slots, const struct raw_rank *g, uint32_t *id, int *page_fd)
 {
+	int fds[WSYNC_MSG_MAX_FDS], nfds = WSYNC_MSG_MAX_FDS;
+	int err = raw_pub_open_fds(r, model, d, n, slots, g, id, fds, &nfds);
+
+	if (err)
+		return err;
+	if (page_fd)
+		*page_fd = fds[0];
+	else
+		close(fds[0]);
+	raw_close_fds(fds + 1, nfds - 1);
+	return 0;
+}
+
+int raw_pub_open_fds(struct raw *r, const char *model, const wsync_tensor_desc *d,
+                     uint32_t n, uint32_t slots, const struct raw_rank *g, uint32_t *id,
+                     int *keep, int *nkeep)
+{
 	size_t parts = g ? g->n_parts : 0;
 	size_t len = n * sizeof(*d) + parts * sizeof(wsync_shard);
 	wsync_tensor_desc *canon = calloc(n, sizeof(*canon));
@@ -219,11 +236,13 @@ int raw_pub_open(struct raw *r, const char *model, const wsync_tensor_desc *d, u
 	                wsync_msg_name(m.hdr.type));
 	TEST_ASSERT_MSG(nfds >= 1, "PUB_OPEN_OK without the model page");
 	*id = m.pub_open_ok.model_id;
-	if (page_fd)
-		*page_fd = fds[0];
-	else
-		close(fds[0]);
-	raw_close_fds(fds + 1, nfds - 1);
+	for (int i = 0; i < nfds; i++) {
+		if (i < *nkeep)
+			keep[i] = fds[i];
+		else
+			close(fds[i]);
+	}
+	*nkeep = nfds < *nkeep ? nfds : *nkeep;
 	return 0;
 }
 

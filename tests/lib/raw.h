@@ -68,6 +68,11 @@ struct raw_rank {
  * not logged). */
 int     raw_pub_open(struct raw *r, const char *model, const wsync_tensor_desc *d, uint32_t n,
                      uint32_t slots, const struct raw_rank *g, uint32_t *id, int *page_fd);
+/* The same, keeping every fd PUB_OPEN_OK brought: the page's and each
+ * slab's, rw (up to *nfds; *nfds says how many came). */
+int     raw_pub_open_fds(struct raw *r, const char *model, const wsync_tensor_desc *d,
+                         uint32_t n, uint32_t slots, const struct raw_rank *g, uint32_t *id,
+                         int *fds, int *nfds);
 /* SUB_OPEN: the model id (every fd closed). */
 uint32_t raw_sub_open(struct raw *r, const char *model);
 /* BEGIN then COMMIT of model id with step on a single publisher, reading
