@@ -46,7 +46,8 @@ static const char usage_text[] =
 	"  --quick              smaller sizes and fewer repeats (under a minute;\n"
 	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
-	"                       wake, sustained, peers, shard, checksum, scale, gpu\n"
+	"                       wake, sustained, peers, shard, checksum, scale, gpu,\n"
+	"                       hostile\n"
 	"                       (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
@@ -70,6 +71,7 @@ static const struct {
 	{ "checksum",  SC_CHECKSUM,  bench_checksum },
 	{ "scale",     SC_SCALE,     bench_scale },
 	{ "gpu",       SC_GPU,       bench_gpu },
+	{ "hostile",   SC_HOSTILE,   bench_hostile },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])
