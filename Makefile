@@ -28,7 +28,7 @@ SOMAJOR := 0
 # libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (make check,
 # check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
-            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev
+            libxxhash-dev libncurses-dev libjansson-dev clang libclang-rt-dev libzstd-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -55,6 +55,9 @@ SHM_SRC    := $(sort $(wildcard shm/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
 BROKER_SRC := $(sort $(wildcard broker/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
+# The relay's codec (libwsync-delta, docs/MULTINODE.md): its own library, so
+# that libzstd stays out of libwsync.
+DELTA_SRC  := $(sort $(wildcard relay/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integ/*.c))
 
@@ -64,9 +67,11 @@ SHM_OBJ    := $(call obj,$(SHM_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
 BROKER_OBJ := $(call obj,$(BROKER_SRC))
 TESTLIB_OBJ:= $(call obj,$(TESTLIB_SRC))
+DELTA_OBJ  := $(call obj,$(DELTA_SRC))
 
 LIB_A   := $(BUILD)/lib/libwsync.a
 LIB_SO  := $(BUILD)/lib/libwsync.so.$(VERSION)
+DELTA_SO := $(BUILD)/lib/libwsync-delta.so.$(VERSION)
 WSYNCD  := $(BUILD)/bin/wsyncd
 # The broker with fault injection compiled in (broker/fault.h), for tests only.
 WSYNCD_FAULT := $(BUILD)/tests/wsyncd-fault
@@ -84,9 +89,10 @@ INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 
 LIBS_CLIENT := -lxxhash -ldl -lrt
 LIBS_BROKER := -luring -ljemalloc -lxxhash -ldl -lrt
+LIBS_DELTA  := -lzstd -lxxhash
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help tests
-all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS)
+all: deps $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS)
 
 help:
 	@echo "targets:"
@@ -127,6 +133,14 @@ $(LIB_SO): $(CLIENT_OBJ) $(SHM_OBJ)
 		$(LDFLAGS) -o $@ $^ $(LIBS_CLIENT)
 	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so.$(SOMAJOR)
 	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so
+
+$(DELTA_SO): $(DELTA_OBJ) relay/libwsync-delta.map
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libwsync-delta.so.$(SOMAJOR) \
+		-Wl,--version-script=relay/libwsync-delta.map $(LDFLAGS) -o $@ $(DELTA_OBJ) $(LIBS_DELTA)
+	$(Q)ln -sf libwsync-delta.so.$(VERSION) $(BUILD)/lib/libwsync-delta.so.$(SOMAJOR)
+	$(Q)ln -sf libwsync-delta.so.$(VERSION) $(BUILD)/lib/libwsync-delta.so
 
 $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	@mkdir -p $(dir $@)
@@ -172,6 +186,12 @@ $(BUILD)/tests/unit/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) -lcmocka -ljansson $(LIBS_CLIENT)
+
+# The relay's codec on its own (threads, zstd, every malformed stream).
+$(BUILD)/tests/unit/test_delta: $(BUILD)/obj/tests/unit/test_delta.o $(DELTA_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -lcmocka $(LIBS_DELTA)
 
 $(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
