@@ -28,6 +28,7 @@ from wsync import relay  # noqa: E402
 
 DEADLINE_S = 60.0        # a condition that takes longer than this is a failure
 MODEL = "policy"
+SECRET = "test-secret-0123456789abcdef"
 LAYOUT = [("fc.weight", "f32", (33, 17)), ("fc.bias", "f16", (7,)),
           ("emb", "bf16", (5, 3)), ("count", "i64", (3,)), ("mask", "u8", (13,))]
 
@@ -79,7 +80,7 @@ class Relay:
         self.proc = None
 
     def start(self):
-        env = dict(os.environ, XDG_RUNTIME_DIR=self.node.dir, GLOO_SOCKET_IFNAME="lo",
+        env = dict(os.environ, XDG_RUNTIME_DIR=self.node.dir, WSYNC_RELAY_SECRET=SECRET,
                    PYTHONPATH=_PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.log + ".err", "ab") as err:
             self.proc = subprocess.Popen(
@@ -318,7 +319,8 @@ def test_slow_destination_makes_the_source_skip(nodes):
 
 
 def _relay_fails(args, env_extra=None, timeout=DEADLINE_S):
-    env = dict(os.environ, PYTHONPATH=_PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=_PKG + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               WSYNC_RELAY_SECRET=SECRET)
     for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
         env.pop(k, None)
     env.update(env_extra or {})
