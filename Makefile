@@ -211,7 +211,8 @@ test: tests
 # installed too, so the torch tests never skip here.
 PYTHON ?= /usr/bin/python3
 # tmux: the wsync-top test drives the interactive screen in a real terminal.
-PY_PKGS := python3-numpy python3-pytest python3-torch tmux
+# iproute2: the relay's tests shape a link between two network namespaces.
+PY_PKGS := python3-numpy python3-pytest python3-torch tmux iproute2
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
@@ -224,7 +225,7 @@ demo: all
 	$(Q)$(DEMO) --wsyncd $(WSYNCD)
 
 # The peer comparison needs Debian's torch; only the bench installs it.
-BENCH_PKGS := python3-torch python3-numpy
+BENCH_PKGS := python3-torch python3-numpy iproute2
 bench: all
 	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
 	$(Q)$(BENCH) --wsyncd $(WSYNCD) $(BENCH_ARGS)
@@ -253,17 +254,24 @@ install: all
 	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so.$(SOMAJOR)
 	ln -sf libwsync.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync.so
 	install -m 0755 $(WSYNCD) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(DELTA_SO) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(VERSION)
+	ln -sf libwsync-delta.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(SOMAJOR)
+	sed -e 's|@PYTHON@|$(PYTHON)|g' -e 's|@PYSITE@|$(PYSITE)|g' relay/wsync-relay.in \
+		> $(DESTDIR)$(PREFIX)/bin/wsync-relay
+	chmod 0755 $(DESTDIR)$(PREFIX)/bin/wsync-relay
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc
 	install -d $(DESTDIR)$(PYSITE)/wsync
 	install -m 0644 $(PY_SRC) $(DESTDIR)$(PYSITE)/wsync/
-	printf '"""Written by make install: the libwsync installed with this package."""\nLIBRARY = "%s"\n' \
-		'$(PREFIX)/lib/libwsync.so.$(SOMAJOR)' > $(DESTDIR)$(PYSITE)/wsync/_paths.py
+	printf '"""Written by make install: the libwsync installed with this package."""\nLIBRARY = "%s"\nDELTA_LIBRARY = "%s"\n' \
+		'$(PREFIX)/lib/libwsync.so.$(SOMAJOR)' '$(PREFIX)/lib/libwsync-delta.so.$(SOMAJOR)' \
+		> $(DESTDIR)$(PYSITE)/wsync/_paths.py
 	@echo "installed the Python package wsync in $(PYSITE)"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/wsync.h $(DESTDIR)$(PREFIX)/lib/libwsync.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc $(DESTDIR)$(PREFIX)/bin/wsyncd \
+		$(DESTDIR)$(PREFIX)/lib/libwsync-delta.* $(DESTDIR)$(PREFIX)/bin/wsync-relay \
 		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
 	rm -rf $(DESTDIR)$(PYSITE)/wsync
 

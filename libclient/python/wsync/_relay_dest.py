@@ -56,13 +56,14 @@ class Destination:
 
     @staticmethod
     def _parse_inject(spec):
-        """Tests only: "flip:N" flips a byte of the first frame of the N-th
-        delta received, "truncate:N" feeds its first frame short, after the
-        wire and before the decoder."""
-        if not spec:
-            return None
-        kind, _, n = spec.partition(":")
-        return kind, int(n or 1)
+        """Tests only: {N: fault}: "flip:N" flips a byte of the first frame
+        of the N-th delta received, "truncate:N" feeds its first frame
+        short, after the wire and before the decoder; comma-separated."""
+        out = {}
+        for fault in (spec.split(",") if spec else ()):
+            kind, _, n = fault.partition(":")
+            out[int(n)] = kind
+        return out
 
     def _local_origin(self):
         try:
@@ -333,9 +334,9 @@ class Destination:
 
     def _injected(self, buf, i, length):
         """The length to feed; damages the frame first if --inject says so."""
-        if self.inject is None or i != 0 or self.deltas_seen != self.inject[1]:
+        kind = self.inject.get(self.deltas_seen) if i == 0 else None
+        if kind is None:
             return length
-        kind = self.inject[0]
         self.log("injected", important=True, fault=kind, delta=self.deltas_seen)
         if kind == "flip" and length:
             pos = length // 2

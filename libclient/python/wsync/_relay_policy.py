@@ -1,24 +1,26 @@
 """Delta or full, per version, from what the last versions cost; and the
 relay's counters, for the log, --metrics (Prometheus text) and --json.
 
-The source predicts both ways for the version at hand from moving averages
-(weight 1/2) of what it measured:
-  full:  nbytes / link
-  delta: max(nbytes / encode rate, ratio * nbytes / link)
-(link: bytes per second of the payload broadcasts of at least 1 MiB,
-whichever way; encode rate: bytes per second of the encoder, wall clock,
-while it streams; ratio: delta bytes on the wire / version bytes). The
-encoder and the send overlap, hence the max. Delta wins when its estimate
-is lower. With nothing measured yet it tries delta; while full wins, it
-tries delta again every PROBE_EVERY versions, so a model that stopped
-changing much is noticed.
+For each way the source keeps a moving average (weight 1/2) of what a
+version cost per byte of the version: the time from the start of its send
+(the encode included, for a delta) to the ack of every destination (their
+decode or checksum and commit included). The prediction for the version at
+hand is that cost times its bytes; the cheaper way wins. So the choice
+follows the link, the cores and how much the model changes, as measured,
+with no constant to tune: on loopback or a fast link full versions win, on
+a slow one deltas do, and a step that changed everything makes deltas
+cost more and lose.
+
+Each way is measured again now and then: while full wins, delta is tried
+every PROBE_EVERY versions (a model that stopped changing much is
+noticed); while delta wins by less than 2x, full is tried every
+4 * PROBE_EVERY versions (a link that got faster is noticed).
 """
 import os
 import time
 
 PROBE_EVERY = 8
 _W = 0.5
-_MIN_LINK_SAMPLE = 1 << 20
 
 
 def _avg(old, new):
@@ -29,10 +31,8 @@ class Policy:
     def __init__(self, mode="auto", probe_every=PROBE_EVERY):
         self.mode = mode                  # auto | on | off
         self.probe_every = probe_every
-        self.link = None                  # bytes/s
-        self.enc = None                   # bytes/s
-        self.ratio = None
-        self.fulls_in_a_row = 0
+        self.cost = {"full": None, "delta": None}   # seconds per version byte
+        self.since = {"full": 0, "delta": 0}        # versions since each was used
 
     def choose(self, nbytes):
         """("delta" | "full", why)."""
@@ -40,35 +40,29 @@ class Policy:
             return "full", "--delta off"
         if self.mode == "on":
             return "delta", "--delta on"
-        if self.ratio is None or self.link is None or self.enc is None:
-            return "delta", "nothing measured yet"
-        t_full = nbytes / self.link
-        t_delta = max(nbytes / self.enc, self.ratio * nbytes / self.link)
+        if self.cost["delta"] is None:
+            return "delta", "delta not measured yet"
+        if self.cost["full"] is None:
+            return "full", "full not measured yet"
+        t_full, t_delta = self.cost["full"] * nbytes, self.cost["delta"] * nbytes
         why = "predicted %.1f ms delta, %.1f ms full" % (t_delta * 1e3, t_full * 1e3)
         if t_delta < t_full:
+            if self.since["full"] + 1 >= 4 * self.probe_every and 2 * t_delta > t_full:
+                return "full", why + "; measuring full again"
             return "delta", why
-        if self.fulls_in_a_row + 1 >= self.probe_every:
+        if self.since["delta"] + 1 >= self.probe_every:
             return "delta", why + "; measuring delta again"
         return "full", why
 
-    def observe_full(self, nbytes, send_s):
-        self.fulls_in_a_row += 1
-        if nbytes >= _MIN_LINK_SAMPLE and send_s > 0:
-            self.link = _avg(self.link, nbytes / send_s)
-
-    def observe_delta(self, nbytes, wire, encode_s, send_s):
-        self.fulls_in_a_row = 0
-        if nbytes:
-            self.ratio = _avg(self.ratio, wire / nbytes)
-        if encode_s > 0:
-            self.enc = _avg(self.enc, nbytes / encode_s)
-        if wire >= _MIN_LINK_SAMPLE and send_s > 0:
-            self.link = _avg(self.link, wire / send_s)
+    def observe(self, mode, nbytes, seconds):
+        """What sending a version of nbytes the way mode cost, in seconds."""
+        for m in self.since:
+            self.since[m] = 0 if m == mode else self.since[m] + 1
+        if nbytes > 0 and seconds > 0:
+            self.cost[mode] = _avg(self.cost[mode], seconds / nbytes)
 
     def state(self):
-        return {"link_MBps": None if self.link is None else round(self.link / 1e6, 1),
-                "encode_MBps": None if self.enc is None else round(self.enc / 1e6, 1),
-                "ratio": None if self.ratio is None else round(self.ratio, 4)}
+        return {m: None if c is None else round(c * 1e9, 3) for m, c in self.cost.items()}
 
 
 class Counters:

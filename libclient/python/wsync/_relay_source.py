@@ -152,18 +152,15 @@ class Source:
             self.why_full = ("a destination could not apply version %d" % view.version
                              if acked == ACK_FAILED else
                              "a destination dropped version %d (busy)" % view.version)
-        if mode == "delta":
-            self.policy.observe_delta(end, stats["wire_bytes"], stats["encode_s"],
-                                      stats["send_s"])
-        else:
-            self.policy.observe_full(end, stats["send_s"])
+        if acked != ACK_FAILED:
+            self.policy.observe(mode, end, t3 - t0)
         if acked == ACK_FAILED:
             self.counters.failed += 1
         self.counters.count(mode, end, stats["wire_bytes"], version=view.version)
         self.log("sent", seq=self.seq, version=view.version, step=view.step, mode=mode,
                  why=why, nbytes=end, wire_bytes=stats["wire_bytes"],
                  ratio=round(stats["wire_bytes"] / end, 5) if end else None,
-                 skipped=self.skipped, ack={ACK_OK: "ok", ACK_DROPPED: "dropped",
+                 cost_ns_per_byte=self.policy.state(), skipped=self.skipped, ack={ACK_OK: "ok", ACK_DROPPED: "dropped",
                                             ACK_FAILED: "failed"}.get(acked, acked),
                  committed_everywhere=acked == ACK_OK,
                  ms=round((t3 - t0) * 1e3, 2), send_ms=round(stats["send_s"] * 1e3, 2),

@@ -231,10 +231,10 @@ def parse_args(argv=None):
         raise UsageError("--threads must be 0 .. 1024")
     if not -7 <= a.level <= 19:
         raise UsageError("--level must be -7 .. 19")
-    if a.inject is not None:
-        kind, _, n = a.inject.partition(":")
+    for fault in (a.inject or "").split(",") if a.inject else ():
+        kind, _, n = fault.partition(":")
         if kind not in ("flip", "truncate") or not n.isdigit():
-            raise UsageError("--inject must be flip:N or truncate:N")
+            raise UsageError("--inject must be flip:N or truncate:N, comma-separated")
     return a
 
 
@@ -295,11 +295,12 @@ def resolve_addresses(a):
 def version_text():
     from . import _relay_codec
     try:
-        codec = _relay_codec.library().wsync_delta_version().decode()
+        lib = _relay_codec.library()
+        codec, path = lib.wsync_delta_version().decode(), lib._path
     except ImportError as e:
-        codec = "missing (%s)" % e
+        codec, path = "missing (%s)" % e, None
     return {"relay": wsync.__version__, "libwsync": wsync.library_version(),
-            "codec": codec}
+            "codec": codec, "codec_library": path, "library": wsync.library_path()}
 
 
 # ---- main -------------------------------------------------------------------
