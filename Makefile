@@ -102,7 +102,7 @@ help:
 	@echo "  make check      run the suite under ASan+UBSan (build-asan/)"
 	@echo "  make demo       run broker, trainer and collectors for ~10 s"
 	@echo "  make bench      run wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
-	@echo "  make bench-relay wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
+	@echo "  make bench-relay wsync-relay's deltas on shaped 1 and 10 Gbit/s links (docs/MULTINODE.md)"
 	@echo "  make install    install into PREFIX=$(PREFIX) (DESTDIR honoured)"
 	@echo "  make deps       install missing Debian packages"
 	@echo "  make fuzz       libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
@@ -231,8 +231,11 @@ bench: all
 	$(Q)$(BENCH) --wsyncd $(WSYNCD) $(BENCH_ARGS)
 	$(Q)$(MAKE) --no-print-directory bench-relay
 
-# wsync-relay carrying a 256 MiB model to 2 brokers over gloo on loopback,
-# next to a bare gloo broadcast of the same bytes (64 MiB with --quick).
+# wsync-relay's deltas against whole versions of a 64 MiB model (16 MiB with
+# --quick) on links shaped to 1 and 10 Gbit/s between two network namespaces
+# (as root; else only the codec's figures), Adam-trained and synthetic
+# updates. The loopback comparison with a bare gloo broadcast:
+# tools/bench/relay_bench.py --loopback.
 bench-relay: all
 	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
 	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so $(PYTHON) \

@@ -5,9 +5,10 @@
  * Nothing in a stream is trusted: feed checks every record header (magic,
  * kind, chunk index in range and not seen before, data length within the
  * frame and right for the kind) before queueing it; a task decodes one
- * record into its own chunk of out (zstd into a buffer exactly chunk-long,
- * so no frame can write past it), XORs the base in, and compares the
- * chunk's hash with the record's. The end checks that every chunk came and
+ * record into its own chunk of out (zstd into a buffer exactly as long as
+ * the most the kind can need, so no frame can write past it; a sparse form
+ * must be exactly as long as its bitmap says), XORs the base in, and
+ * compares the chunk's hash with the record's. The end checks that every chunk came and
  * compares the whole-version checksum. Any failure is sticky and the
  * caller must not publish out: out holds a half-built version then.
  */
@@ -40,6 +41,43 @@ static void task_fail(struct wsync_delta *d, uint32_t index, const char *what)
 	pthread_mutex_unlock(&d->mu);
 }
 
+/* out = base with the sparse form's XORs applied; NULL or why not. */
+static const char *apply_sparse(uint8_t *out, const uint8_t *base, size_t len,
+                                const uint8_t *form, size_t n)
+{
+	size_t words = len / 2, bm = delta_sparse_bitmap(len), k = 0;
+
+	if (n < bm)
+		return "a sparse form shorter than its bitmap";
+	if (words % 8 && (form[bm - 1] >> (words % 8)))
+		return "a sparse bitmap with bits past the chunk";
+	for (size_t i = 0; i < bm; i++)
+		k += (size_t)__builtin_popcount(form[i]);
+	if (n != bm + 2 * k + (len & 1))
+		return "a sparse form whose length does not match its bitmap";
+	memcpy(out, base, len);
+	const uint8_t *vals = form + bm;
+
+	k = 0;
+	for (size_t i = 0; i < bm; i++) {
+		unsigned m = form[i];
+
+		while (m) {
+			size_t j = 8 * i + (size_t)__builtin_ctz(m);
+			uint16_t a, x;
+
+			memcpy(&a, out + 2 * j, 2);
+			memcpy(&x, vals + 2 * k++, 2);
+			a ^= x;
+			memcpy(out + 2 * j, &a, 2);
+			m &= m - 1;
+		}
+	}
+	if (len & 1)
+		out[len - 1] ^= form[n - 1];
+	return NULL;
+}
+
 static int dec_task(struct wsync_delta *d, size_t t, struct delta_worker *w)
 {
 	const struct delta_dec_task *k = &d->d_tasks[t];
@@ -55,6 +93,24 @@ static int dec_task(struct wsync_delta *d, size_t t, struct delta_worker *w)
 	case WSYNC_DELTA_RAW:
 		memcpy(out, k->data, len);
 		break;
+	case WSYNC_DELTA_XSPARSE: {
+		size_t cap = delta_sparse_max(len), z;
+		const char *bad;
+
+		if (delta_scratch(d, w, cap, k->index))
+			return -ENOMEM;
+		z = ZSTD_decompressDCtx(w->dctx, w->scratch, cap, k->data, k->len);
+		if (ZSTD_isError(z)) {
+			task_fail(d, k->index, ZSTD_getErrorName(z));
+			return -EBADMSG;
+		}
+		bad = apply_sparse(out, base, len, w->scratch, z);
+		if (bad) {
+			task_fail(d, k->index, bad);
+			return -EBADMSG;
+		}
+		break;
+	}
 	default: {
 		size_t z = ZSTD_decompressDCtx(w->dctx, out, len, k->data, k->len);
 
@@ -139,6 +195,8 @@ static const char *rec_check(const struct wsync_delta *d, const uint8_t *p, size
 		return k->len == clen ? NULL : "a RAW record of the wrong length";
 	case WSYNC_DELTA_XZSTD:
 		return k->len > 0 && k->len < clen ? NULL : "an XZSTD record of a bad length";
+	case WSYNC_DELTA_XSPARSE:
+		return k->len > 0 && k->len < clen ? NULL : "an XSPARSE record of a bad length";
 	default:
 		return "unknown record kind";
 	}

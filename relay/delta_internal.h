@@ -30,7 +30,7 @@ struct delta_worker {
 	pthread_t tid;
 	ZSTD_CCtx *cctx;
 	ZSTD_DCtx *dctx;
-	uint8_t *scratch;           /* one chunk: the XOR of a chunk */
+	uint8_t *scratch;           /* a chunk's XOR, or its sparse form */
 	size_t scratch_len;
 };
 
@@ -121,6 +121,20 @@ static inline size_t delta_chunk_len(const struct wsync_delta *d, size_t i)
 
 	return d->n - off < d->chunk ? d->n - off : d->chunk;
 }
+
+/* The sparse form of a chunk of len bytes: bitmap bytes, then up to one
+ * 16-bit XOR per word, then an odd last byte. */
+static inline size_t delta_sparse_bitmap(size_t len)
+{
+	return (len / 2 + 7) / 8;
+}
+
+static inline size_t delta_sparse_max(size_t len)
+{
+	return delta_sparse_bitmap(len) + len + 2;
+}
+
+int delta_scratch(struct wsync_delta *d, struct delta_worker *w, size_t len, size_t t);
 
 /* Little-endian loads and stores at any alignment. */
 static inline void put_le32(uint8_t *p, uint32_t v)

@@ -19,11 +19,12 @@
 
 #include "relay/delta_internal.h"
 
-static uint64_t mono_ns(void)
+/* The calling thread's CPU time: what a task cost, whoever else ran. */
+static uint64_t cpu_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -61,9 +62,9 @@ static void *worker_main(void *arg)
 
 		d->job.running++;
 		pthread_mutex_unlock(&d->mu);
-		uint64_t t0 = mono_ns();
+		uint64_t t0 = cpu_ns();
 		int rc = run(d, t, w);
-		uint64_t ns = mono_ns() - t0;
+		uint64_t ns = cpu_ns() - t0;
 
 		pthread_mutex_lock(&d->mu);
 		(void)rc;               /* a failing task has said why (delta_task_err) */
@@ -190,6 +191,24 @@ size_t wsync_delta_chunk_for(size_t n, unsigned threads)
 size_t wsync_delta_frame_min(size_t chunk)
 {
 	return WSYNC_DELTA_REC_BYTES + chunk;
+}
+
+/* The worker's scratch, at least len bytes; an error of task t if not. */
+int delta_scratch(struct wsync_delta *d, struct delta_worker *w, size_t len, size_t t)
+{
+	if (w->scratch_len >= len)
+		return 0;
+	uint8_t *s = realloc(w->scratch, len);
+
+	if (!s) {
+		pthread_mutex_lock(&d->mu);
+		delta_task_err(d, -ENOMEM, "chunk %zu: out of memory", t);
+		pthread_mutex_unlock(&d->mu);
+		return -ENOMEM;
+	}
+	w->scratch = s;
+	w->scratch_len = len;
+	return 0;
 }
 
 int delta_grow(void **p, size_t *cap, size_t want, size_t elem)

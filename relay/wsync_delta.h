@@ -3,9 +3,11 @@
  *
  * A version of a model travels between nodes either whole or as a delta
  * against a base version both ends hold: the bytes [0, n) are cut into
- * chunks; a chunk equal to the base's is a SAME record, else the XOR of the
- * new bytes with the base's compressed by zstd (XZSTD), else (when that does
- * not make it smaller) the new bytes as they are (RAW). Every record carries
+ * chunks; a chunk equal to the base's is a SAME record; else, when at most
+ * a quarter of its 16-bit words changed, a bitmap of the changed words and
+ * their XOR with the base's, compressed by zstd (XSPARSE); else the XOR of
+ * the whole chunk compressed by zstd (XZSTD); else (when neither makes it
+ * smaller) the new bytes as they are (RAW). Every record carries
  * the XXH3-64 of its chunk's new bytes; the whole version's checksum is the
  * XXH3-64 (seed: the chunk count) of those chunk hashes in order, the same
  * function for a full version (wsync_delta_checksum). A destination
@@ -49,6 +51,9 @@ enum wsync_delta_kind {
 	WSYNC_DELTA_SAME  = 0,   /* the chunk equals the base's; no data */
 	WSYNC_DELTA_XZSTD = 1,   /* zstd frame of (new XOR base) */
 	WSYNC_DELTA_RAW   = 2,   /* the new bytes, chunk-long */
+	WSYNC_DELTA_XSPARSE = 3, /* zstd frame of: a bitmap of the changed 16-bit
+	                            words (bit i of byte i/8, LSB first), their
+	                            XORs in order, the XOR of an odd last byte */
 };
 
 /* What an encode did (wsync_delta_enc_end). */
@@ -59,8 +64,9 @@ typedef struct wsync_delta_stats {
 	uint64_t raw;            /* RAW records */
 	uint64_t bytes_in;       /* n */
 	uint64_t bytes_out;      /* record headers and data */
-	uint64_t busy_ns;        /* the workers' time, summed */
-	uint64_t reserved[3];
+	uint64_t busy_ns;        /* the workers' CPU time, summed */
+	uint64_t xsparse;        /* XSPARSE records */
+	uint64_t reserved[2];
 } wsync_delta_stats;
 
 /* threads 0: one per CPU this process may run on ($WSYNC_DELTA_THREADS

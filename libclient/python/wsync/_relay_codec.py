@@ -23,7 +23,8 @@ class Stats(ctypes.Structure):
     _fields_ = [("chunks", ctypes.c_uint64), ("same", ctypes.c_uint64),
                 ("xzstd", ctypes.c_uint64), ("raw", ctypes.c_uint64),
                 ("bytes_in", ctypes.c_uint64), ("bytes_out", ctypes.c_uint64),
-                ("busy_ns", ctypes.c_uint64), ("reserved", ctypes.c_uint64 * 3)]
+                ("busy_ns", ctypes.c_uint64), ("xsparse", ctypes.c_uint64),
+                ("reserved", ctypes.c_uint64 * 2)]
 
     def as_dict(self):
         return {k: int(getattr(self, k)) for k, _ in self._fields_ if k != "reserved"}

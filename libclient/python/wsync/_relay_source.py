@@ -56,7 +56,8 @@ class Source:
         self.sent = 0
         self.staging = None
         self.codec = Codec(a.threads)      # checksums always; deltas unless --delta off
-        self.use_delta = a.delta != "off"
+        # Deltas travel as CPU frames: gloo only (NCCL carries whole versions).
+        self.use_delta = a.delta != "off" and group.backend == "gloo"
         self.policy = Policy(a.delta)
         self.counters = Counters(a.model, "source", a.metrics)
         self.base = None            # np.uint8 array: the last version sent
@@ -116,7 +117,7 @@ class Source:
         self.seq += 1
         lay = json.dumps(doc).encode() if fp != layout_sent else b""
 
-        mode, why = "full", "--delta off"
+        mode, why = "full", "--delta off" if self.a.delta == "off" else "deltas need gloo"
         if self.use_delta:
             if not self.confirmed:
                 why = self.why_full
@@ -275,8 +276,8 @@ class Source:
         return {"wire_bytes": wire, "send_s": send_s, "encode_s": encode_s,
                 "encode_ms": round(encode_s * 1e3, 2),
                 "encode_cpu_ms": round(st["busy_ns"] / 1e6, 2), "frames": n_frames,
-                "chunks": st["chunks"], "same": st["same"], "xzstd": st["xzstd"],
-                "raw": st["raw"]}
+                "chunks": st["chunks"], "same": st["same"], "xsparse": st["xsparse"],
+                "xzstd": st["xzstd"], "raw": st["raw"]}
 
     def close(self):
         self.codec.close()
