@@ -295,6 +295,11 @@ def test_relay_killed_and_restarted(nodes):
         local, _, o, ok = col.wait_origin(v4)
         assert ok and o.version == v4 > v3
         assert rdst.events("group_failed"), "the destination never saw its group fail"
+        # Each new group starts with a whole version: the base is confirmed anew.
+        sent = wait_for("the restarted source's log of version %d" % v4, lambda: (
+            lambda es: es if es and es[-1]["version"] == v4 else None)(rsrc.events("sent")))
+        starts = [e for e in sent if e["why"] == "new group"]
+        assert starts and all(e["mode"] == "full" for e in starts), sent
     finally:
         col.close()
         trainer.close()
@@ -469,8 +474,8 @@ def listening(pid):
 
 def test_deltas_over_a_shaped_link(nodes):
     """1 Gbit/s between two network namespaces: the first version goes whole,
-    the next ones as deltas (chosen from what the first cost), each at most
-    10 % of the version's bytes, every one bit-exact; and each relay
+    then the relay measures both ways and settles on deltas, each at most
+    10 % of the version's bytes, every version bit-exact; and each relay
     listens only on its own address of the link."""
     why = ShapedLink.unavailable()
     if why:
@@ -483,17 +488,23 @@ def test_deltas_over_a_shaped_link(nodes):
         rs = nodes.relays([src, dst], by_rank={0: dict(prefix=link.run_in("a"), master=a),
                                                 1: dict(prefix=link.run_in("b"), master=a)})
         try:
-            for _ in range(5):
+            for _ in range(6):
                 v = trainer.publish()
                 assert col.wait_origin(v, same_as_published(trainer))[3], \
                     "source version %d arrived different" % v
-            sent = wait_for("the source's log of 5 versions",
-                            lambda: (lambda es: es if len(es) >= 5 else None)(rs[0].events("sent")))
-            assert sent[0]["mode"] == "full"
+            sent = wait_for("the source's log of 6 versions",
+                            lambda: (lambda es: es if len(es) >= 6 else None)(rs[0].events("sent")))
+            # The first goes whole (a new group); then the cost model measures
+            # each way once and deltas win on this link.
+            assert sent[0]["mode"] == "full" and sent[0]["why"] == "new group", sent[0]
             for e in sent[1:]:
-                assert e["mode"] == "delta", e
-                assert e["wire_bytes"] <= 0.10 * e["nbytes"], e
                 assert e["committed_everywhere"], e
+                if e["mode"] == "full":
+                    assert e["why"] == "full not measured yet", e
+                else:
+                    assert e["wire_bytes"] <= 0.10 * e["nbytes"], e
+            assert [e["mode"] for e in sent[-3:]] == ["delta"] * 3, sent
+            assert "predicted" in sent[-1]["why"], sent[-1]
             got = rs[1].events("committed")
             assert [e["mode"] for e in got] == [e["mode"] for e in sent]
             assert set(listening(rs[0].proc.pid)) == {a}

@@ -489,6 +489,9 @@ def run_link(link, mode, nbytes, versions, lr, wsyncd, logs):
         env = dict(os.environ, WSYNC_RELAY_SECRET=BENCH_SECRET,
                    PYTHONPATH=PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
         logfile = [os.path.join(logs, "relay%d-%s.log" % (r, tag)) for r in range(2)]
+        for f in logfile:                 # this run's lines only
+            if os.path.exists(f):
+                os.unlink(f)
         for r, (side, b) in enumerate(zip("ab", brokers)):
             procs.append(subprocess.Popen(
                 link.run_in(side) + [sys.executable, "-m", "wsync.relay", "--model", "bench",

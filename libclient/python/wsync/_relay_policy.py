@@ -13,8 +13,10 @@ cost more and lose.
 
 Each way is measured again now and then: while full wins, delta is tried
 every PROBE_EVERY versions (a model that stopped changing much is
-noticed); while delta wins by less than 2x, full is tried every
-4 * PROBE_EVERY versions (a link that got faster is noticed).
+noticed); while delta wins, full is tried every PROBE_EVERY versions if
+delta's lead is under 2x, every 4 * PROBE_EVERY otherwise (a link that got
+faster, a model that changes more, are noticed). The first version of a
+group is not measured: it pays for the group's first touches.
 """
 import os
 import time
@@ -47,7 +49,8 @@ class Policy:
         t_full, t_delta = self.cost["full"] * nbytes, self.cost["delta"] * nbytes
         why = "predicted %.1f ms delta, %.1f ms full" % (t_delta * 1e3, t_full * 1e3)
         if t_delta < t_full:
-            if self.since["full"] + 1 >= 4 * self.probe_every and 2 * t_delta > t_full:
+            every = self.probe_every if 2 * t_delta > t_full else 4 * self.probe_every
+            if self.since["full"] + 1 >= every:
                 return "full", why + "; measuring full again"
             return "delta", why
         if self.since["delta"] + 1 >= self.probe_every:

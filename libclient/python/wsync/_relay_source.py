@@ -153,7 +153,7 @@ class Source:
             self.why_full = ("a destination could not apply version %d" % view.version
                              if acked == ACK_FAILED else
                              "a destination dropped version %d (busy)" % view.version)
-        if acked != ACK_FAILED:
+        if acked != ACK_FAILED and why != "new group":
             self.policy.observe(mode, end, t3 - t0)
         if acked == ACK_FAILED:
             self.counters.failed += 1
