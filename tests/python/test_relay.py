@@ -644,6 +644,8 @@ def test_command_line_contract(tmp_path):
     assert rc == 2 and "can be read by other users" in err, err
     rc, _, err = _relay_cmd(group, {"WSYNC_RELAY_SECRET": "short"})
     assert rc == 2 and "at least 16" in err, err
+    rc, _, err = _relay_cmd(group + ["--log", str(tmp_path / "no" / "such.log")])
+    assert rc == 2 and "cannot open the log" in err, err
 
 
 def test_installed_wsync_relay_command(tmp_path):

@@ -21,10 +21,11 @@ Default (make bench-relay): deltas against whole versions, in one run.
   previous workload's), then --versions versions, each after the last
   arrived.
 
-  For each link, the relays run three times: --delta on, --delta off (the
-  full broadcast of the same versions on the same link), --delta auto
-  (what the relay chooses). Figures per workload and link, medians over
-  the counted versions:
+  For each link, the relays run twice. First alternating (a hidden relay
+  option): one version as a delta, the next one whole (the full broadcast
+  of a version on the same link), and so on, so both ways are timed in
+  turn under the same load. Then --delta auto (what the relay chooses).
+  Figures per workload and link, medians over the counted versions:
     wire      delta bytes on the wire / version bytes (from the source
               relay's log)
     delta_ms  commit on the source to visible on the destination (the
@@ -475,8 +476,9 @@ def codec_figures(nbytes, versions, lr, repeats=3):
 
 
 def run_link(link, mode, nbytes, versions, lr, wsyncd, logs):
-    """Relays in the two namespaces with --delta mode; every workload in
-    turn. {workload: {"ms": [...], "modes": [...], "wire": [...]}}."""
+    """Relays in the two namespaces with --delta mode (or "alternate": delta
+    and whole versions in turn, so both ways are timed under the same
+    load); every workload in turn. {workload: [(ms, mode, wire ratio)]}."""
     import wsync
     from wsync import relay
     brokers, procs = [], []
@@ -498,17 +500,17 @@ def run_link(link, mode, nbytes, versions, lr, wsyncd, logs):
                                      "--endpoint", b.sock, "--master-addr", link.addr["a"],
                                      "--master-port", str(port), "--rank", str(r),
                                      "--world-size", "2", "--backend", "gloo", "--timeout", "120",
-                                     "--delta", mode, "--log", logfile[r]],
+                                     "--log", logfile[r]] +
+                (["--delta", "on", "--alternate"] if mode == "alternate" else ["--delta", mode]),
                 env=dict(env, XDG_RUNTIME_DIR=b.dir), preexec_fn=pdeathsig))
         trainer = wsync.connect(brokers[0].sock, "bench-trainer")
         pub = trainer.publisher("bench", [("bytes", "u8", (nbytes,))])
         col = wsync.connect(brokers[1].sock, "bench-collector")
         sub = col.subscriber("bench")
         seen = 0
-        counted = {}
+        counted = {}              # source version -> (workload, ms)
         warm = ("warm-up", lambda: synthetic(nbytes, 0.02, 5, 9))   # every slot touched once
         for name, gen in [warm] + workloads(nbytes, versions, lr):
-            ms = []
             for i, cur in enumerate(gen()):
                 with pub.begin(timeout=120) as slab:
                     slab.numpy("bytes")[:] = cur
@@ -527,11 +529,10 @@ def run_link(link, mode, nbytes, versions, lr, wsyncd, logs):
                         o = relay.origin(view)
                         if o.version == v:
                             if i and name != "warm-up":
-                                ms.append((now - o.published_ns) / 1e6)
-                                counted[v] = name
+                                counted[v] = (name, (now - o.published_ns) / 1e6)
                             break
             if name != "warm-up":
-                out[name] = {"ms": ms, "modes": [], "wire": []}
+                out[name] = []
         col.close()
         trainer.close()
         time.sleep(0.5)            # the last "sent" line
@@ -539,9 +540,8 @@ def run_link(link, mode, nbytes, versions, lr, wsyncd, logs):
             for line in f:
                 e = json.loads(line)
                 if e.get("event") == "sent" and e["version"] in counted and e["ack"] == "ok":
-                    w = out[counted[e["version"]]]
-                    w["modes"].append(e["mode"])
-                    w["wire"].append(e["wire_bytes"] / e["nbytes"])
+                    name, ms = counted[e["version"]]
+                    out[name].append((ms, e["mode"], e["wire_bytes"] / e["nbytes"]))
         return out
     finally:
         for p in procs:
@@ -561,16 +561,19 @@ def delta_main(argv):
     p = argparse.ArgumentParser(prog="relay_bench.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--wsyncd", default=os.path.join(ROOT, "build", "bin", "wsyncd"))
     p.add_argument("--mib", type=int, default=64, help="model size (default 64 MiB)")
-    p.add_argument("--versions", type=int, default=4,
-                   help="counted versions per workload (default 4)")
+    p.add_argument("--versions", type=int, default=8,
+                   help="counted versions per workload (default 8: 4 delta and 4 whole in "
+                        "the alternating run)")
     p.add_argument("--lr", type=float, default=1e-5, help="Adam's learning rate (default 1e-5)")
     p.add_argument("--rates", default="1gbit,10gbit", help="links (tc rates), comma-separated")
-    p.add_argument("--modes", default="on,off,auto", help="relay --delta modes to run")
+    p.add_argument("--modes", default="alternate,auto",
+                   help="relay runs per link: alternate (delta and whole in turn), auto, "
+                        "on, off (default alternate,auto)")
     p.add_argument("--logs", default=None, help="keep the relays' logs in this folder")
-    p.add_argument("--quick", action="store_true", help="16 MiB, 2 versions per workload")
+    p.add_argument("--quick", action="store_true", help="16 MiB, 4 versions per workload")
     a = p.parse_args(argv)
     if a.quick:
-        a.mib, a.versions = 16, 2
+        a.mib, a.versions = 16, 4
     try:
         import torch  # noqa: F401
         import torch.distributed as dist
@@ -599,6 +602,7 @@ def delta_main(argv):
         print("\nshaped links: skipped (%s)" % why)
         return 0
     logs = a.logs or tempfile.mkdtemp(prefix="wsync-relaybench-logs-")
+    os.makedirs(logs, exist_ok=True)
     try:
         for rate in a.rates.split(","):
             res = {}
@@ -606,23 +610,28 @@ def delta_main(argv):
                 for mode in a.modes.split(","):
                     res[mode] = run_link(link, mode, nbytes, a.versions, a.lr, a.wsyncd, logs)
             print("\n%s link (tc tbf, between two network namespaces): commit on the source "
-                  "to visible on the destination, medians" % rate)
+                  "to visible on the destination, medians; delta and full in turn in one run, "
+                  "then auto" % rate)
             print("%-10s %7s %10s %10s %8s %10s %s" % ("workload", "wire", "delta_ms", "full_ms",
                                                        "speedup", "auto_ms", "auto chose"))
             for name in res[next(iter(res))]:
                 row = {"table": "link", "link": rate, "workload": name, "mib": a.mib, "cpu": cpu}
-                for mode, r in res.items():
-                    ms = r[name]["ms"]
-                    row[mode + "_ms"] = round(statistics.median(ms), 2) if ms else None
-                    row[mode + "_modes"] = r[name]["modes"]
-                    if mode == "on" and r[name]["wire"]:
-                        row["wire"] = round(statistics.median(r[name]["wire"]), 4)
-                d, f = row.get("on_ms"), row.get("off_ms")
-                row["speedup"] = round(f / d, 2) if d and f else None
+                alt = res.get("alternate", {}).get(name, [])
+                dl = [ms for ms, m, _ in alt if m == "delta"]
+                fl = [ms for ms, m, _ in alt if m == "full"]
+                wire = [w for _, m, w in alt if m == "delta"]
+                row["delta_ms"] = round(statistics.median(dl), 2) if dl else None
+                row["full_ms"] = round(statistics.median(fl), 2) if fl else None
+                row["wire"] = round(statistics.median(wire), 4) if wire else None
+                row["speedup"] = round(row["full_ms"] / row["delta_ms"], 2) \
+                    if dl and fl else None
+                auto = res.get("auto", {}).get(name, [])
+                row["auto_ms"] = round(statistics.median([x[0] for x in auto]), 2) if auto else None
+                row["auto_modes"] = [x[1] for x in auto]
                 print("%-10s %6.2f%% %10s %10s %8s %10s %s" % (
-                    name, 100 * row.get("wire", float("nan")), row.get("on_ms"),
-                    row.get("off_ms"), "%.2fx" % row["speedup"] if row["speedup"] else "-",
-                    row.get("auto_ms"), ",".join(row.get("auto_modes", []))))
+                    name, 100 * (row["wire"] or float("nan")), row["delta_ms"], row["full_ms"],
+                    "%.2fx" % row["speedup"] if row["speedup"] else "-", row["auto_ms"],
+                    ",".join(row["auto_modes"])))
                 print(json.dumps(row), flush=True)
     finally:
         if not a.logs:

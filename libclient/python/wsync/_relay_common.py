@@ -89,7 +89,10 @@ class Log:
     """One JSON object per line: t, rank, event, and the event's fields."""
 
     def __init__(self, path, rank, quiet):
-        self.f = open(path, "a", buffering=1) if path else sys.stderr
+        try:
+            self.f = open(path, "a", buffering=1) if path else sys.stderr
+        except OSError as e:
+            raise UsageError("cannot open the log %s: %s" % (path, e.strerror)) from None
         self.rank = rank
         self.quiet = quiet
 

@@ -1,8 +1,9 @@
 """Delta or full, per version, from what the last versions cost; and the
 relay's counters, for the log, --metrics (Prometheus text) and --json.
 
-For each way the source keeps a moving average (weight 1/2) of what a
-version cost per byte of the version: the time from the start of its send
+For each way the source keeps the (low) median of the last 5 costs per byte of
+the version (a median: one odd version, a fresh model, a version that met
+a busy core, does not flip the choice): the time from the start of its send
 (the encode included, for a delta) to the ack of every destination (their
 decode or checksum and commit included). The prediction for the version at
 hand is that cost times its bytes; the cheaper way wins. So the choice
@@ -19,22 +20,25 @@ faster, a model that changes more, are noticed). The first version of a
 group is not measured: it pays for the group's first touches.
 """
 import os
+import statistics
 import time
+from collections import deque
 
 PROBE_EVERY = 8
-_W = 0.5
-
-
-def _avg(old, new):
-    return new if old is None else (1 - _W) * old + _W * new
+HISTORY = 5
 
 
 class Policy:
     def __init__(self, mode="auto", probe_every=PROBE_EVERY):
         self.mode = mode                  # auto | on | off
         self.probe_every = probe_every
-        self.cost = {"full": None, "delta": None}   # seconds per version byte
+        self.hist = {"full": deque(maxlen=HISTORY), "delta": deque(maxlen=HISTORY)}
         self.since = {"full": 0, "delta": 0}        # versions since each was used
+
+    @property
+    def cost(self):
+        """Seconds per version byte, each way (None: not measured)."""
+        return {m: statistics.median_low(h) if h else None for m, h in self.hist.items()}
 
     def choose(self, nbytes):
         """("delta" | "full", why)."""
@@ -42,11 +46,14 @@ class Policy:
             return "full", "--delta off"
         if self.mode == "on":
             return "delta", "--delta on"
-        if self.cost["delta"] is None:
+        if self.mode == "alternate":      # the bench: both ways under the same load
+            return ("full", "alternate") if self.since["full"] else ("delta", "alternate")
+        cost = self.cost
+        if cost["delta"] is None:
             return "delta", "delta not measured yet"
-        if self.cost["full"] is None:
+        if cost["full"] is None:
             return "full", "full not measured yet"
-        t_full, t_delta = self.cost["full"] * nbytes, self.cost["delta"] * nbytes
+        t_full, t_delta = cost["full"] * nbytes, cost["delta"] * nbytes
         why = "predicted %.1f ms delta, %.1f ms full" % (t_delta * 1e3, t_full * 1e3)
         if t_delta < t_full:
             every = self.probe_every if 2 * t_delta > t_full else 4 * self.probe_every
@@ -62,7 +69,7 @@ class Policy:
         for m in self.since:
             self.since[m] = 0 if m == mode else self.since[m] + 1
         if nbytes > 0 and seconds > 0:
-            self.cost[mode] = _avg(self.cost[mode], seconds / nbytes)
+            self.hist[mode].append(seconds / nbytes)
 
     def state(self):
         return {m: None if c is None else round(c * 1e9, 3) for m, c in self.cost.items()}

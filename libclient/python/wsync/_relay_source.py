@@ -58,7 +58,7 @@ class Source:
         self.codec = Codec(a.threads)      # checksums always; deltas unless --delta off
         # Deltas travel as CPU frames: gloo only (NCCL carries whole versions).
         self.use_delta = a.delta != "off" and group.backend == "gloo"
-        self.policy = Policy(a.delta)
+        self.policy = Policy("alternate" if getattr(a, "alternate", False) else a.delta)
         self.counters = Counters(a.model, "source", a.metrics)
         self.base = None            # np.uint8 array: the last version sent
         self.base_ident = None      # (version, published_ns, layout fp, nbytes) in base

@@ -189,6 +189,8 @@ stdout at the end: {"ok": true, ...counters} or {"ok": false, "error": ...,
                    help=argparse.SUPPRESS)   # tests: sleep this long after each received version
     p.add_argument("--inject", default=None,
                    help=argparse.SUPPRESS)   # tests: flip:N / truncate:N (the N-th delta received)
+    p.add_argument("--alternate", action="store_true",
+                   help=argparse.SUPPRESS)   # bench: delta and whole versions in turn
     return p
 
 
@@ -307,7 +309,7 @@ def version_text():
 
 
 def run(a, result):
-    log = Log(a.log, a.rank, a.quiet)
+    log = Log(a.log, a.rank, a.quiet)       # UsageError if it cannot be opened
     stopping = []
 
     def on_signal(signum, frame):
