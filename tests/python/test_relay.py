@@ -516,13 +516,15 @@ def test_deltas_over_a_shaped_link(nodes):
     trainer.close()
 
 
-def test_damaged_deltas_are_never_published(nodes):
-    """A byte flipped in one delta and another delta cut short, between the
-    wire and the decoder: neither is published; each version is sent again
-    whole and arrives bit-exact; the delta after them applies again."""
+def test_damaged_versions_are_never_published(nodes):
+    """A byte flipped in one delta, another delta cut short, and a byte
+    flipped in a whole version, each between the wire and the checks: none
+    is published; each version is sent again whole and arrives bit-exact;
+    the delta after them applies again."""
     src, dst = nodes(2)
     trainer = DeltaTrainer(src)
-    rsrc, rdst = nodes.relays([src, dst], ["--delta", "on"], ["--inject", "flip:1,truncate:2"])
+    rsrc, rdst = nodes.relays([src, dst], ["--delta", "on"],
+                              ["--inject", "flip:1,truncate:2,wholeflip:3"])
     col = Collector(dst)
     check = same_as_published(trainer)
     try:
@@ -530,12 +532,13 @@ def test_damaged_deltas_are_never_published(nodes):
         for _ in range(4):
             vs.append(trainer.publish())
             assert col.wait_origin(vs[-1], check)[3]
-        bad = wait_for("two refusals", lambda: (lambda es: es if len(es) >= 2 else None)(
+        bad = wait_for("three refusals", lambda: (lambda es: es if len(es) >= 3 else None)(
             rdst.events("not_published")))
-        assert [(e["origin_version"], e["mode"]) for e in bad] == [(vs[1], "delta"),
-                                                                   (vs[2], "delta")]
+        assert [(e["origin_version"], e["mode"]) for e in bad] == [
+            (vs[1], "delta"), (vs[2], "delta"), (vs[2], "full")]
         assert "chunk" in bad[0]["why"] or "checksum" in bad[0]["why"], bad[0]
         assert "cut short" in bad[1]["why"] or "truncated" in bad[1]["why"], bad[1]
+        assert "whole-version checksum" in bad[2]["why"], bad[2]
         got = wait_for("4 commits", lambda: (lambda es: es if len(es) >= 4 else None)(
             rdst.events("committed")))
         assert [(e["origin_version"], e["mode"]) for e in got] == [
@@ -543,7 +546,8 @@ def test_damaged_deltas_are_never_published(nodes):
         sent = rsrc.events("sent")
         assert [(e["version"], e["mode"], e["ack"]) for e in sent] == [
             (vs[0], "full", "ok"), (vs[1], "delta", "failed"), (vs[1], "full", "ok"),
-            (vs[2], "delta", "failed"), (vs[2], "full", "ok"), (vs[3], "delta", "ok")]
+            (vs[2], "delta", "failed"), (vs[2], "full", "failed"), (vs[2], "full", "ok"),
+            (vs[3], "delta", "ok")]
     finally:
         col.close()
         trainer.close()

@@ -13,7 +13,7 @@ ORIGIN_TENSOR = "__wsync_origin__"
 MAGIC = 0x77737932          # "wsy2"
 HDR_LEN = 20
 (H_MAGIC, H_KIND, H_SEQ, H_VERSION, H_STEP, H_PUBNS, H_HOPS, H_NBYTES, H_LAYOUT_FP,
- H_LAYOUT_LEN, H_SKIPPED, H_SENT_NS, H_MODE, H_CHUNK, H_CHECKSUM, H_BASE_VERSION,
+ H_LAYOUT_LEN, H_SKIPPED, H_SENT_NS, H_MODE, H_CHUNK, H_SPARE, H_BASE_VERSION,
  H_BASE_PUBNS, H_FIRST_LEN, H_FRAME_CAP, H_RESERVED) = range(HDR_LEN)
 K_BEAT, K_VERSION = 0, 1
 MODE_FULL, MODE_DELTA = 0, 1
@@ -27,6 +27,11 @@ TRAILER = struct.Struct("<IIQQQ")
 TRAILER_BYTES = TRAILER.size
 TRAILER_MAGIC = 0x31544457  # "WDT1"
 T_LAST = 1
+
+# A whole version ends with int64[2]: this magic and its whole-version
+# checksum, computed while the payload travelled (by the pass that also
+# copies it into the source's base).
+FULL_TRAILER_MAGIC = 0x31544657  # "WFT1"
 
 # Ack of a version: every rank contributes one of these, the MIN wins.
 ACK_FAILED = 0              # not published: no base, a damaged delta, a bad checksum

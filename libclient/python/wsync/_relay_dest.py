@@ -20,8 +20,8 @@ import numpy as np
 import wsync
 
 from ._relay_codec import Codec, CodecError
-from ._relay_common import (ACK_DROPPED, ACK_FAILED, ACK_OK, H_BASE_PUBNS, H_BASE_VERSION,
-                            H_CHECKSUM, H_CHUNK, H_FIRST_LEN, H_FRAME_CAP, H_HOPS, H_KIND,
+from ._relay_common import (FULL_TRAILER_MAGIC, ACK_DROPPED, ACK_FAILED, ACK_OK, H_BASE_PUBNS, H_BASE_VERSION,
+                            H_CHUNK, H_FIRST_LEN, H_FRAME_CAP, H_HOPS, H_KIND,
                             H_LAYOUT_FP, H_LAYOUT_LEN, H_MAGIC, H_MODE, H_NBYTES, H_PUBNS,
                             H_SEQ, H_SKIPPED, H_STEP, H_VERSION, K_BEAT, MAGIC, MODE_DELTA,
                             ORIGIN_TENSOR, T_LAST, TRAILER_BYTES, GroupFailed,
@@ -51,18 +51,20 @@ class Destination:
         self.frames = None
         self.counters = Counters(a.model, "destination", a.metrics)
         self.deltas_seen = 0        # for --inject
+        self.wholes_seen = 0
         self.inject = self._parse_inject(a.inject)
         self.have = self._local_origin()   # (version, published_ns) of the newest here
 
     @staticmethod
     def _parse_inject(spec):
-        """Tests only: {N: fault}: "flip:N" flips a byte of the first frame
-        of the N-th delta received, "truncate:N" feeds its first frame
-        short, after the wire and before the decoder; comma-separated."""
-        out = {}
+        """Tests only, comma-separated, after the wire and before the
+        checks: "flip:N" flips a byte of the first frame of the N-th delta
+        received, "truncate:N" feeds its first frame short, "wholeflip:N"
+        flips a byte of the N-th whole version received into a slab."""
+        out = set()
         for fault in (spec.split(",") if spec else ()):
             kind, _, n = fault.partition(":")
-            out[int(n)] = kind
+            out.add((kind, int(n)))
         return out
 
     def _local_origin(self):
@@ -166,6 +168,7 @@ class Destination:
         slab = self._begin(h) if ident != self.have else None
         if slab is None:                 # nowhere to put it, or held already: drop it
             g.bcast(self._staging(n))
+            self._full_trailer(h)
             if ident == self.have:
                 return ACK_OK
             self.dropped += 1
@@ -181,15 +184,29 @@ class Destination:
                 buf = self._staging(n)
                 g.bcast(buf)
                 self._copy_in(slab, h[H_LAYOUT_FP], buf.cpu() if g.device is not None else buf)
+            want = self._full_trailer(h)
+            self.wholes_seen += 1
+            if ("wholeflip", self.wholes_seen) in self.inject and n:
+                self.log("injected", important=True, fault="wholeflip", whole=self.wholes_seen)
+                ctypes.c_uint8.from_address(slab._c.base + n // 2).value ^= 0x10
             got = self.codec.checksum(slab._c.base, n, h[H_CHUNK])
-            if got != to_u64(h[H_CHECKSUM]):
+            if got != want:
                 return self._not_published(slab, h, "full", "whole-version checksum %016x, "
-                                           "the source's is %016x" % (got, to_u64(h[H_CHECKSUM])))
+                                           "the source's is %016x" % (got, want))
             return self._commit(slab, h, "full", n, t0)
         except BaseException:
             if slab.active:
                 slab.abort()
             raise
+
+    def _full_trailer(self, h):
+        """The whole-version checksum that follows a whole version."""
+        tr = self.g.header()[:2]
+        self.g.bcast(tr)
+        magic, checksum = (int(x) for x in tr.cpu())
+        if magic != FULL_TRAILER_MAGIC:
+            raise GroupFailed("whole version %d: no checksum after it" % h[H_VERSION])
+        return to_u64(checksum)
 
     def _direct(self, slab, fp, n):
         """A writable uint8 tensor over the slab's first n bytes, if the
@@ -334,7 +351,8 @@ class Destination:
 
     def _injected(self, buf, i, length):
         """The length to feed; damages the frame first if --inject says so."""
-        kind = self.inject.get(self.deltas_seen) if i == 0 else None
+        kind = next((k for k in ("flip", "truncate")
+                     if (k, self.deltas_seen) in self.inject), None) if i == 0 else None
         if kind is None:
             return length
         self.log("injected", important=True, fault=kind, delta=self.deltas_seen)

@@ -18,8 +18,8 @@ import numpy as np
 import wsync
 
 from ._relay_codec import Codec, CodecError
-from ._relay_common import (ACK_DROPPED, ACK_FAILED, ACK_OK, H_BASE_PUBNS, H_BASE_VERSION,
-                            H_CHECKSUM, H_CHUNK, H_FIRST_LEN, H_FRAME_CAP, H_HOPS, H_KIND,
+from ._relay_common import (FULL_TRAILER_MAGIC, ACK_DROPPED, ACK_FAILED, ACK_OK, H_BASE_PUBNS, H_BASE_VERSION,
+                            H_CHUNK, H_FIRST_LEN, H_FRAME_CAP, H_HOPS, H_KIND,
                             H_LAYOUT_FP, H_LAYOUT_LEN, H_MAGIC, H_MODE, H_NBYTES, H_PUBNS,
                             H_SENT_NS, H_SEQ, H_SKIPPED, H_STEP, H_VERSION, K_BEAT, K_VERSION,
                             MAGIC, MODE_DELTA, MODE_FULL, ORIGIN_TENSOR, T_LAST,
@@ -179,10 +179,7 @@ class Source:
         torch, g = self.g.torch, self.g
         codec = self.codec
         addr = view._c.base
-        t_hash = time.monotonic()
-        checksum = codec.checksum(addr, end, chunk)
-        hash_s = time.monotonic() - t_hash
-        vals.update({H_MODE: MODE_FULL, H_CHECKSUM: to_i64(checksum), H_SENT_NS: time.time_ns()})
+        vals.update({H_MODE: MODE_FULL, H_SENT_NS: time.time_ns()})
         for k, v in vals.items():
             h[k] = v
         g.bcast(h)
@@ -197,23 +194,22 @@ class Source:
                 self.staging = torch.empty(end, dtype=torch.uint8)
             self.staging[:end].copy_(payload)
             payload = self.staging[:end]
-        # The next base is copied while the payload travels.
-        copying = False
+        # The checksum, and the next base, are made while the payload travels.
         self.base_ident = None
-        if self.use_delta:
-            codec.hash_start(addr, end, chunk, self._base_for(end))
-            copying = True
+        codec.hash_start(addr, end, chunk, self._base_for(end) if self.use_delta else None)
         t1 = time.monotonic()
         try:
             g.bcast(payload)
         finally:
             send_s = time.monotonic() - t1
             del payload
-            if copying:
-                codec.hash_wait()
-        if copying:
+            checksum = codec.hash_wait()
+        tr = g.header()[:2]
+        tr[0], tr[1] = FULL_TRAILER_MAGIC, to_i64(checksum)
+        g.bcast(tr)
+        if self.use_delta:
             self.base_ident = (view.version, view.published_ns, vals[H_LAYOUT_FP], end)
-        return {"wire_bytes": end, "send_s": send_s, "hash_ms": round(hash_s * 1e3, 2)}
+        return {"wire_bytes": end, "send_s": send_s}
 
     def _frames(self, cap):
         torch = self.g.torch

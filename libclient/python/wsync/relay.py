@@ -235,8 +235,9 @@ def parse_args(argv=None):
         raise UsageError("--level must be -7 .. 19")
     for fault in (a.inject or "").split(",") if a.inject else ():
         kind, _, n = fault.partition(":")
-        if kind not in ("flip", "truncate") or not n.isdigit():
-            raise UsageError("--inject must be flip:N or truncate:N, comma-separated")
+        if kind not in ("flip", "truncate", "wholeflip") or not n.isdigit():
+            raise UsageError("--inject must be flip:N, truncate:N or wholeflip:N, "
+                             "comma-separated")
     return a
 
 
