@@ -304,6 +304,12 @@ $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -luring $(LIBS_CLIENT)
 
+# The relay's decoder, with its own library's objects.
+$(BUILD)/fuzz/fuzz_delta: $(BUILD)/obj/tests/fuzz/fuzz_delta.o $(DELTA_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(LIBS_DELTA)
+
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CC=clang \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz-run
