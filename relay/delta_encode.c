@@ -160,10 +160,12 @@ int wsync_delta_enc_begin(wsync_delta *d, const void *cur, void *base, size_t n,
 	rc = delta_geometry(d, n, chunk);
 	if (rc)
 		goto out;
+	/* Enough chunks ahead for frames of many records (each frame is a
+	 * round trip on the link), at most 64 slots: 16 MiB of 256 KiB chunks. */
 	size_t window = 4 * (size_t)d->n_threads;
 
-	if (window < 8)
-		window = 8;
+	if (window < 64)
+		window = 64;
 	if (window > d->n_chunks)
 		window = d->n_chunks ? d->n_chunks : 1;
 	size_t slot_cap = WSYNC_DELTA_REC_BYTES + chunk;
