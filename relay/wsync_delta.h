@@ -17,7 +17,7 @@
  * on, by default) owned by a wsync_delta; the caller drives: the encoder
  * hands out records in chunk order as soon as they are ready, so the
  * sending starts while later chunks are still being encoded, and holds at
- * most a small window of encoded chunks (memory does not grow with the
+ * most a window of 64 encoded chunks (memory does not grow with the
  * model); the decoder takes frames of records as they arrive and decodes
  * them while the next frame is received. One operation at a time per
  * wsync_delta.
