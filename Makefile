@@ -29,7 +29,7 @@ SOMAJOR := 0
 # check-tsan, fuzz); it is only a Recommends of clang.
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
             libxxhash-dev libncurses-dev libjansson-dev libmicrohttpd-dev scdoc clang \
-            libclang-rt-dev libsystemd-dev
+            libclang-rt-dev libsystemd-dev libzstd-dev
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -56,6 +56,9 @@ SHM_SRC    := $(sort $(wildcard shm/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
 BROKER_SRC := $(sort $(wildcard broker/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
+# The relay's codec (libwsync-delta, docs/MULTINODE.md): its own library, so
+# that libzstd stays out of libwsync.
+DELTA_SRC  := $(sort $(wildcard relay/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integ/*.c))
 
@@ -65,9 +68,11 @@ SHM_OBJ    := $(call obj,$(SHM_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
 BROKER_OBJ := $(call obj,$(BROKER_SRC))
 TESTLIB_OBJ:= $(call obj,$(TESTLIB_SRC))
+DELTA_OBJ  := $(call obj,$(DELTA_SRC))
 
 LIB_A   := $(BUILD)/lib/libwsync.a
 LIB_SO  := $(BUILD)/lib/libwsync.so.$(VERSION)
+DELTA_SO := $(BUILD)/lib/libwsync-delta.so.$(VERSION)
 WSYNCD  := $(BUILD)/bin/wsyncd
 # The broker with fault injection compiled in (broker/fault.h), for tests only.
 WSYNCD_FAULT := $(BUILD)/tests/wsyncd-fault
@@ -88,6 +93,8 @@ INTEG_BIN := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ/%,$(INTEG_SRC))
 LIBS_CLIENT := -lxxhash -ldl -lrt
 # libsystemd: sd_notify for Type=notify services (broker/service.c)
 LIBS_BROKER := -luring -ljemalloc -lsystemd -lxxhash -ldl -lrt
+# the relay's delta codec (tools/relay/): zstd stays out of libwsync
+LIBS_DELTA  := -lzstd -lxxhash
 
 # Man pages, written in scdoc (man/*.scd), built into $(BUILD)/man.
 MAN_SRC   := $(sort $(wildcard man/*.scd))
@@ -99,7 +106,7 @@ COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
         tests tools man layering
-all: deps $(LIB_A) $(LIB_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
+all: deps $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
 tools: $(TOOLS)
 man: $(MAN_PAGES)
 
@@ -128,7 +135,7 @@ help:
 	@echo "run:"
 	@echo "  make demo         broker, trainer and collectors for ~10 s, then a summary"
 	@echo "  make bench        wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
-	@echo "  make bench-relay  wsync-relay against a bare gloo broadcast (docs/MULTINODE.md)"
+	@echo "  make bench-relay  wsync-relay's deltas on shaped 1 and 10 Gbit/s links (docs/MULTINODE.md)"
 	@echo "install:"
 	@echo "  make install      into PREFIX=$(PREFIX) (DESTDIR honoured): headers, libraries,"
 	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
@@ -159,6 +166,14 @@ $(LIB_SO): $(CLIENT_OBJ) $(SHM_OBJ)
 		$(LDFLAGS) -o $@ $^ $(LIBS_CLIENT)
 	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so.$(SOMAJOR)
 	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so
+
+$(DELTA_SO): $(DELTA_OBJ) relay/libwsync-delta.map
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libwsync-delta.so.$(SOMAJOR) \
+		-Wl,--version-script=relay/libwsync-delta.map $(LDFLAGS) -o $@ $(DELTA_OBJ) $(LIBS_DELTA)
+	$(Q)ln -sf libwsync-delta.so.$(VERSION) $(BUILD)/lib/libwsync-delta.so.$(SOMAJOR)
+	$(Q)ln -sf libwsync-delta.so.$(VERSION) $(BUILD)/lib/libwsync-delta.so
 
 $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	@mkdir -p $(dir $@)
@@ -201,6 +216,12 @@ $(BUILD)/tests/unit/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) -lcmocka -ljansson $(LIBS_CLIENT)
 
+# The relay's codec on its own (threads, zstd, every malformed stream).
+$(BUILD)/tests/unit/test_delta: $(BUILD)/obj/tests/unit/test_delta.o $(DELTA_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -lcmocka $(LIBS_DELTA)
+
 $(BUILD)/tests/integ/%: $(BUILD)/obj/tests/integ/%.o $(TESTLIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
@@ -232,8 +253,9 @@ test: tests
 PYTHON ?= /usr/bin/python3
 # tmux: the wsync-top test drives the interactive screen in a real terminal.
 # python3-venv, python3-pip: the wheel test builds the wheel and installs it
-# into a fresh venv.
-PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip
+# into a fresh venv. iproute2: the relay's tests shape a link between two
+# network namespaces.
+PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip iproute2
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
@@ -246,14 +268,17 @@ demo: all
 	$(Q)$(DEMO) --wsyncd $(WSYNCD)
 
 # The peer comparison needs Debian's torch; only the bench installs it.
-BENCH_PKGS := python3-torch python3-numpy
+BENCH_PKGS := python3-torch python3-numpy iproute2
 bench: all
 	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
 	$(Q)$(BENCH) --wsyncd $(WSYNCD) $(BENCH_ARGS)
 	$(Q)$(MAKE) --no-print-directory bench-relay
 
-# wsync-relay carrying a 256 MiB model to 2 brokers over gloo on loopback,
-# next to a bare gloo broadcast of the same bytes (64 MiB with --quick).
+# wsync-relay's deltas against whole versions of a 64 MiB model (16 MiB with
+# --quick) on links shaped to 1 and 10 Gbit/s between two network namespaces
+# (as root; else only the codec's figures), Adam-trained and synthetic
+# updates. The loopback comparison with a bare gloo broadcast:
+# tools/bench/relay_bench.py --loopback.
 bench-relay: all
 	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
 	$(Q)PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so $(PYTHON) \
@@ -303,17 +328,24 @@ install: all
 		ln -sf wsyncctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; done
 	install -m 0644 tools/bench/torch_peers.py $(DESTDIR)$(PREFIX)/share/wsync/
 	install -m 0644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/wsync/
+	install -m 0755 $(DELTA_SO) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(VERSION)
+	ln -sf libwsync-delta.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(SOMAJOR)
+	sed -e 's|@PYTHON@|$(PYTHON)|g' -e 's|@PYSITE@|$(PYSITE)|g' relay/wsync-relay.in \
+		> $(DESTDIR)$(PREFIX)/bin/wsync-relay
+	chmod 0755 $(DESTDIR)$(PREFIX)/bin/wsync-relay
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc
 	install -d $(DESTDIR)$(PYSITE)/wsync
 	install -m 0644 $(PY_SRC) $(DESTDIR)$(PYSITE)/wsync/
-	printf '"""Written by make install: the libwsync installed with this package."""\nLIBRARY = "%s"\n' \
-		'$(PREFIX)/lib/libwsync.so.$(SOMAJOR)' > $(DESTDIR)$(PYSITE)/wsync/_paths.py
+	printf '"""Written by make install: the libwsync installed with this package."""\nLIBRARY = "%s"\nDELTA_LIBRARY = "%s"\n' \
+		'$(PREFIX)/lib/libwsync.so.$(SOMAJOR)' '$(PREFIX)/lib/libwsync-delta.so.$(SOMAJOR)' \
+		> $(DESTDIR)$(PYSITE)/wsync/_paths.py
 	@echo "installed the Python package wsync in $(PYSITE)"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/wsync.h $(DESTDIR)$(PREFIX)/lib/libwsync.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc $(DESTDIR)$(PREFIX)/bin/wsyncd \
+		$(DESTDIR)$(PREFIX)/lib/libwsync-delta.* $(DESTDIR)$(PREFIX)/bin/wsync-relay \
 		$(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS)) \
 		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 		$(patsubst %,$(DESTDIR)$(PREFIX)/lib/systemd/user/%,$(UNITS)) \
@@ -346,6 +378,12 @@ $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BROKER_LIB_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(BROKER_LIB_OBJ) $(LIB_A) -luring -lsystemd $(LIBS_CLIENT)
+
+# The relay's decoder, with its own library's objects.
+$(BUILD)/fuzz/fuzz_delta: $(BUILD)/obj/tests/fuzz/fuzz_delta.o $(DELTA_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(LIBS_DELTA)
 
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CC=clang \
