@@ -58,7 +58,7 @@ BROKER_SRC := $(sort $(wildcard broker/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 # The relay's codec (libwsync-delta, docs/MULTINODE.md): its own library, so
 # that libzstd stays out of libwsync.
-DELTA_SRC  := $(sort $(wildcard relay/*.c))
+DELTA_SRC  := $(sort $(wildcard tools/relay/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integ/*.c))
 
@@ -96,9 +96,9 @@ LIBS_BROKER := -luring -ljemalloc -lsystemd -lxxhash -ldl -lrt
 # the relay's delta codec (tools/relay/): zstd stays out of libwsync
 LIBS_DELTA  := -lzstd -lxxhash
 
-# Man pages, written in scdoc (man/*.scd), built into $(BUILD)/man.
-MAN_SRC   := $(sort $(wildcard man/*.scd))
-MAN_PAGES := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
+# Man pages, written in scdoc (docs/man/*.scd), built into $(BUILD)/man.
+MAN_SRC   := $(sort $(wildcard docs/man/*.scd))
+MAN_PAGES := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 # The service: systemd user units (wsyncd.service, wsyncd@.service), made at
 # install time, since they name PREFIX/bin/wsyncd.
 UNITS     := $(patsubst tools/service/%.in,%,$(wildcard tools/service/*.in))
@@ -110,7 +110,7 @@ all: deps $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
 tools: $(TOOLS)
 man: $(MAN_PAGES)
 
-$(BUILD)/man/%: man/%.scd
+$(BUILD)/man/%: docs/man/%.scd
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  SCDOC   $@")
 	$(Q)scdoc < $< > $@.tmp && mv $@.tmp $@
@@ -167,11 +167,11 @@ $(LIB_SO): $(CLIENT_OBJ) $(SHM_OBJ)
 	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so.$(SOMAJOR)
 	$(Q)ln -sf libwsync.so.$(VERSION) $(BUILD)/lib/libwsync.so
 
-$(DELTA_SO): $(DELTA_OBJ) relay/libwsync-delta.map
+$(DELTA_SO): $(DELTA_OBJ) tools/relay/libwsync-delta.map
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,libwsync-delta.so.$(SOMAJOR) \
-		-Wl,--version-script=relay/libwsync-delta.map $(LDFLAGS) -o $@ $(DELTA_OBJ) $(LIBS_DELTA)
+		-Wl,--version-script=tools/relay/libwsync-delta.map $(LDFLAGS) -o $@ $(DELTA_OBJ) $(LIBS_DELTA)
 	$(Q)ln -sf libwsync-delta.so.$(VERSION) $(BUILD)/lib/libwsync-delta.so.$(SOMAJOR)
 	$(Q)ln -sf libwsync-delta.so.$(VERSION) $(BUILD)/lib/libwsync-delta.so
 
@@ -330,7 +330,7 @@ install: all
 	install -m 0644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/wsync/
 	install -m 0755 $(DELTA_SO) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(VERSION)
 	ln -sf libwsync-delta.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(SOMAJOR)
-	sed -e 's|@PYTHON@|$(PYTHON)|g' -e 's|@PYSITE@|$(PYSITE)|g' relay/wsync-relay.in \
+	sed -e 's|@PYTHON@|$(PYTHON)|g' -e 's|@PYSITE@|$(PYSITE)|g' tools/relay/wsync-relay.in \
 		> $(DESTDIR)$(PREFIX)/bin/wsync-relay
 	chmod 0755 $(DESTDIR)$(PREFIX)/bin/wsync-relay
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \

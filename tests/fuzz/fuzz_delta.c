@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/wsync_delta.h"
+#include "tools/relay/wsync_delta.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

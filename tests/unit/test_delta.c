@@ -1,5 +1,5 @@
 /*
- * test_delta — libwsync-delta (relay/): a version encoded against its base
+ * test_delta — libwsync-delta (tools/relay/): a version encoded against its base
  * decodes to the same bytes on any number of threads, in frames of any
  * size, with SAME, XSPARSE, XZSTD and RAW records all used; the encoder turns its
  * base into the new version and its checksum is wsync_delta_checksum's;
@@ -19,7 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "relay/wsync_delta.h"
+#include "tools/relay/wsync_delta.h"
 
 #define CHUNK (16u << 10)
 

@@ -1,4 +1,4 @@
-"""ctypes binding of libwsync-delta (relay/wsync_delta.h), the relay's codec.
+"""ctypes binding of libwsync-delta (tools/relay/wsync_delta.h), the relay's codec.
 
 The library is found, in order, at $WSYNC_DELTA_LIBRARY, beside the loaded
 libwsync (build/lib/ of a source tree, <prefix>/lib after `make install`),

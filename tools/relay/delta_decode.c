@@ -1,5 +1,5 @@
 /*
- * relay/delta_decode.c — rebuilds a version from its base and a stream of
+ * tools/relay/delta_decode.c — rebuilds a version from its base and a stream of
  * records, on all threads, while the caller receives the next frame.
  *
  * Nothing in a stream is trusted: feed checks every record header (magic,
@@ -16,7 +16,7 @@
 
 #include <xxhash.h>
 
-#include "relay/delta_internal.h"
+#include "tools/relay/delta_internal.h"
 
 static void xor_in(uint8_t *dst, const uint8_t *b, size_t len)
 {

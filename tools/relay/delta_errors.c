@@ -1,10 +1,10 @@
 /*
- * relay/delta_errors.c — the detail message of the last failure, per thread.
+ * tools/relay/delta_errors.c — the detail message of the last failure, per thread.
  */
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "relay/delta_internal.h"
+#include "tools/relay/delta_internal.h"
 
 static __thread char errbuf[320];
 

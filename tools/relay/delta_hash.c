@@ -1,5 +1,5 @@
 /*
- * relay/delta_hash.c — the whole-version checksum of a full version, on all
+ * tools/relay/delta_hash.c — the whole-version checksum of a full version, on all
  * threads, optionally copying it on the way (the source's next base).
  *
  * Task t hashes chunk t into hashes[t] (and copies it to dst); the
@@ -10,7 +10,7 @@
 
 #include <xxhash.h>
 
-#include "relay/delta_internal.h"
+#include "tools/relay/delta_internal.h"
 
 static int hash_task(struct wsync_delta *d, size_t t, struct delta_worker *w)
 {

@@ -1,5 +1,5 @@
 /*
- * relay/delta_pool.c — the worker threads of a wsync_delta and the job they
+ * tools/relay/delta_pool.c — the worker threads of a wsync_delta and the job they
  * serve (the invariant is in delta_internal.h: one mutex orders a task's
  * writes before anyone reads them).
  *
@@ -17,7 +17,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "relay/delta_internal.h"
+#include "tools/relay/delta_internal.h"
 
 /* The calling thread's CPU time: what a task cost, whoever else ran. */
 static uint64_t cpu_ns(void)

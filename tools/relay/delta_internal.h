@@ -1,5 +1,5 @@
 /*
- * relay/delta_internal.h — the state behind a wsync_delta: a pool of
+ * tools/relay/delta_internal.h — the state behind a wsync_delta: a pool of
  * worker threads and the one operation (hash, encode or decode) they serve.
  *
  * The invariant: one mutex (d->mu) guards every word of the job below and
@@ -21,7 +21,7 @@
 
 #include <zstd.h>
 
-#include "relay/wsync_delta.h"
+#include "tools/relay/wsync_delta.h"
 
 enum delta_op { OP_NONE = 0, OP_HASH, OP_ENC, OP_DEC };
 

@@ -1,5 +1,5 @@
 /*
- * relay/delta_encode.c — a version against its base, chunk by chunk, on all
+ * tools/relay/delta_encode.c — a version against its base, chunk by chunk, on all
  * threads, handed out in chunk order while later chunks are still encoded.
  *
  * Task t encodes chunk t into ring slot t % window: a SAME record if the
@@ -18,7 +18,7 @@
 
 #include <xxhash.h>
 
-#include "relay/delta_internal.h"
+#include "tools/relay/delta_internal.h"
 
 static void xor_into(uint8_t *dst, const uint8_t *a, const uint8_t *b, size_t len)
 {

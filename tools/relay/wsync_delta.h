@@ -1,5 +1,5 @@
 /*
- * relay/wsync_delta.h — libwsync-delta, the codec of wsync-relay.
+ * tools/relay/wsync_delta.h — libwsync-delta, the codec of wsync-relay.
  *
  * A version of a model travels between nodes either whole or as a delta
  * against a base version both ends hold: the bytes [0, n) are cut into
