@@ -228,8 +228,10 @@ static const char rm_usage[] =
 	"waiting one wakes) and subscribe again; views they hold keep their bytes\n"
 	"until released. The names publish again at versions above the old ones.\n"
 	"Every name is tried; each is reported (with --json, in \"models\").\n"
-	"Exit 0 if every model was deleted, 3 if one was not (no such model, or\n"
-	"it has a publisher: the message names it).\n\n";
+	"A model belongs to the user that first published it: only that user,\n"
+	"the broker's user and root may delete it.\n"
+	"Exit 0 if every model was deleted, 3 if one was not (no such model, it\n"
+	"has a publisher, or it is another user's: the message names it).\n\n";
 
 int ctl_cmd_rm(const struct ctl_opts *common, int argc, char **argv)
 {
