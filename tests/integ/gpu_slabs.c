@@ -44,8 +44,10 @@
  *    mapping gives -EIO naming the call, and nothing leaks: every client
  *    process and the broker end with no allocation, mapping, reservation,
  *    export or context alive (the fake's report);
- *  - a broker restart declares device models without adopting their memory,
- *    and versions go on above the old ones.
+ *  - a broker restart restores a device model that has a host mirror onto
+ *    its GPUs from the mirror (the same version, bit-exact on each GPU),
+ *    declares one without a mirror without a version, and versions go on
+ *    above the old ones.
  */
 #include "tests/lib/harness.h"
 
@@ -1158,15 +1160,18 @@ static void gpu_full(void)
 	}
 }
 
-/* A restarted broker cannot adopt VMM memory: the model comes back
- * declared, and its next versions are above the old ones. */
+/* A restarted broker cannot adopt VMM memory. A model with a host mirror
+ * is restored from it: the same version, bit-exact on every GPU and on the
+ * host; one without a mirror comes back declared, without a version. The
+ * next versions of both are above the old ones. */
 static void broker_restart(void)
 {
 	wsync_client *c;
-	wsync_sub *s;
+	wsync_sub *s, *sm;
 	wsync_pub *p;
 	wsync_dview v;
-	uint64_t before, after;
+	wsync_view hv;
+	uint64_t before, mirrored, after;
 
 	cuda_up(0);
 	TEST_OK(harness_connect(&B, "gpu-restart", &c));
@@ -1175,6 +1180,9 @@ static void broker_restart(void)
 	before = v.version;
 	wsync_sub_release_gpu(s, &v, NULL);
 	wsync_sub_close(s);
+	TEST_OK(open_dev(c, MIRRORED, WSYNC_DEV_HOST_MIRROR, &p));
+	TEST_OK(publish_dev(p, 77, NULL, &mirrored));
+	wsync_pub_close(p);
 	wsync_close(c);
 
 	harness_broker_kill(&B);
@@ -1184,6 +1192,26 @@ static void broker_restart(void)
 	TEST_OK(harness_connect(&B, "gpu-restart", &c));
 	TEST_OK(wsync_sub_open(c, MODEL, &s));
 	TEST_RC(wsync_sub_acquire_gpu(s, uuid[0], &v), -ENODATA);
+	TEST_OK(wsync_sub_open(c, MIRRORED, &sm));
+	TEST_OK(wsync_sub_acquire(sm, &hv));
+	/* the same version, or above every version granted (a prefetched one) */
+	TEST_ASSERT(hv.version >= mirrored);
+	mirrored = hv.version;
+	TEST_EQ_U64(hv.step, 77);
+	TEST_OK(harness_verify_view(&hv));
+	wsync_sub_release(sm, &hv);
+	for (int g = 0; g < 3; g++) {
+		TEST_OK(wsync_sub_acquire_gpu(sm, uuid[g], &v));
+		TEST_EQ_U64(v.version, mirrored);
+		TEST_EQ_U64(v.step, 77);
+		verify_dview(&v);
+		wsync_sub_release_gpu(sm, &v, NULL);
+	}
+	TEST_OK(wsync_sub_acquire(sm, &hv));
+	TEST_EQ_U64(hv.version, mirrored);
+	TEST_OK(harness_verify_view(&hv));
+	wsync_sub_release(sm, &hv);
+
 	TEST_OK(open_dev(c, MODEL, 0, &p));
 	TEST_OK(publish_dev(p, 2000, NULL, &after));
 	TEST_GT_U64(after, before);
@@ -1191,15 +1219,21 @@ static void broker_restart(void)
 	TEST_EQ_U64(v.version, after);
 	verify_dview(&v);
 	wsync_sub_release_gpu(s, &v, NULL);
-	wsync_sub_close(s);
 	wsync_pub_close(p);
+	TEST_OK(open_dev(c, MIRRORED, WSYNC_DEV_HOST_MIRROR, &p));
+	TEST_OK(publish_dev(p, 78, NULL, &after));
+	TEST_GT_U64(after, mirrored);
+	wsync_pub_close(p);
+	wsync_sub_close(sm);
+	wsync_sub_close(s);
 	wsync_close(c);
 	cuda_down_checked("after restart");
 	{
 		char log[65536];
 
-		TEST_CONTAINS(harness_read_file(B.log, log, sizeof log), "whose memory ended with the "
-		              "last broker");
+		harness_read_file(B.log, log, sizeof log);
+		TEST_CONTAINS(log, "without a host mirror, whose memory ended with the last broker");
+		TEST_CONTAINS(log, "restored onto its GPUs from its host mirror");
 	}
 }
 
