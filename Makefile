@@ -105,7 +105,7 @@ UNITS     := $(patsubst tools/service/%.in,%,$(wildcard tools/service/*.in))
 COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
-        tests tools man layering
+        tests tools man layering test-gpu bench-gpu
 all: deps $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
 tools: $(TOOLS)
 man: $(MAN_PAGES)
@@ -131,11 +131,15 @@ help:
 	@echo "  make check-tsan   the concurrency tests under ThreadSanitizer (build-tsan/)"
 	@echo "  make fuzz         libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
 	@echo "  make fuzz-smoke   the same, each ~$(FUZZ_SMOKE_SECONDS) s (CI)"
+	@echo "  make test-gpu     the device tests against the real CUDA driver (libcuda.so.1),"
+	@echo "                    saying what was verified and what was skipped; exit 0 without a GPU"
 	@echo "  make soak         crash soak: kill -9 broker/trainers/group ranks/collectors for SOAK_SECONDS (120)"
 	@echo "run:"
 	@echo "  make demo         broker, trainer and collectors for ~10 s, then a summary"
 	@echo "  make bench        wsync-bench (BENCH_ARGS=--quick for a short run), then bench-relay"
 	@echo "  make bench-relay  wsync-relay's deltas on shaped 1 and 10 Gbit/s links (docs/MULTINODE.md)"
+	@echo "  make bench-gpu    the GPU rows (wsync-bench --only gpu, torch's zero-copy use of a"
+	@echo "                    device view) against the real CUDA driver; skipped without a GPU"
 	@echo "install:"
 	@echo "  make install      into PREFIX=$(PREFIX) (DESTDIR honoured): headers, libraries,"
 	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
@@ -433,6 +437,17 @@ $(FAKECUDA): $(FAKECUDA_OBJ) tests/fakecuda/fakecuda.map
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=tests/fakecuda/fakecuda.map \
 		$(LDFLAGS) -o $@ $(FAKECUDA_OBJ)
+
+# The first real GPU: the device tests and the GPU bench rows against the
+# real driver (WSYNC_LIBCUDA unset: libcuda.so.1), unchanged; without a GPU
+# they say so and exit 0. make test keeps using the fake (docs/GPU.md).
+test-gpu: tests
+	$(Q)sh .ci/deps.sh $(PY_PKGS)
+	$(Q)BUILD=$(BUILD) PYTHON=$(PYTHON) sh tests/gpu_suite.sh test
+
+bench-gpu: all
+	$(Q)sh .ci/deps.sh $(BENCH_PKGS)
+	$(Q)BUILD=$(BUILD) PYTHON=$(PYTHON) BENCH_ARGS="$(BENCH_ARGS)" sh tests/gpu_suite.sh bench
 
 # test_fakecuda calls the fake driver directly, linked like the real one.
 $(BUILD)/tests/unit/test_fakecuda: $(BUILD)/obj/tests/unit/test_fakecuda.o $(FAKECUDA)

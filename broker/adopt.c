@@ -46,6 +46,7 @@
 
 #include "fault.h"
 #include "ctl.h"
+#include "gpu_slab.h"
 #include "log.h"
 #include "model.h"
 #include "state.h"
@@ -205,11 +206,12 @@ out_free:
 	return err;
 }
 
-/* Copies old slab `slot` into slab 0 of m: 0 or -errno. */
+/* Copies old slab `slot` into slab 0 of m (and, for a device model, from
+ * there onto slot 0 of each of its GPUs): 0 or -errno. */
 static int old_slab_copy(const struct broker *b, int old_dirfd, struct model *m,
                          uint32_t slot)
 {
-	char name[32];
+	char name[32], why[WSYNC_ERRMSG_MAX];
 	void *dst;
 	int fd, err;
 
@@ -221,6 +223,9 @@ static int old_slab_copy(const struct broker *b, int old_dirfd, struct model *m,
 	err = fault_seg_map(m->slab_fd[0], m->seg_bytes, 1, 0, &dst);
 	if (!err) {
 		err = fd_read_all(fd, dst, m->bytes);
+		if (!err && m->gpu && (err = gpu_slabs_load(m->gpu, 0, dst, m->bytes, why,
+		                                            sizeof(why))))
+			log_warn("model '%s': %s", m->name, why);
 		munmap(dst, m->seg_bytes);
 	}
 	close(fd);
@@ -241,6 +246,8 @@ static uint64_t adopt_pick_latest(const struct wsync_ctl_model *e)
 static int adopt_ready(struct broker *b, int old_dirfd, struct model *m,
                        const struct wsync_ctl_model *e)
 {
+	struct model_devices dev = { .n = e->n_devices, .flags = e->dev_flags,
+	                             .uuid = e->dev_uuid };
 	wsync_tensor_desc *tensors;
 	uint64_t bytes, hash, latest, v;
 	uint32_t slot;
@@ -259,18 +266,21 @@ static int adopt_ready(struct broker *b, int old_dirfd, struct model *m,
 		         strerror(-err));
 		return err;
 	}
-	if (e->n_devices) {
-		/* VMM memory has no name a new process could open: it lived as
-		 * long as the old broker's handles and the clients' mappings */
+	/* VMM memory has no name a new process could open: it lived as long as
+	 * the old broker's handles and the clients' mappings. A host mirror
+	 * holds the latest version, and is copied back onto new device slabs
+	 * (old_slab_copy); without one there is nothing to restore from. */
+	if (e->n_devices && (!(e->dev_flags & WSYNC_DEV_HOST_MIRROR) ||
+	                     e->n_devices > WSYNC_MODEL_GPUS)) {
 		free(tensors);
-		log_info("model '%s': lived on %u GPU%s, whose memory ended with the last "
-		         "broker; declared only (its trainer publishes it again, versions go on "
-		         "above v%" PRIu64 ")", m->name, e->n_devices, e->n_devices == 1 ? "" : "s",
-		         (uint64_t)atomic_load(&e->hwm_version));
+		log_info("model '%s': lived on %u GPU%s without a host mirror, whose memory "
+		         "ended with the last broker; declared only (its trainer publishes it "
+		         "again, versions go on above v%" PRIu64 ")", m->name, e->n_devices,
+		         e->n_devices == 1 ? "" : "s", (uint64_t)atomic_load(&e->hwm_version));
 		return -ENODEV;
 	}
 	err = model_make_ready(b, m, tensors, e->n_tensors, bytes, hash, e->n_slots,
-	                       NULL, why, sizeof(why));
+	                       e->n_devices ? &dev : NULL, why, sizeof(why));
 	if (err) {
 		free(tensors);
 		log_warn("%s; declared only", why);
@@ -307,8 +317,9 @@ static int adopt_ready(struct broker *b, int old_dirfd, struct model *m,
 	model_set_slot(m, 0, WSYNC_SLOT_LATEST, v);
 	atomic_store(&m->page->latest, wsync_latest_pack(v, 0));
 	model_set_latest(m, wsync_latest_pack(v, 0));
-	log_info("model '%s': adopted v%" PRIu64 " (was v%" PRIu64 " in slot %u)", m->name,
-	         v, wsync_latest_version(latest), slot);
+	log_info("model '%s': adopted v%" PRIu64 " (was v%" PRIu64 " in slot %u)%s", m->name,
+	         v, wsync_latest_version(latest), slot,
+	         m->gpu ? ", restored onto its GPUs from its host mirror" : "");
 	return 0;
 }
 

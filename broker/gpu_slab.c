@@ -195,6 +195,72 @@ void gpu_slabs_free(struct gpu_slabs *g)
 	free(g);
 }
 
+/* Maps slot `slot` of GPU d of g in the GPU's primary context (current),
+ * copies host into it, and unmaps. */
+static CUresult load_one(const struct wsync_cuda *cu, const struct gpu_slabs *g, uint32_t d,
+                         uint32_t slot, int ordinal, const void *host, uint64_t bytes)
+{
+	CUmemAccessDesc access = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, ordinal },
+	                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUdeviceptr ptr = 0;
+	CUresult r;
+
+	r = cu->api.cu_cuMemAddressReserve(&ptr, g->dev_bytes, 0, 0, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = cu->api.cu_cuMemMap(ptr, g->dev_bytes, 0, g->handle[d][slot], 0);
+	if (r == CUDA_SUCCESS) {
+		r = cu->api.cu_cuMemSetAccess(ptr, g->dev_bytes, &access, 1);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuMemcpyHtoD(ptr, host, bytes);
+		cu->api.cu_cuMemUnmap(ptr, g->dev_bytes);
+	}
+	cu->api.cu_cuMemAddressFree(ptr, g->dev_bytes);
+	return r;
+}
+
+int gpu_slabs_load(const struct gpu_slabs *g, uint32_t slot, const void *host,
+                   uint64_t bytes, char *why, size_t whylen)
+{
+	const struct wsync_cuda *cu = gpu_driver();
+	const struct wsync_gpu_inventory *inv = gpu_inventory();
+	CUresult r = CUDA_ERROR_NOT_INITIALIZED;
+	uint32_t d = 0;
+
+	if (cu && slot < g->n_slots && bytes <= g->dev_bytes)
+		r = CUDA_SUCCESS;
+	for (d = 0; r == CUDA_SUCCESS && d < g->n_devices; d++) {
+		int ordinal = inv->dev[g->index[d]].ordinal;
+		CUcontext ctx, prev = NULL;
+		CUdevice dev;
+
+		r = cu->api.cu_cuDeviceGet(&dev, ordinal);
+		if (r == CUDA_SUCCESS)
+			r = cu->api.cu_cuDevicePrimaryCtxRetain(&ctx, dev);
+		if (r != CUDA_SUCCESS)
+			break;
+		cu->api.cu_cuCtxGetCurrent(&prev);
+		r = cu->api.cu_cuCtxSetCurrent(ctx);
+		if (r == CUDA_SUCCESS)
+			r = load_one(cu, g, d, slot, ordinal, host, bytes);
+		cu->api.cu_cuCtxSetCurrent(prev);
+		cu->api.cu_cuDevicePrimaryCtxRelease(dev);
+		if (r != CUDA_SUCCESS)
+			break;
+	}
+	if (r == CUDA_SUCCESS)
+		return 0;
+	{
+		char text[WSYNC_GPU_UUID_TEXT] = "?";
+
+		if (d < g->n_devices)
+			wsync_gpu_uuid_format(g->uuid[d], text, sizeof(text));
+		snprintf(why, whylen, "copying slot %u back onto GPU %s: %s", slot, text,
+		         cu ? cu_name(cu, r) : "no CUDA driver");
+	}
+	return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOSPC : -EIO;
+}
+
 void gpu_slabs_shutdown(void)
 {
 	const struct wsync_cuda *cu = gpu_driver();
@@ -232,6 +298,17 @@ int gpu_slabs_create(const uint8_t (*uuids)[16], uint32_t n_devices, uint32_t de
 void gpu_slabs_free(struct gpu_slabs *g)
 {
 	free(g);
+}
+
+int gpu_slabs_load(const struct gpu_slabs *g, uint32_t slot, const void *host,
+                   uint64_t bytes, char *why, size_t whylen)
+{
+	(void)g;
+	(void)slot;
+	(void)host;
+	(void)bytes;
+	snprintf(why, whylen, "built without the CUDA Toolkit headers");
+	return -ENODEV;
 }
 
 void gpu_slabs_shutdown(void)

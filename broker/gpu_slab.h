@@ -11,10 +11,14 @@
  * when the last mapping anywhere goes, so a collector still mapping an old
  * slot is never torn.
  *
- * The broker never launches work, copies or synchronises on a GPU. It
- * creates no context unless the driver refuses to allocate without one;
- * then it retains the GPU's primary context, makes it current only around
- * the allocation, and logs it once (released at shutdown).
+ * The broker never launches work, copies or synchronises on a GPU while
+ * it serves. It creates no context unless the driver refuses to allocate
+ * without one; then it retains the GPU's primary context, makes it current
+ * only around the allocation, and logs it once (released at shutdown). The
+ * one exception is at startup, before the first client is accepted: a
+ * device model adopted from the last broker with a host mirror gets its
+ * latest version copied back onto its GPUs (gpu_slabs_load), each in that
+ * GPU's primary context, retained for the copy and released after it.
  */
 #ifndef WSYNC_BROKER_GPU_SLAB_H
 #define WSYNC_BROKER_GPU_SLAB_H
@@ -45,6 +49,14 @@ int  gpu_slabs_create(const uint8_t (*uuids)[16], uint32_t n_devices, uint32_t d
                       uint64_t bytes, uint32_t n_slots, const char *model,
                       struct gpu_slabs **out, char *why, size_t whylen);
 void gpu_slabs_free(struct gpu_slabs *g);
+/*
+ * Copies `bytes` of host memory into slot `slot` on every GPU of g
+ * (synchronously: adoption, before serving). 0, or -EIO (-ENOSPC) with
+ * the GPU and the driver's error in why; a slot that failed on some GPU
+ * must not be published.
+ */
+int  gpu_slabs_load(const struct gpu_slabs *g, uint32_t slot, const void *host,
+                    uint64_t bytes, char *why, size_t whylen);
 /* Releases the primary contexts allocation needed (broker shutdown). */
 void gpu_slabs_shutdown(void);
 

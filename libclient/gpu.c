@@ -72,6 +72,55 @@ int wsync_cu_errno(CUresult r)
 	}
 }
 
+/* Largest pitch a 2D copy takes (CU_DEVICE_ATTRIBUTE_MAX_PITCH of current
+ * GPUs); rows further apart are copied one by one. */
+#define PITCH_MAX ((uint64_t)INT32_MAX)
+
+static CUresult copy_one(const struct wsync_cuda *cu, struct wsync_cu_end dst,
+                         struct wsync_cu_end src, uint64_t len, CUstream stream)
+{
+	if (dst.host)
+		return cu->api.cu_cuMemcpyDtoHAsync((void *)dst.at, src.at, len, stream);
+	if (src.host)
+		return cu->api.cu_cuMemcpyHtoDAsync(dst.at, (const void *)src.at, len, stream);
+	return cu->api.cu_cuMemcpyDtoDAsync(dst.at, src.at, len, stream);
+}
+
+CUresult wsync_cu_copy_rows(const struct wsync_cuda *cu, struct wsync_cu_end dst,
+                            struct wsync_cu_end src, uint64_t width, uint64_t rows,
+                            CUstream stream)
+{
+	CUDA_MEMCPY2D m;
+	CUresult r = CUDA_SUCCESS;
+
+	if (!width || !rows)
+		return CUDA_SUCCESS;
+	if (rows == 1 || (dst.pitch == width && src.pitch == width))
+		return copy_one(cu, dst, src, width * rows, stream);
+	if (dst.pitch <= PITCH_MAX && src.pitch <= PITCH_MAX) {
+		memset(&m, 0, sizeof(m));
+		m.srcMemoryType = src.host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+		m.srcHost = src.host ? (const void *)src.at : NULL;
+		m.srcDevice = src.host ? 0 : (CUdeviceptr)src.at;
+		m.srcPitch = src.pitch;
+		m.dstMemoryType = dst.host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+		m.dstHost = dst.host ? (void *)dst.at : NULL;
+		m.dstDevice = dst.host ? 0 : (CUdeviceptr)dst.at;
+		m.dstPitch = dst.pitch;
+		m.WidthInBytes = width;
+		m.Height = rows;
+		return cu->api.cu_cuMemcpy2DAsync(&m, stream);
+	}
+	for (uint64_t i = 0; i < rows && r == CUDA_SUCCESS; i++) {
+		struct wsync_cu_end d = dst, s = src;
+
+		d.at += i * dst.pitch;
+		s.at += i * src.pitch;
+		r = copy_one(cu, d, s, width, stream);
+	}
+	return r;
+}
+
 int wsync_gpu_ordinal(const char *uuid)
 {
 	uint8_t want[16];

@@ -6,12 +6,18 @@
  * mapped into its own reservation and given access, then the fd and the
  * imported handle are dropped: the mapping alone keeps the memory alive, in
  * this process, for as long as it stays mapped, whatever the broker does.
- * Access: a collector's mapping is PROT_READ on its GPU, so a stray write
- * from its kernels faults there instead of changing the weights (a guard
- * against bugs, as with host slabs: the same uid could map it writable).
- * A publisher's is read-write for the GPU itself and for every GPU of the
- * process that can reach it peer to peer, so its fan-out copies run from
- * the GPU it wrote the version on.
+ * Access is per device on a GPU: a copy issued on a stream of a GPU that
+ * was not given access fails, a kernel there faults, even in this process.
+ * So every mapping grants its GPU and every GPU of the process that can
+ * reach it peer to peer (cuDeviceCanAccessPeer), and remembers which
+ * (g->reach): a collector's mapping PROT_READ, so a stray write from its
+ * kernels faults there instead of changing the weights (a guard against
+ * bugs, as with host slabs: the same uid could map it writable), and copies
+ * from its view into a buffer on another GPU run; a publisher's read-write,
+ * so its fan-out copies run from the GPU it wrote the version on. A GPU
+ * that cannot reach the mapping's cannot be given access at all: a copy to
+ * it is refused with -EXDEV (wsync_gpu_map_reachable) before the driver
+ * would fail it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -71,30 +77,56 @@ static int device_find(const struct wsync_cuda *cu, const uint8_t uuid[16], int 
 	return -ENODEV;
 }
 
-/* Access descriptors: the GPU itself, and (writable) its peers here. */
-static size_t access_build(const struct wsync_cuda *cu, const struct gpu_map *g,
+/* Access descriptors: the GPU itself and every GPU here that reaches it
+ * peer to peer, read-write for a publisher, read-only for a collector;
+ * g->reach says which. */
+static size_t access_build(const struct wsync_cuda *cu, struct gpu_map *g,
                            CUmemAccessDesc *desc)
 {
+	CUmemAccess_flags flags = g->writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+	                                      : CU_MEM_ACCESS_FLAGS_PROT_READ;
 	size_t n = 0;
 
-	desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	desc[n].location.id = g->ordinal;
-	desc[n++].flags = g->writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-	                              : CU_MEM_ACCESS_FLAGS_PROT_READ;
-	if (!g->writable)
-		return n;
-	for (int i = 0; i < cu->device_count && n < WSYNC_GPU_MAX; i++) {
+	g->reach = 0;
+	for (int i = 0; i < cu->device_count && i < 64 && n < WSYNC_GPU_MAX; i++) {
 		CUdevice other;
-		int can = 0;
+		int can = i == g->ordinal;
 
-		if (i == g->ordinal || cu->api.cu_cuDeviceGet(&other, i) != CUDA_SUCCESS ||
-		    cu->api.cu_cuDeviceCanAccessPeer(&can, other, g->dev) != CUDA_SUCCESS || !can)
+		if (!can && (cu->api.cu_cuDeviceGet(&other, i) != CUDA_SUCCESS ||
+		             cu->api.cu_cuDeviceCanAccessPeer(&can, other, g->dev) !=
+		             CUDA_SUCCESS))
+			can = 0;
+		if (!can)
 			continue;
 		desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		desc[n].location.id = i;
-		desc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		desc[n++].flags = flags;
+		g->reach |= 1ull << i;
 	}
 	return n;
+}
+
+int wsync_gpu_map_reachable(const struct wsync_cuda *cu, const struct gpu_map *g,
+                            uint64_t other, const char *what)
+{
+	int ordinal = -1;
+	CUdevice dev;
+	CUuuid u;
+	char text[WSYNC_GPU_UUID_TEXT] = "?";
+
+	if (cu->api.cu_cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	                                     (CUdeviceptr)other) != CUDA_SUCCESS ||
+	    ordinal < 0 || (ordinal < 64 && (g->reach >> ordinal & 1)))
+		return 0;
+	if (cu->api.cu_cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS &&
+	    cu->api.cu_cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS)
+		wsync_gpu_uuid_format((const uint8_t *)u.bytes, text, sizeof(text));
+	return wsync_fail(-EXDEV, "%s: the view is on GPU %d (%s), the destination on GPU %d "
+	                  "(%s), which cannot reach it peer to peer, so it has no access to "
+	                  "the view: copy on a GPU that reaches it, take the view on the "
+	                  "destination's GPU if the model lives there, or copy a host view "
+	                  "(WSYNC_DEV_HOST_MIRROR) with wsync_view_copy_to_device", what,
+	                  g->ordinal, g->uuid_text, ordinal, text);
 }
 
 static void slot_unmap(const struct wsync_cuda *cu, struct gpu_map *g, uint32_t k)

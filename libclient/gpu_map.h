@@ -8,6 +8,11 @@
  * already mapped costs no driver call. Publishers map writable on every GPU
  * of the model (they fan out to all of them, gpu_pub.c); collectors
  * read-only on the GPUs they ask for (gpu_sub.c).
+ *
+ * VMM access is per device: a copy or kernel on a GPU that was not given
+ * access to a mapping fails (or faults) even within one process. A mapping
+ * therefore grants access to its own GPU and to every GPU of this process
+ * that reaches it peer to peer (`reach`); no other GPU can be given any.
  */
 #ifndef WSYNC_GPU_MAP_H
 #define WSYNC_GPU_MAP_H
@@ -30,6 +35,8 @@ struct gpu_map {
 	uint32_t n_slots;
 	uint64_t dev_bytes;              /* one slot's mapping */
 	bool     writable;
+	uint64_t reach;                  /* bit i: GPU ordinal i may touch the
+	                                    mapping (access granted) */
 	char     uuid_text[WSYNC_GPU_UUID_LEN];   /* as wsync_gpu_uuid writes it */
 	CUdeviceptr base[WSYNC_MAX_SLOTS];
 };
@@ -52,5 +59,15 @@ int  wsync_gpu_map_attach(struct wsync_client *c, const char *model, uint32_t mo
                           int64_t deadline_ns, struct gpu_map **out);
 /* Unmaps and frees (NULL is a no-op). */
 void wsync_gpu_map_free(struct gpu_map *g);
+#ifdef WSYNC_HAVE_CUDA_H
+/*
+ * Whether a copy from or to g's memory into device memory at `other` can be
+ * issued: 0 when `other` is on g's GPU or on one that was given access (or
+ * is not device memory the driver knows: then the driver decides), else
+ * -EXDEV with the detail naming both GPUs, for `what`.
+ */
+int  wsync_gpu_map_reachable(const struct wsync_cuda *cu, const struct gpu_map *g,
+                             uint64_t other, const char *what);
+#endif
 
 #endif /* WSYNC_GPU_MAP_H */

@@ -12,13 +12,26 @@
  * destination's primary context overlapping the next chunk's download;
  * those uploads are waited for too. Nothing is copied after the commit, so
  * a crash anywhere before it leaves an unpublished slot that the broker
- * frees.
+ * frees. A fan-out that fails also synchronises every stream it queued
+ * copies on before the version is aborted: the broker grants the slot
+ * again at once, and a copy of the failed attempt still in flight would
+ * land in the next version after collectors can see it.
+ *
+ * Contexts, as the driver wants them: the staging buffers are registered
+ * CU_MEMHOSTREGISTER_PORTABLE (pinned for the caller's context, where the
+ * downloads run, and for the destinations' primary contexts, where the
+ * uploads run; without it the uploads would be pageable, synchronous
+ * copies), in a primary context this publisher holds and made current
+ * again to unregister them. Events are made and recorded in the context of
+ * the upload stream they mark; a download is waited for by synchronising
+ * the caller's stream, which needs no event in a context we do not know.
  *
  * A rank of a publisher group writes its parts on its own GPU and copies
  * only those to the other GPUs, so the fan-out runs rank by rank in
  * parallel and no GPU gathers the model; the broker makes the version
  * visible once every rank committed, i.e. once every rank's copies are
- * complete.
+ * complete. A part split along dim 1 (rows with a stride) goes to each
+ * destination in one cuMemcpy2DAsync, not one copy per row.
  *
  * The mappings and staging buffers (struct gpu_pub) are this file's: the
  * first begin_gpu sets p->gpu_release, through which pub.c frees them when
@@ -52,6 +65,7 @@ struct gpu_pub {
 	CUevent   up_done[WSYNC_MAX_DEVICES][2];  /* upload from buffer b recorded */
 	void    *stage[2];
 	bool     stage_pinned[2];
+	uint32_t stage_ctx;              /* the device whose context registered them */
 };
 
 /* p->gpu_release: unmaps the publisher's GPUs and frees what the staged
@@ -64,6 +78,15 @@ static void pub_gpu_release(struct wsync_pub *p)
 	if (!g)
 		return;
 	if (!wsync_gpu_driver("device slabs", &cu)) {
+		CUcontext caller = NULL;
+
+		/* unpinned in the context that pinned them (held until below) */
+		cu->api.cu_cuCtxGetCurrent(&caller);
+		for (int b = 0; b < 2; b++)
+			if (g->stage_pinned[b] &&
+			    cu->api.cu_cuCtxSetCurrent(g->ctx[g->stage_ctx]) == CUDA_SUCCESS)
+				cu->api.cu_cuMemHostUnregister(g->stage[b]);
+		cu->api.cu_cuCtxSetCurrent(caller);
 		for (uint32_t d = 0; d < g->n; d++) {
 			if (!g->ctx[d] || !g->map[d])
 				continue;
@@ -80,9 +103,6 @@ static void pub_gpu_release(struct wsync_pub *p)
 			}
 			cu->api.cu_cuDevicePrimaryCtxRelease(g->map[d]->dev);
 		}
-		for (int b = 0; b < 2; b++)
-			if (g->stage_pinned[b])
-				cu->api.cu_cuMemHostUnregister(g->stage[b]);
 	}
 	for (uint32_t d = 0; d < g->n; d++)
 		wsync_gpu_map_free(g->map[d]);
@@ -219,24 +239,14 @@ int wsync_dslab_copy_from_device(wsync_dslab *s, const uint64_t *src, size_t n, 
 }
 
 /* What a staged upload to dst_dev needs, made once: the destination's
- * primary context, a stream and two events in it (an event is recorded on a
- * stream of its own context), and the two pinned buffers. */
+ * primary context, a stream and two events in it (an event is recorded on
+ * a stream of its own context), and the two pinned buffers, registered
+ * portable in the first such context (see the top of the file). */
 static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev)
 {
 	CUcontext prev = NULL;
 	CUresult r;
 
-	for (int b = 0; b < 2; b++) {
-		if (g->stage[b])
-			continue;
-		if (posix_memalign(&g->stage[b], 4096, STAGE_BYTES)) {
-			g->stage[b] = NULL;
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		/* unpinned still works, at pageable speed */
-		g->stage_pinned[b] = cu->api.cu_cuMemHostRegister(g->stage[b], STAGE_BYTES, 0) ==
-		                     CUDA_SUCCESS;
-	}
 	if (!g->ctx[dst_dev]) {
 		r = cu->api.cu_cuDevicePrimaryCtxRetain(&g->ctx[dst_dev], g->map[dst_dev]->dev);
 		if (r != CUDA_SUCCESS) {
@@ -244,19 +254,32 @@ static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 			return r;
 		}
 	}
-	if (g->up[dst_dev])
+	if (g->up[dst_dev] && g->stage[1])
 		return CUDA_SUCCESS;
 	cu->api.cu_cuCtxGetCurrent(&prev);
 	r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
 	for (int b = 0; b < 2 && r == CUDA_SUCCESS; b++) {
+		if (g->stage[b])
+			continue;
+		if (posix_memalign(&g->stage[b], 4096, STAGE_BYTES)) {
+			g->stage[b] = NULL;
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		/* unpinned still works, at pageable speed */
+		g->stage_pinned[b] = cu->api.cu_cuMemHostRegister(g->stage[b], STAGE_BYTES,
+		                                                  CU_MEMHOSTREGISTER_PORTABLE) ==
+		                     CUDA_SUCCESS;
+		g->stage_ctx = dst_dev;
+	}
+	for (int b = 0; b < 2 && r == CUDA_SUCCESS && !g->up[dst_dev]; b++) {
 		r = cu->api.cu_cuEventCreate(&g->up_done[dst_dev][b], CU_EVENT_DISABLE_TIMING);
 		if (r != CUDA_SUCCESS)
 			g->up_done[dst_dev][b] = NULL;
 	}
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS && !g->up[dst_dev])
 		r = cu->api.cu_cuStreamCreate(&g->up[dst_dev], CU_STREAM_NON_BLOCKING);
-	if (r != CUDA_SUCCESS) {
-		g->up[dst_dev] = NULL;
+	if (r != CUDA_SUCCESS && !g->up[dst_dev]) {
 		for (int b = 0; b < 2; b++) {
 			if (g->up_done[dst_dev][b])
 				cu->api.cu_cuEventDestroy(g->up_done[dst_dev][b]);
@@ -267,69 +290,88 @@ static CUresult stage_ready(const struct wsync_cuda *cu, struct gpu_pub *g, uint
 	return r;
 }
 
+/* A byte range this publisher wrote, the same in every GPU's slab and the
+ * mirror: `rows` rows of `width` bytes, `pitch` apart, from `off`. */
+struct span {
+	uint64_t off, rows, width, pitch;
+};
+
 /*
- * Through pinned host memory, for a GPU the source cannot reach: chunk k is
- * downloaded on the caller's stream into buffer k % 2 and uploaded on the
- * destination's stream, so the upload of chunk k overlaps the download of
- * chunk k + 1. A buffer is downloaded into again only once its previous
- * upload finished (an event recorded after it, in the destination's
- * context), and each chunk's download is waited for before its upload.
- * fan_out waits for the uploads still running.
+ * Through pinned host memory, for a GPU the source cannot reach: piece k
+ * (rows of the span that fit a buffer, packed; or a buffer's worth of one
+ * long row) is downloaded on the caller's stream into buffer k % 2 and
+ * uploaded on the destination's stream, so the upload of piece k overlaps
+ * the download of piece k + 1. A buffer is downloaded into again only once
+ * its previous upload finished (an event recorded after it, in the
+ * destination's context), and each download is waited for (the caller's
+ * stream synchronised) before its upload. fan_out waits for the uploads
+ * still running.
  */
 static CUresult copy_staged(const struct wsync_cuda *cu, struct gpu_pub *g, uint32_t dst_dev,
-                            CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream,
-                            CUevent down, CUevent last_up[2])
+                            CUdeviceptr dst, CUdeviceptr src, struct span sp, CUstream stream,
+                            CUevent last_up[2])
 {
+	bool long_rows = sp.width > STAGE_BYTES;
+	uint64_t per = long_rows ? 1 : STAGE_BYTES / sp.width;   /* rows per piece */
 	CUcontext prev = NULL;
 	CUresult r = stage_ready(cu, g, dst_dev);
 	int b = 0;
 
-	for (size_t off = 0; off < bytes && r == CUDA_SUCCESS; off += STAGE_BYTES, b ^= 1) {
-		size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+	for (uint64_t row = 0; row < sp.rows && r == CUDA_SUCCESS; row += per) {
+		uint64_t rows = sp.rows - row < per ? sp.rows - row : per;
 
-		/* the buffer's last upload, to whichever GPU it went */
-		if (last_up[b])
-			r = cu->api.cu_cuEventSynchronize(last_up[b]);
-		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuMemcpyDtoHAsync(g->stage[b], src + off, n, stream);
-		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuEventRecord(down, stream);
-		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuEventSynchronize(down);
-		if (r != CUDA_SUCCESS)
-			break;
-		cu->api.cu_cuCtxGetCurrent(&prev);
-		r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
-		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuMemcpyHtoDAsync(dst + off, g->stage[b], n, g->up[dst_dev]);
-		if (r == CUDA_SUCCESS)
-			r = cu->api.cu_cuEventRecord(g->up_done[dst_dev][b], g->up[dst_dev]);
-		if (r == CUDA_SUCCESS)
-			last_up[b] = g->up_done[dst_dev][b];
-		cu->api.cu_cuCtxSetCurrent(prev);
+		for (uint64_t col = 0; col < sp.width && r == CUDA_SUCCESS; b ^= 1) {
+			uint64_t w = long_rows && sp.width - col > STAGE_BYTES ? STAGE_BYTES
+			                                                        : sp.width - col;
+			uint64_t at = sp.off + row * sp.pitch + col;
+			struct wsync_cu_end buf = { true, (uintptr_t)g->stage[b], w };
+
+			/* the buffer's last upload, to whichever GPU it went */
+			if (last_up[b])
+				r = cu->api.cu_cuEventSynchronize(last_up[b]);
+			if (r == CUDA_SUCCESS)
+				r = wsync_cu_copy_rows(cu, buf, (struct wsync_cu_end){ false, src + at,
+				                                                      sp.pitch },
+				                       w, rows, stream);
+			if (r == CUDA_SUCCESS)
+				r = cu->api.cu_cuStreamSynchronize(stream);
+			if (r != CUDA_SUCCESS)
+				break;
+			cu->api.cu_cuCtxGetCurrent(&prev);
+			r = cu->api.cu_cuCtxSetCurrent(g->ctx[dst_dev]);
+			if (r == CUDA_SUCCESS)
+				r = wsync_cu_copy_rows(cu, (struct wsync_cu_end){ false, dst + at, sp.pitch },
+				                       buf, w, rows, g->up[dst_dev]);
+			if (r == CUDA_SUCCESS)
+				r = cu->api.cu_cuEventRecord(g->up_done[dst_dev][b], g->up[dst_dev]);
+			if (r == CUDA_SUCCESS)
+				last_up[b] = g->up_done[dst_dev][b];
+			cu->api.cu_cuCtxSetCurrent(prev);
+			col += w;
+		}
 	}
 	return r;
 }
 
-/* The byte ranges this publisher wrote: the whole slab, or (a rank of a
- * group) each row of each of its parts. fn returns a CUDA status; the
- * first failure stops the walk. */
-typedef CUresult (*range_fn)(struct wsync_pub *p, uint64_t off, uint64_t len, void *arg);
+/* The spans this publisher wrote: the whole slab, or (a rank of a group)
+ * each of its parts. fn returns a CUDA status; the first failure stops the
+ * walk. */
+typedef CUresult (*span_fn)(struct wsync_pub *p, struct span sp, void *arg);
 
-static CUresult for_each_range(struct wsync_pub *p, range_fn fn, void *arg)
+static CUresult for_each_span(struct wsync_pub *p, span_fn fn, void *arg)
 {
 	CUresult r = CUDA_SUCCESS;
 
 	if (p->group_size <= 1)
-		return fn(p, 0, p->bytes, arg);
+		return fn(p, (struct span){ 0, 1, p->bytes, p->bytes }, arg);
 	for (size_t i = 0; i < p->n_parts && r == CUDA_SUCCESS; i++) {
 		wsync_slice sl;
 
 		if (wsync_shard_slice(&p->tensors[p->parts[i].tensor], &p->parts[i], &sl))
 			return CUDA_ERROR_INVALID_VALUE;
-		for (uint64_t row = 0; row < sl.rows && r == CUDA_SUCCESS; row++)
-			if (sl.row_bytes)
-				r = fn(p, sl.offset + row * sl.stride, sl.row_bytes, arg);
+		if (sl.rows && sl.row_bytes)
+			r = fn(p, (struct span){ sl.offset, sl.rows, sl.row_bytes,
+			                         sl.rows > 1 ? sl.stride : sl.row_bytes }, arg);
 	}
 	return r;
 }
@@ -339,48 +381,46 @@ struct fan {
 	CUstream stream;
 	uint32_t dst;                    /* model GPU, or UINT32_MAX = host mirror */
 	bool peer;
-	CUevent down;                    /* staged copies (copy_staged): the last
-	                                    download, in the caller's context */
-	CUevent last_up[2];              /* each buffer's last upload, NULL = none */
+	CUevent last_up[2];              /* staged: each buffer's last upload, NULL = none */
 };
 
-static CUresult copy_range(struct wsync_pub *p, uint64_t off, uint64_t len, void *arg)
+static CUresult copy_span(struct wsync_pub *p, struct span sp, void *arg)
 {
 	struct fan *f = arg;
 	struct gpu_pub *g = p->gpu;
 	uint32_t slot = p->cur.slot;
-	CUdeviceptr src = g->map[p->gpu_src]->base[slot] + off;
+	CUdeviceptr src = g->map[p->gpu_src]->base[slot];
+	struct wsync_cu_end from = { false, src + sp.off, sp.pitch };
 
 	if (f->dst == UINT32_MAX)
-		return f->cu->api.cu_cuMemcpyDtoHAsync((char *)p->slabs[slot] + off, src, len,
-		                                       f->stream);
+		return wsync_cu_copy_rows(f->cu, (struct wsync_cu_end){
+			true, (uintptr_t)p->slabs[slot] + sp.off, sp.pitch }, from, sp.width, sp.rows,
+			f->stream);
 	if (f->peer)
-		return f->cu->api.cu_cuMemcpyDtoDAsync(g->map[f->dst]->base[slot] + off, src, len,
-		                                       f->stream);
-	return copy_staged(f->cu, g, f->dst, g->map[f->dst]->base[slot] + off, src, len,
-	                   f->stream, f->down, f->last_up);
+		return wsync_cu_copy_rows(f->cu, (struct wsync_cu_end){
+			false, g->map[f->dst]->base[slot] + sp.off, sp.pitch }, from, sp.width,
+			sp.rows, f->stream);
+	return copy_staged(f->cu, g, f->dst, g->map[f->dst]->base[slot], src, sp, f->stream,
+	                   f->last_up);
 }
 
 /* Copies what this publisher wrote of the begun version (a group rank: its
  * parts only, each rank from its own GPU) to every other GPU and the host
- * mirror, then waits for all of it and for the caller's work on stream. */
+ * mirror, then waits for all of it and for the caller's work on stream, on
+ * every path: a failed fan-out returns only once nothing it (or the
+ * caller) queued can still land in the slot. */
 static int fan_out(struct wsync_pub *p, CUstream stream)
 {
 	struct gpu_pub *g = p->gpu;
 	uint32_t s = p->gpu_src;
 	struct fan f = { .stream = stream };
 	const char *what = "";
-	CUresult r = CUDA_SUCCESS;
+	CUresult r = CUDA_SUCCESS, u;
 	int bad = -1, err;
 
 	err = wsync_gpu_driver("wsync_pub_commit_gpu", &f.cu);
 	if (err)
 		return err;
-	/* an event of the caller's context, for the staged copies' downloads */
-	what = "creating an event";
-	r = f.cu->api.cu_cuEventCreate(&f.down, CU_EVENT_DISABLE_TIMING);
-	if (r != CUDA_SUCCESS)
-		f.down = NULL;
 	for (uint32_t d = 0; d < g->n && r == CUDA_SUCCESS; d++) {
 		int can = 0;
 
@@ -391,24 +431,24 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 		f.dst = d;
 		f.peer = can;
 		what = can ? "peer copy to GPU " : "staged copy to GPU ";
-		r = for_each_range(p, copy_range, &f);
+		r = for_each_span(p, copy_span, &f);
 	}
 	if (r == CUDA_SUCCESS && !p->device_only) {
 		bad = -1;
 		what = "copy to the host mirror";
 		f.dst = UINT32_MAX;
-		r = for_each_range(p, copy_range, &f);
+		r = for_each_span(p, copy_span, &f);
 	}
-	if (r == CUDA_SUCCESS) {
+	/* the caller's stream and the staged uploads, whatever happened: the
+	 * slot goes back to the broker on a failure (a buffer must not be
+	 * freed or reused under an upload either) */
+	u = f.cu->api.cu_cuStreamSynchronize(stream);
+	if (r == CUDA_SUCCESS && u != CUDA_SUCCESS) {
+		r = u;
 		bad = -1;
 		what = "synchronising the stream";
-		r = f.cu->api.cu_cuStreamSynchronize(stream);
 	}
-	/* the staged uploads still in flight, on every path (a buffer must
-	 * not be freed or reused under them) */
 	for (uint32_t d = 0; d < g->n; d++) {
-		CUresult u;
-
 		if (!g->up[d])
 			continue;
 		u = f.cu->api.cu_cuStreamSynchronize(g->up[d]);
@@ -418,8 +458,6 @@ static int fan_out(struct wsync_pub *p, CUstream stream)
 			what = "staged upload to GPU ";
 		}
 	}
-	if (f.down)
-		f.cu->api.cu_cuEventDestroy(f.down);
 	if (r == CUDA_SUCCESS)
 		return 0;
 	if (bad >= 0)

@@ -12,6 +12,13 @@
  * s->gpu[d], never changed until the subscription closes); the first also
  * sets s->gpu_release, through which sub.c unmaps them all when the
  * subscription closes, without knowing what they are.
+ *
+ * Copies out of a view run on the caller's stream, on the view's GPU or
+ * on one that reaches it peer to peer (gpu_map.c gave those access); a
+ * destination on a GPU that does not reach it is refused with -EXDEV
+ * rather than handed to a driver that would fail it or fault. A strided
+ * part (wsync_dview_slice_read) is one cuMemcpy2DAsync, not one copy per
+ * row.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -207,6 +214,15 @@ void wsync_sub_release_gpu(wsync_sub *s, wsync_dview *v, void *stream)
 	v->base = 0;
 }
 
+/* The mapping a held device view points into. */
+static const struct gpu_map *dview_map(const wsync_dview *v)
+{
+	const struct wsync_sub *s = v->priv_view.priv_sub;
+
+	return v->priv_device < WSYNC_MAX_DEVICES
+	       ? atomic_load_explicit(&s->gpu[v->priv_device], memory_order_acquire) : NULL;
+}
+
 /* The checks both copies out of a view make, then the driver. */
 static int copy_ready(const char *what, bool held, uint64_t bytes, uint64_t off, size_t len,
                       const struct wsync_cuda **cu)
@@ -250,6 +266,8 @@ int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst,
 
 	err = copy_ready(what, v && v->priv_view.priv_sub && v->base, v ? v->bytes : 0, off,
 	                 len, &cu);
+	if (!err && dview_map(v))
+		err = wsync_gpu_map_reachable(cu, dview_map(v), dst, what);
 	if (err)
 		return err;
 	/* asynchronous: wsync_sub_release_gpu with this stream waits for it */
@@ -262,7 +280,9 @@ int wsync_dview_copy_to_device(const wsync_dview *v, uint64_t off, uint64_t dst,
 int wsync_dview_slice_read(const wsync_dview *v, const wsync_slice *s, uint64_t dst,
                            void *stream)
 {
+	static const char what[] = "wsync_dview_slice_read";
 	const struct wsync_cuda *cu;
+	CUresult res;
 	int err;
 
 	if (!v || !v->priv_view.priv_sub || !v->base || !s)
@@ -278,18 +298,19 @@ int wsync_dview_slice_read(const wsync_dview *v, const wsync_slice *s, uint64_t 
 		                  (unsigned long long)s->rows, (unsigned long long)s->row_bytes,
 		                  (unsigned long long)s->stride, (unsigned long long)s->offset,
 		                  (unsigned long long)v->bytes);
-	err = wsync_gpu_driver("wsync_dview_slice_read", &cu);
+	err = wsync_gpu_driver(what, &cu);
+	if (!err && dview_map(v))
+		err = wsync_gpu_map_reachable(cu, dview_map(v), dst, what);
 	if (err)
 		return err;
-	for (uint64_t r = 0; r < s->rows; r++) {
-		CUresult res = cu->api.cu_cuMemcpyDtoDAsync(dst + r * s->row_bytes,
-		                                            v->base + s->offset + r * s->stride,
-		                                            s->row_bytes, (CUstream)stream);
-
-		if (res != CUDA_SUCCESS)
-			return wsync_fail(wsync_cu_errno(res), "wsync_dview_slice_read: row %llu: %s",
-			                  (unsigned long long)r, wsync_cu_name(cu, res));
-	}
+	/* packed at dst; a strided part in one 2D copy */
+	res = wsync_cu_copy_rows(cu, (struct wsync_cu_end){ false, dst, s->row_bytes },
+	                         (struct wsync_cu_end){ false, v->base + s->offset, s->stride },
+	                         s->row_bytes, s->rows, (CUstream)stream);
+	if (res != CUDA_SUCCESS)
+		return wsync_fail(wsync_cu_errno(res), "%s: %llu rows of %llu bytes: %s", what,
+		                  (unsigned long long)s->rows, (unsigned long long)s->row_bytes,
+		                  wsync_cu_name(cu, res));
 	return 0;
 }
 

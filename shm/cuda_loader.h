@@ -61,6 +61,7 @@
 	X(cuMemcpyDtoDAsync,               3020, cuMemcpyDtoDAsync_v2) \
 	X(cuMemcpyHtoDAsync,               3020, cuMemcpyHtoDAsync_v2) \
 	X(cuMemcpyDtoHAsync,               3020, cuMemcpyDtoHAsync_v2) \
+	X(cuMemcpy2DAsync,                 3020, cuMemcpy2DAsync_v2) \
 	X(cuMemcpyPeerAsync,               4000, cuMemcpyPeerAsync) \
 	X(cuStreamCreate,                  2000, cuStreamCreate) \
 	X(cuStreamDestroy,                 4000, cuStreamDestroy_v2) \

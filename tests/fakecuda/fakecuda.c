@@ -38,6 +38,39 @@ struct fc_spec {
 static struct fc_spec fc_specs[FC_MAX_SPECS];
 static int            fc_n_specs;
 
+/* ---- call counts (fakecuda_calls) ------------------------------------ */
+
+#define FC_MAX_COUNTED 96
+
+static struct { const char *name; uint64_t n; } fc_counts[FC_MAX_COUNTED];
+static int fc_n_counted;
+
+/* fc_lock held; names are the literals the entry points pass */
+static void call_count(const char *name)
+{
+	for (int i = 0; i < fc_n_counted; i++)
+		if (!strcmp(fc_counts[i].name, name)) {
+			fc_counts[i].n++;
+			return;
+		}
+	if (fc_n_counted < FC_MAX_COUNTED) {
+		fc_counts[fc_n_counted].name = name;
+		fc_counts[fc_n_counted++].n = 1;
+	}
+}
+
+uint64_t fakecuda_calls(const char *name)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&fc_lock);
+	for (int i = 0; name && i < fc_n_counted; i++)
+		if (!strcmp(fc_counts[i].name, name))
+			n = fc_counts[i].n;
+	pthread_mutex_unlock(&fc_lock);
+	return n;
+}
+
 /* "name:N[:err],name:N" -> fc_specs */
 static void specs_parse(const char *env, bool die)
 {
@@ -77,6 +110,7 @@ CUresult fc_enter(const char *name, bool need_init)
 	pthread_mutex_lock(&fc_lock);
 	if (!fc_configured)
 		config_read();            /* on the first call, cuInit or not */
+	call_count(name);
 	for (int i = 0; i < fc_n_specs; i++) {
 		struct fc_spec *s = &fc_specs[i];
 
@@ -366,6 +400,9 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
 		*pi = 1;
 		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+		*pi = INT32_MAX;                     /* what current GPUs report */
+		break;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;     /* not simulated: say so */
 	}
@@ -541,6 +578,7 @@ static const struct fc_proc { const char *base; int version; void *fn; } fc_proc
 	FC_PROC("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
 	FC_PROC("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
 	FC_PROC("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
+	FC_PROC("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2),
 	FC_PROC("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
 	FC_PROC("cuStreamCreate", 2000, cuStreamCreate),
 	FC_PROC("cuStreamDestroy", 4000, cuStreamDestroy_v2),
@@ -627,6 +665,7 @@ int fakecuda_reset(void)
 	fc_initialised = false;
 	fc_configured = false;
 	fc_n_specs = 0;
+	fc_n_counted = 0;
 	pthread_mutex_unlock(&fc_lock);
 	fc_current = NULL;
 	return 0;

@@ -7,6 +7,23 @@
  * it through WSYNC_LIBCUDA or link it directly. docs/GPU.md lists what it
  * simulates and what only a real GPU can verify.
  *
+ * Strict where the driver is (a lenient fake hides bugs a GPU shows):
+ *   - VMM access is per device: cuMemSetAccess grants one device at a time
+ *     (a device that cannot reach the memory's GPU peer to peer is refused,
+ *     CUDA_ERROR_INVALID_DEVICE), and a copy is checked against the access
+ *     of the device that issues it: the device of the stream's context, or
+ *     of the current context for the NULL stream and synchronous copies.
+ *     A copy from a device without access fails (CUDA_ERROR_INVALID_VALUE).
+ *     The host sees the widest access any device has (no kernels here).
+ *   - host memory is pinned only for the context that registered it,
+ *     unless registered CU_MEMHOSTREGISTER_PORTABLE; an asynchronous copy
+ *     with a pageable host end runs synchronously, as the driver's does
+ *     (fakecuda_pageable_copies() counts them);
+ *   - cuMemHostUnregister needs a current context, and for a registration
+ *     that is not portable the one that registered it;
+ *   - cuEventRecord on a stream of another context than the event's is
+ *     CUDA_ERROR_INVALID_HANDLE.
+ *
  * Environment, read by cuInit (and fakecuda_reset):
  *   FAKECUDA_DEVICES=N          devices (default 2, at most FAKECUDA_MAX_DEVICES)
  *   FAKECUDA_PEERS=all|none|ij,...  peer access: "01,10" = 0 reaches 1, 1 reaches 0
@@ -45,6 +62,8 @@ struct fakecuda_live {
 typedef void (*fakecuda_live_fn)(struct fakecuda_live *out);
 typedef int  (*fakecuda_reset_fn)(void);
 typedef void (*fakecuda_hold_streams_fn)(bool hold);
+typedef uint64_t (*fakecuda_calls_fn)(const char *name);
+typedef uint64_t (*fakecuda_pageable_copies_fn)(void);
 
 /* Fills *out. */
 void fakecuda_live(struct fakecuda_live *out);
@@ -54,5 +73,11 @@ int  fakecuda_reset(void);
 /* While held, stream workers start no operation: a copy issued then stays
  * undone, deterministically, until release. */
 void fakecuda_hold_streams(bool hold);
+/* How many times this process called the entry point exported as name
+ * ("cuMemcpy2DAsync_v2"), since it loaded the fake or the last reset. */
+uint64_t fakecuda_calls(const char *name);
+/* Asynchronous copies that ran synchronously because their host memory was
+ * not pinned for the issuing context, since load or the last reset. */
+uint64_t fakecuda_pageable_copies(void);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * tests/fakecuda/fc_internal.h — shared state of the fake driver's files:
- * fakecuda.c (configuration, devices, contexts, errors, cuGetProcAddress),
+ * fakecuda.c (configuration, devices, contexts, errors, call counts,
+ * cuGetProcAddress),
  * fc_mem.c (VMM, cuMemAlloc, host registration, pointer attributes) and
  * fc_stream.c (streams, events, copies).
  *
@@ -54,10 +55,20 @@ int      fc_phys(CUdevice dev);
 /* The visible ordinal of a physical device, or -1. */
 int      fc_vis_of_phys(int phys);
 
-/* fc_mem.c: the device of a device-memory range, checked for access:
- * CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE if [p, p+n) is not one mapped
- * range or allocation, or is not writable when write is set. */
-CUresult fc_mem_check(CUdeviceptr p, size_t n, bool write, int *dev);
+/*
+ * fc_mem.c: [p, p+n) as device memory that device `by` (a visible ordinal:
+ * the device of the context issuing the copy) may read, or write when
+ * write is set: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE if it is not one
+ * mapped range or cuMemAlloc allocation, or if the mapping's access for
+ * `by` (cuMemSetAccess, per device as on a GPU) does not allow it.
+ * cuMemAlloc memory is reachable from every device, as the driver routes
+ * copies of it itself.
+ */
+CUresult fc_mem_check(CUdeviceptr p, size_t n, bool write, int by);
+/* Whether [p, p+n) of host memory is pinned for work issued in ctx: inside
+ * one cuMemHostRegister range made with CU_MEMHOSTREGISTER_PORTABLE, or
+ * made while ctx was current. Other host memory is pageable there. */
+bool     fc_host_pinned(const void *p, size_t n, CUcontext ctx);
 void     fc_mem_live(struct fakecuda_live *out);
 
 /* fc_stream.c */

@@ -6,10 +6,16 @@
  * fd is a dup of that memfd, so an importer in another process maps the
  * same pages. cuMemAddressReserve reserves PROT_NONE address space;
  * cuMemMap maps the memfd there with no access; cuMemSetAccess sets the
- * protection (PROT_READ maps it read-only: a write faults, as a collector's
- * stray write must). cuMemUnmap puts PROT_NONE anonymous memory back, so the
- * reservation stays. An allocation's memory goes when its handle is released
- * and its last mapping is gone, as with the driver.
+ * access of each device it names, as on a GPU (a device that cannot reach
+ * the memory's GPU peer to peer is refused), and copies check the access of
+ * the device that issues them (fc_mem_check). The host's protection is the
+ * widest any device has (PROT_READ for all of them maps it read-only: a
+ * write faults, as a collector's stray write must). cuMemUnmap puts
+ * PROT_NONE anonymous memory back, so the reservation stays. An
+ * allocation's memory goes when its handle is released and its last
+ * mapping is gone, as with the driver. Host registrations remember the
+ * context that made them: without CU_MEMHOSTREGISTER_PORTABLE the memory
+ * is pinned for that context only (fc_host_pinned).
  */
 #include "fc_internal.h"
 
@@ -36,8 +42,11 @@ struct fc_range {                      /* reservations, mappings, cuMemAlloc, ho
 	uintptr_t addr;
 	size_t    size;
 	int       phys;
-	int       prot;                    /* mappings: PROT_* after cuMemSetAccess */
+	int       prot;                    /* mappings: the host's PROT_*, the widest of prot_dev */
+	int       prot_dev[FAKECUDA_MAX_DEVICES];   /* mappings: PROT_* per visible device */
 	struct fc_alloc *alloc;            /* mappings */
+	CUcontext ctx;                     /* host registrations: current when made */
+	unsigned  flags;                   /* host registrations: CU_MEMHOSTREGISTER_* */
 };
 
 struct fc_export {
@@ -419,32 +428,41 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	return r;
 }
 
-/* The address space is one for all devices here: the widest access any
- * descriptor grants is what every device (and the host) gets. */
+/* Access is set per device, as on a GPU; the host (the one address space
+ * here) gets the widest access any device has. A device that cannot reach
+ * the memory's GPU peer to peer cannot be given access. */
+static int access_prot(CUmemAccess_flags flags)
+{
+	switch (flags) {
+	case CU_MEM_ACCESS_FLAGS_PROT_NONE:
+		return PROT_NONE;
+	case CU_MEM_ACCESS_FLAGS_PROT_READ:
+		return PROT_READ;
+	case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+		return PROT_READ | PROT_WRITE;
+	default:
+		return -1;
+	}
+}
+
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
 	CUresult r = CUDA_SUCCESS;
-	int prot = PROT_NONE;
 	uintptr_t at;
 
 	FC_ENTER("cuMemSetAccess");
 	if (!desc || !count || size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++) {
-		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+		    access_prot(desc[i].flags) < 0)
 			return CUDA_ERROR_INVALID_VALUE;
 		if (!fc_dev_valid(desc[i].location.id))
 			return CUDA_ERROR_INVALID_DEVICE;
-		if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-			prot = PROT_READ | PROT_WRITE;
-		else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
-			prot = PROT_READ;
-		else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
-		         desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
-			return CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_lock(&fc_lock);
-	/* The range must be covered by whole mappings, without gaps. */
+	/* The range must be covered by whole mappings, without gaps, and every
+	 * device named must reach each mapping's GPU. */
 	for (at = ptr; at < ptr + size; ) {
 		struct fc_range *m = range_find(mappings, at, 1);
 
@@ -452,11 +470,24 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 			r = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}
+		for (size_t i = 0; i < count && !r; i++) {
+			int phys = fc_phys(desc[i].location.id);
+
+			if (phys != m->phys && !fc_cfg.peer[phys][m->phys])
+				r = CUDA_ERROR_INVALID_DEVICE;
+		}
+		if (r)
+			break;
 		at += m->size;
 	}
 	for (at = ptr; !r && at < ptr + size; ) {
 		struct fc_range *m = range_find(mappings, at, 1);
+		int prot = PROT_NONE;
 
+		for (size_t i = 0; i < count; i++)
+			m->prot_dev[desc[i].location.id] = access_prot(desc[i].flags);
+		for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++)
+			prot |= m->prot_dev[d];
 		if (mprotect((void *)m->addr, m->size, prot) < 0)
 			r = CUDA_ERROR_UNKNOWN;
 		m->prot = prot;
@@ -521,6 +552,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
 {
 	const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
 	                       CU_MEMHOSTREGISTER_READ_ONLY;
+	struct fc_range *h;
 	CUresult r = CUDA_SUCCESS;
 
 	FC_ENTER("cuMemHostRegister_v2");
@@ -529,23 +561,32 @@ CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
 	if (!p || size == 0 || (flags & ~known))
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fc_lock);
-	if (range_overlaps(host_regs, (uintptr_t)p, size))
+	if (range_overlaps(host_regs, (uintptr_t)p, size)) {
 		r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	else if (!range_add(&host_regs, (uintptr_t)p, size, fc_phys(fc_current->dev)))
+	} else if (!(h = range_add(&host_regs, (uintptr_t)p, size, fc_phys(fc_current->dev)))) {
 		r = CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		h->ctx = fc_current;
+		h->flags = flags;
+	}
 	pthread_mutex_unlock(&fc_lock);
 	return r;
 }
 
+/* A registration belongs to the context that made it unless it is
+ * portable: unregistering it needs that context current. */
 CUresult cuMemHostUnregister(void *p)
 {
 	struct fc_range *h;
 	CUresult r = CUDA_SUCCESS;
 
 	FC_ENTER("cuMemHostUnregister");
+	if (fc_need_ctx())
+		return CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_lock(&fc_lock);
 	h = range_find(host_regs, (uintptr_t)p, 1);
-	if (!h || h->addr != (uintptr_t)p)
+	if (!h || h->addr != (uintptr_t)p ||
+	    (!(h->flags & CU_MEMHOSTREGISTER_PORTABLE) && h->ctx != fc_current))
 		r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	else
 		range_unlink(&host_regs, h);
@@ -553,19 +594,30 @@ CUresult cuMemHostUnregister(void *p)
 	return r;
 }
 
-CUresult fc_mem_check(CUdeviceptr p, size_t n, bool write, int *dev)
+bool fc_host_pinned(const void *p, size_t n, CUcontext ctx)
+{
+	struct fc_range *h;
+	bool pinned;
+
+	pthread_mutex_lock(&fc_lock);
+	h = range_find(host_regs, (uintptr_t)p, n ? n : 1);
+	pinned = h && ((h->flags & CU_MEMHOSTREGISTER_PORTABLE) || h->ctx == ctx);
+	pthread_mutex_unlock(&fc_lock);
+	return pinned;
+}
+
+CUresult fc_mem_check(CUdeviceptr p, size_t n, bool write, int by)
 {
 	struct fc_range *m;
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 
 	pthread_mutex_lock(&fc_lock);
 	m = range_find(mappings, p, n ? n : 1);
-	if (m && (m->prot & (write ? PROT_WRITE : PROT_READ)))
+	if (m && by >= 0 && by < FAKECUDA_MAX_DEVICES &&
+	    (m->prot_dev[by] & (write ? PROT_WRITE : PROT_READ)))
 		r = CUDA_SUCCESS;
-	else if (!m && (m = range_find(mem_allocs, p, n ? n : 1)))
+	else if (!m && range_find(mem_allocs, p, n ? n : 1))
 		r = CUDA_SUCCESS;
-	if (!r && dev)
-		*dev = fc_vis_of_phys(m->phys);
 	pthread_mutex_unlock(&fc_lock);
 	return r;
 }

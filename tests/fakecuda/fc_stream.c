@@ -12,6 +12,15 @@
  * and CU_STREAM_PER_THREAD name it too (one host thread per test process
  * uses it, so the per-thread stream needs no worker of its own).
  *
+ * Contexts, as on a GPU: a stream and an event belong to the context
+ * current when they were made; work on the NULL stream is issued in the
+ * caller's current context. The issuing context's device must have access
+ * to every device end of a copy (fc_mem_check); an event is recorded only
+ * on a stream of its own context; a host end that is not pinned for the
+ * issuing context (fc_host_pinned) makes the copy synchronous: it returns
+ * once the stream reached it and it is done, as the driver's pageable
+ * copies do.
+ *
  * One lock (sq_lock) and one condition variable guard every queue, counter
  * and event; every change broadcasts.
  */
@@ -21,11 +30,12 @@
 #include <string.h>
 #include <unistd.h>
 
-struct fc_op {
+struct fc_op {                         /* rows of width bytes; a 1D copy is one row */
 	struct fc_op *next;
 	void         *dst;
 	const void   *src;
-	size_t        n;
+	size_t        n;                   /* width */
+	size_t        rows, dpitch, spitch;
 };
 
 struct CUstream_st {
@@ -34,13 +44,14 @@ struct CUstream_st {
 	struct fc_op *head, *tail;
 	uint64_t      submitted, done;
 	bool          stop;
-	int           dev;
+	CUcontext     ctx;                 /* NULL: the NULL stream, any context's */
 };
 
 struct CUevent_st {
 	struct CUevent_st  *next;
 	struct CUstream_st *stream;        /* NULL: never recorded, or complete */
 	uint64_t            seq;           /* complete when stream->done >= seq */
+	CUcontext           ctx;           /* current when it was created */
 };
 
 static pthread_mutex_t sq_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -48,6 +59,7 @@ static pthread_cond_t  sq_cond = PTHREAD_COND_INITIALIZER;
 static bool            sq_hold;
 static struct CUstream_st *streams, *null_stream;
 static struct CUevent_st  *events;
+static uint64_t            sq_pageable;    /* fakecuda_pageable_copies */
 
 /*
  * fork(): CUDA state does not survive it (a real driver refuses to work in
@@ -81,8 +93,21 @@ __attribute__((constructor)) static void fork_handlers(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+/* In quarters, each after the delay: of the bytes of one row, or of the
+ * rows of a 2D copy. */
 static void op_run(const struct fc_op *op, unsigned delay_us)
 {
+	if (op->rows > 1) {
+		size_t quarter = (op->rows + 3) / 4;
+
+		for (size_t r = 0; r < op->rows; r++) {
+			if (delay_us && r % quarter == 0)
+				usleep(delay_us);
+			memmove((char *)op->dst + r * op->dpitch,
+			        (const char *)op->src + r * op->spitch, op->n);
+		}
+		return;
+	}
 	size_t quarter = (op->n + 3) / 4;
 
 	for (size_t at = 0; at < op->n; at += quarter) {
@@ -122,13 +147,13 @@ static void *stream_worker(void *arg)
 	return NULL;
 }
 
-static struct CUstream_st *stream_new(int dev)
+static struct CUstream_st *stream_new(CUcontext ctx)
 {
 	struct CUstream_st *s = calloc(1, sizeof(*s));
 
 	if (!s)
 		return NULL;
-	s->dev = dev;
+	s->ctx = ctx;
 	if (pthread_create(&s->thread, NULL, stream_worker, s)) {
 		free(s);
 		return NULL;
@@ -150,9 +175,10 @@ static void stream_free(struct CUstream_st *s)
 	free(s);
 }
 
-/* The stream an operation goes to; NULL (and the handles that name the
- * default streams) is the shared default stream. */
-static CUresult stream_resolve(CUstream in, struct CUstream_st **out)
+/* The stream an operation goes to and the context that issues it there;
+ * NULL (and the handles that name the default streams) is the shared
+ * default stream, issued in the caller's current context. */
+static CUresult stream_resolve(CUstream in, struct CUstream_st **out, CUcontext *ctx)
 {
 	bool known = false;
 
@@ -161,35 +187,40 @@ static CUresult stream_resolve(CUstream in, struct CUstream_st **out)
 	pthread_mutex_lock(&sq_lock);
 	if (!in || in == CU_STREAM_LEGACY || in == CU_STREAM_PER_THREAD) {
 		if (!null_stream)
-			null_stream = stream_new(-1);
+			null_stream = stream_new(NULL);
 		*out = null_stream;
 		known = null_stream != NULL;
+		if (ctx)
+			*ctx = fc_current;
 	} else {
 		for (struct CUstream_st *s = streams; s; s = s->next)
 			known |= s == in;
 		*out = in;
+		if (ctx && known)
+			*ctx = in->ctx;
 	}
 	pthread_mutex_unlock(&sq_lock);
 	return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-static CUresult stream_push(struct CUstream_st *s, void *dst, const void *src, size_t n)
+/* Queues op on s; with wait, returns once s has run it (a pageable copy). */
+static CUresult stream_push(struct CUstream_st *s, struct fc_op *op, bool wait)
 {
-	struct fc_op *op = calloc(1, sizeof(*op));
+	uint64_t seq;
 
-	if (!op)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	op->dst = dst;
-	op->src = src;
-	op->n = n;
 	pthread_mutex_lock(&sq_lock);
 	if (s->tail)
 		s->tail->next = op;
 	else
 		s->head = op;
 	s->tail = op;
-	s->submitted++;
+	seq = ++s->submitted;
 	pthread_cond_broadcast(&sq_cond);
+	if (wait) {
+		sq_pageable++;
+		while (s->done < seq)
+			pthread_cond_wait(&sq_cond, &sq_lock);
+	}
 	pthread_mutex_unlock(&sq_lock);
 	return CUDA_SUCCESS;
 }
@@ -203,7 +234,7 @@ CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
 		return CUDA_ERROR_INVALID_VALUE;
-	s = stream_new(fc_current->dev);
+	s = stream_new(fc_current);
 	if (!s)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&sq_lock);
@@ -239,7 +270,7 @@ CUresult cuStreamSynchronize(CUstream in)
 	CUresult r;
 
 	FC_ENTER("cuStreamSynchronize");
-	r = stream_resolve(in, &s);
+	r = stream_resolve(in, &s, NULL);
 	if (r)
 		return r;
 	pthread_mutex_lock(&sq_lock);
@@ -256,7 +287,7 @@ CUresult cuStreamQuery(CUstream in)
 	CUresult r;
 
 	FC_ENTER("cuStreamQuery");
-	r = stream_resolve(in, &s);
+	r = stream_resolve(in, &s, NULL);
 	if (r)
 		return r;
 	pthread_mutex_lock(&sq_lock);
@@ -288,6 +319,7 @@ CUresult cuEventCreate(CUevent *out, unsigned int flags)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->ctx = fc_current;
 	pthread_mutex_lock(&sq_lock);
 	e->next = events;
 	events = e;
@@ -296,17 +328,20 @@ CUresult cuEventCreate(CUevent *out, unsigned int flags)
 	return CUDA_SUCCESS;
 }
 
+/* The stream and the event must belong to one context (the driver's
+ * cuEventRecord says so, and fails otherwise). */
 CUresult cuEventRecord(CUevent ev, CUstream in)
 {
 	struct CUstream_st *s;
+	CUcontext ctx = NULL;
 	CUresult r;
 
 	FC_ENTER("cuEventRecord");
-	r = stream_resolve(in, &s);
+	r = stream_resolve(in, &s, &ctx);
 	if (r)
 		return r;
 	pthread_mutex_lock(&sq_lock);
-	if (!event_known(ev)) {
+	if (!event_known(ev) || ev->ctx != ctx) {
 		r = CUDA_ERROR_INVALID_HANDLE;
 	} else {
 		ev->stream = s;
@@ -366,14 +401,14 @@ CUresult cuEventDestroy_v2(CUevent ev)
 
 /* ---- copies --------------------------------------------------------------- */
 
-/* Checks both ends: device ends must be mapped device memory, the
- * destination writable. */
+/* Checks both ends for the device `by` that issues the copy: device ends
+ * must be device memory it may reach, the destination writable. */
 static CUresult copy_check(CUdeviceptr dst, bool dst_dev, CUdeviceptr src, bool src_dev,
-                           size_t n)
+                           size_t n, int by)
 {
-	if (dst_dev && fc_mem_check(dst, n, true, NULL))
+	if (dst_dev && fc_mem_check(dst, n, true, by))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (src_dev && fc_mem_check(src, n, false, NULL))
+	if (src_dev && fc_mem_check(src, n, false, by))
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((!dst_dev && !dst) || (!src_dev && !src))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -388,25 +423,48 @@ static CUresult copy_sync(const char *fn, CUdeviceptr dst, bool dst_dev, CUdevic
 	FC_ENTER(fn);
 	if (fc_need_ctx())
 		return CUDA_ERROR_INVALID_CONTEXT;
-	r = copy_check(dst, dst_dev, src, src_dev, n);
+	r = copy_check(dst, dst_dev, src, src_dev, n, fc_current->dev);
 	if (r)
 		return r;
 	memmove((void *)dst, (const void *)src, n);
 	return CUDA_SUCCESS;
 }
 
+/* Whether the host ends of a copy issued in ctx are pinned there: a span
+ * of `span` bytes from each. */
+static bool copy_pinned(CUdeviceptr dst, bool dst_dev, CUdeviceptr src, bool src_dev,
+                        size_t span_dst, size_t span_src, CUcontext ctx)
+{
+	return (dst_dev || fc_host_pinned((void *)dst, span_dst, ctx)) &&
+	       (src_dev || fc_host_pinned((const void *)src, span_src, ctx));
+}
+
+static CUresult op_queue(struct CUstream_st *s, struct fc_op *tmpl, bool wait)
+{
+	struct fc_op *op = malloc(sizeof(*op));
+
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*op = *tmpl;
+	op->next = NULL;
+	return stream_push(s, op, wait);
+}
+
 static CUresult copy_async(const char *fn, CUdeviceptr dst, bool dst_dev, CUdeviceptr src,
                            bool src_dev, size_t n, CUstream in)
 {
+	struct fc_op op = { .dst = (void *)dst, .src = (const void *)src, .n = n, .rows = 1,
+	                    .dpitch = n, .spitch = n };
 	struct CUstream_st *s;
+	CUcontext ctx = NULL;
 	CUresult r;
 
 	FC_ENTER(fn);
-	r = stream_resolve(in, &s);
+	r = stream_resolve(in, &s, &ctx);
 	if (!r)
-		r = copy_check(dst, dst_dev, src, src_dev, n);
+		r = copy_check(dst, dst_dev, src, src_dev, n, ctx->dev);
 	if (!r)
-		r = stream_push(s, (void *)dst, (const void *)src, n);
+		r = op_queue(s, &op, !copy_pinned(dst, dst_dev, src, src_dev, n, n, ctx));
 	return r;
 }
 
@@ -440,12 +498,90 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
 	return copy_async("cuMemcpyDtoHAsync_v2", (uintptr_t)dst, false, src, true, n, s);
 }
 
+/* Each end is checked with its own context's device. */
 CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
-                           CUcontext src_ctx, size_t n, CUstream s)
+                           CUcontext src_ctx, size_t n, CUstream in)
 {
+	struct fc_op op = { .dst = (void *)dst, .src = (const void *)src, .n = n, .rows = 1,
+	                    .dpitch = n, .spitch = n };
+	struct CUstream_st *s;
+	CUresult r;
+
+	FC_ENTER("cuMemcpyPeerAsync");
 	if (!dst_ctx || !src_ctx || !dst_ctx->retains || !src_ctx->retains)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return copy_async("cuMemcpyPeerAsync", dst, true, src, true, n, s);
+	r = stream_resolve(in, &s, NULL);
+	if (!r && (fc_mem_check(dst, n, true, dst_ctx->dev) ||
+	           fc_mem_check(src, n, false, src_ctx->dev)))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (!r)
+		r = op_queue(s, &op, false);
+	return r;
+}
+
+/* One end of a 2D copy: its first byte, host or device, and the span of
+ * its rows. */
+static CUresult copy2d_end(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x,
+                           size_t y, size_t pitch, CUdeviceptr *at, bool *is_dev)
+{
+	switch (type) {
+	case CU_MEMORYTYPE_HOST:
+		*at = (uintptr_t)host;
+		*is_dev = false;
+		break;
+	case CU_MEMORYTYPE_DEVICE:
+		*at = dev;
+		*is_dev = true;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;     /* arrays and unified: not simulated */
+	}
+	if (!*at)
+		return CUDA_ERROR_INVALID_VALUE;
+	*at += y * pitch + x;
+	return CUDA_SUCCESS;
+}
+
+/* Rows of WidthInBytes from one pitched region to another; pitches at
+ * most CU_DEVICE_ATTRIBUTE_MAX_PITCH, each at least the row, as the
+ * driver checks. */
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream in)
+{
+	struct fc_op op;
+	struct CUstream_st *s;
+	CUdeviceptr dst, src;
+	bool dst_dev, src_dev;
+	size_t span_dst, span_src;
+	CUcontext ctx = NULL;
+	CUresult r;
+
+	FC_ENTER("cuMemcpy2DAsync_v2");
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = stream_resolve(in, &s, &ctx);
+	if (r)
+		return r;
+	if (p->srcPitch > INT32_MAX || p->dstPitch > INT32_MAX ||
+	    p->srcPitch < p->WidthInBytes + p->srcXInBytes ||
+	    p->dstPitch < p->WidthInBytes + p->dstXInBytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!p->WidthInBytes || !p->Height)
+		return CUDA_SUCCESS;
+	r = copy2d_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+	               p->dstPitch, &dst, &dst_dev);
+	if (!r)
+		r = copy2d_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes,
+		               p->srcY, p->srcPitch, &src, &src_dev);
+	if (r)
+		return r;
+	span_dst = (p->Height - 1) * p->dstPitch + p->WidthInBytes;
+	span_src = (p->Height - 1) * p->srcPitch + p->WidthInBytes;
+	if ((dst_dev && fc_mem_check(dst, span_dst, true, ctx->dev)) ||
+	    (src_dev && fc_mem_check(src, span_src, false, ctx->dev)))
+		return CUDA_ERROR_INVALID_VALUE;
+	op = (struct fc_op){ .dst = (void *)dst, .src = (const void *)src, .n = p->WidthInBytes,
+	                     .rows = p->Height, .dpitch = p->dstPitch, .spitch = p->srcPitch };
+	return op_queue(s, &op, !copy_pinned(dst, dst_dev, src, src_dev, span_dst, span_src, ctx));
 }
 
 /* ---- test controls and accounting --------------------------------------- */
@@ -456,6 +592,16 @@ void fakecuda_hold_streams(bool hold)
 	sq_hold = hold;
 	pthread_cond_broadcast(&sq_cond);
 	pthread_mutex_unlock(&sq_lock);
+}
+
+uint64_t fakecuda_pageable_copies(void)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&sq_lock);
+	n = sq_pageable;
+	pthread_mutex_unlock(&sq_lock);
+	return n;
 }
 
 void fc_stream_live(struct fakecuda_live *out)
@@ -476,6 +622,7 @@ void fc_stream_reset(void)
 	s = null_stream;
 	null_stream = NULL;
 	sq_hold = false;
+	sq_pageable = 0;
 	pthread_mutex_unlock(&sq_lock);
 	if (s)
 		stream_free(s);

@@ -17,9 +17,20 @@
  *  - a 20 MiB slab reaches a GPU without peer access intact, through the
  *    double-buffered staging with slow copies;
  *  - two ranks of a publisher group write their column shards (dim 1) on
- *    GPUs 0 and 1 and each copies only its parts, row by row, to the other
- *    GPUs; a collector on GPU 2
- *    reads whole, bit-exact tensors of every version;
+ *    GPUs 0 and 1 and each copies only its parts to the other GPUs, one
+ *    cuMemcpy2DAsync per part and destination (counted), never one copy
+ *    per row; a collector on GPU 2 reads whole, bit-exact tensors of every
+ *    version; so does wsync_dview_slice_read, in one 2D copy;
+ *  - what the real driver is strict about (the fake is too): VMM access is
+ *    per device, so a view copied into a buffer on another GPU works from a
+ *    GPU that reaches it peer to peer and is refused (-EXDEV, naming both)
+ *    from one that does not; the staging buffers are pinned for the
+ *    contexts that upload from them (no pageable copy in a staged fan-out,
+ *    counted), a commit runs with another context current than its
+ *    stream's, and a publisher closed with no context current unpins them;
+ *  - a fan-out that fails half-way (the device-to-host copy, injected)
+ *    returns only once the copies it queued are done, so the next version,
+ *    in the same slot, is intact on every GPU and in the mirror;
  *  - a collector killed (SIGKILL) while holding a device view gives its
  *    slot back; a trainer killed in the middle of its device copies leaves
  *    the previous version latest and the next trainer publishes;
@@ -33,8 +44,10 @@
  *    mapping gives -EIO naming the call, and nothing leaks: every client
  *    process and the broker end with no allocation, mapping, reservation,
  *    export or context alive (the fake's report);
- *  - a broker restart declares device models without adopting their memory,
- *    and versions go on above the old ones.
+ *  - a broker restart restores a device model that has a host mirror onto
+ *    its GPUs from the mirror (the same version, bit-exact on each GPU),
+ *    declares one without a mirror without a version, and versions go on
+ *    above the old ones.
  */
 #include "tests/lib/harness.h"
 
@@ -124,6 +137,32 @@ static void fake_reconfigure(void)
 	dlclose(lib);
 }
 
+/* The fake's count of calls of an entry point in this process, and of the
+ * asynchronous copies it ran synchronously (pageable host memory). */
+static uint64_t fake_calls(const char *name)
+{
+	fakecuda_calls_fn calls = (fakecuda_calls_fn)dlsym(cu.lib, "fakecuda_calls");
+
+	TEST_ASSERT(calls != NULL);
+	return calls(name);
+}
+
+static uint64_t fake_pageable(void)
+{
+	fakecuda_pageable_copies_fn n =
+		(fakecuda_pageable_copies_fn)dlsym(cu.lib, "fakecuda_pageable_copies");
+
+	TEST_ASSERT(n != NULL);
+	return n();
+}
+
+/* Plain asynchronous copies of every direction. */
+static uint64_t copies_1d(void)
+{
+	return fake_calls("cuMemcpyDtoDAsync_v2") + fake_calls("cuMemcpyDtoHAsync_v2") +
+	       fake_calls("cuMemcpyHtoDAsync_v2");
+}
+
 static const char *devices3[3] = { uuid[0], uuid[1], uuid[2] };
 
 static void opts_devices(wsync_model_opts *o, uint32_t n, uint32_t flags)
@@ -161,13 +200,40 @@ static int publish_dev(wsync_pub *p, uint64_t step, CUstream st, uint64_t *versi
 	return wsync_pub_commit_gpu(p, st, step, version);
 }
 
+/* Device memory read back with its own GPU's context current: VMM access
+ * is per device, and a view on a GPU this process's context does not
+ * reach peer to peer has no access for it (the fake refuses such a copy,
+ * as the driver does). */
+static CUresult dtoh_on_its_gpu(void *dst, CUdeviceptr src, size_t n)
+{
+	CUcontext own, prev = NULL;
+	CUdevice dev;
+	int ordinal = -1;
+	CUresult r;
+
+	r = cu.api.cu_cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, src);
+	if (r == CUDA_SUCCESS)
+		r = cu.api.cu_cuDeviceGet(&dev, ordinal);
+	if (r == CUDA_SUCCESS)
+		r = cu.api.cu_cuDevicePrimaryCtxRetain(&own, dev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	cu.api.cu_cuCtxGetCurrent(&prev);
+	r = cu.api.cu_cuCtxSetCurrent(own);
+	if (r == CUDA_SUCCESS)
+		r = cu.api.cu_cuMemcpyDtoH(dst, src, n);
+	cu.api.cu_cuCtxSetCurrent(prev);
+	cu.api.cu_cuDevicePrimaryCtxRelease(dev);
+	return r;
+}
+
 /* A device view's bytes, read back through the driver, against its step. */
 static void verify_dview(const wsync_dview *v)
 {
 	static char host[64 << 10];
 
 	TEST_ASSERT(v->bytes <= sizeof host);
-	TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(host, v->base, v->bytes) == CUDA_SUCCESS);
+	TEST_ASSERT(dtoh_on_its_gpu(host, v->base, v->bytes) == CUDA_SUCCESS);
 	TEST_ASSERT_MSG(harness_verify(host, v->bytes, v->step) == 0,
 	                "v%llu on the GPU is not the bytes of step %llu",
 	                (unsigned long long)v->version, (unsigned long long)v->step);
@@ -339,7 +405,19 @@ static int group_rank(void *arg)
 				            CUDA_SUCCESS);
 			}
 		}
-		TEST_OK(wsync_pub_commit_gpu(p, st, 500 + step, NULL));
+		{
+			uint64_t c2 = fake_calls("cuMemcpy2DAsync_v2"), c1 = copies_1d();
+			uint64_t pageable = fake_pageable();
+
+			TEST_OK(wsync_pub_commit_gpu(p, st, 500 + step, NULL));
+			/* per destination, one 2D copy for the dim-1 part (the peer
+			 * GPU: one; GPU 2, staged: down and up) and one plain copy
+			 * for rank 0's whole bias; never one copy per row; the
+			 * staged uploads read pinned memory */
+			TEST_EQ_U64(fake_calls("cuMemcpy2DAsync_v2") - c2, 3);
+			TEST_EQ_U64(copies_1d() - c1, r == 0 ? 3 : 0);
+			TEST_EQ_U64(fake_pageable() - pageable, 0);
+		}
 	}
 	TEST_ASSERT(cu.api.cu_cuStreamDestroy(st) == CUDA_SUCCESS);
 	wsync_pub_close(p);
@@ -641,14 +719,19 @@ static void host_mirror(void)
 		wsync_slice sl, bad;
 		wsync_sub *other;
 		wsync_dslab ds;
-		uint64_t step;
+		uint64_t step, c1, c2;
 
 		TEST_OK(wsync_sub_open(c, MODEL, &other));
 		TEST_OK(wsync_sub_acquire_gpu(other, uuid[0], &dv));
 		step = dv.step;
 		TEST_OK(wsync_tensor_part(&dv.tensors[0], 1, 1, 3, &sl));   /* columns 43..85 */
 		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+		c2 = fake_calls("cuMemcpy2DAsync_v2");
+		c1 = copies_1d();
 		TEST_OK(wsync_dview_slice_read(&dv, &sl, ds.base, NULL));
+		/* 64 strided rows: one 2D copy */
+		TEST_EQ_U64(fake_calls("cuMemcpy2DAsync_v2") - c2, 1);
+		TEST_EQ_U64(copies_1d() - c1, 0);
 		bad = sl;
 		bad.rows = 1000;
 		TEST_RC(wsync_dview_slice_read(&dv, &bad, ds.base, NULL), -EINVAL);
@@ -659,6 +742,40 @@ static void host_mirror(void)
 		wsync_slice_read(exp, want, &sl);
 		TEST_ASSERT_MSG(!memcmp(got, exp, sl.rows * sl.row_bytes),
 		                "the part read from the device view differs");
+		TEST_OK(wsync_pub_abort(p));
+		wsync_sub_close(other);
+	}
+	/* a device view copied into a buffer on another GPU. VMM access is per
+	 * device: GPU 1's view into GPU 0's buffer, issued in GPU 0's context
+	 * (this thread's), works because GPU 0 reaches GPU 1 peer to peer and
+	 * was given read access to the view; GPU 2's view cannot be given to
+	 * GPU 0 at all, so the copy is refused, naming both GPUs */
+	{
+		static char want[64 << 10], got[64 << 10];
+		wsync_sub *other;
+		wsync_dslab ds;
+		wsync_slice sl;
+		uint64_t n;
+
+		TEST_OK(wsync_sub_open(c, MODEL, &other));
+		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+		TEST_OK(wsync_sub_acquire_gpu(other, uuid[1], &dv));
+		n = dv.bytes;
+		TEST_ASSERT(n <= sizeof got);
+		harness_fill(want, n, dv.step);
+		TEST_OK(wsync_dview_copy_to_device(&dv, 0, ds.base, n, NULL));
+		wsync_sub_release_gpu(other, &dv, NULL);   /* waits for the copy */
+		TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(got, ds.base, n) == CUDA_SUCCESS);
+		TEST_ASSERT_MSG(!memcmp(got, want, n), "GPU 1's view copied to GPU 0 differs");
+
+		TEST_OK(wsync_sub_acquire_gpu(other, uuid[2], &dv));
+		TEST_RC(wsync_dview_copy_to_device(&dv, 0, ds.base, dv.bytes, NULL), -EXDEV);
+		TEST_CONTAINS(wsync_errmsg(), "cannot reach it peer to peer");
+		TEST_CONTAINS(wsync_errmsg(), uuid[2]);
+		TEST_CONTAINS(wsync_errmsg(), uuid[0]);
+		TEST_OK(wsync_tensor_part(&dv.tensors[0], 1, 0, 3, &sl));
+		TEST_RC(wsync_dview_slice_read(&dv, &sl, ds.base, NULL), -EXDEV);
+		wsync_sub_release_gpu(other, &dv, NULL);
 		TEST_OK(wsync_pub_abort(p));
 		wsync_sub_close(other);
 	}
@@ -698,7 +815,11 @@ static void host_mirror(void)
 
 /* A slab of several staging chunks, to a GPU reached only through host
  * memory, with slow copies: the double-buffered upload keeps every chunk
- * in place and in order. */
+ * in place and in order. The staging buffers are pinned for the upload
+ * contexts (no copy of the fan-out is a pageable one); a commit made while
+ * another GPU's context is current (a thread of a program that moved on
+ * to another device) still works, its stream being GPU 0's; a publisher
+ * closed when no context is current any more unpins its buffers. */
 static void staged_large(void)
 {
 	static char want[(20 << 20) + 4096], got[(20 << 20) + 4096];
@@ -710,12 +831,16 @@ static void staged_large(void)
 	wsync_pub *p;
 	wsync_sub *s;
 	wsync_dview v;
+	CUcontext ctx1;
+	CUdevice dev1;
 	CUstream st;
 
 	setenv("FAKECUDA_COPY_DELAY_US", "100", 1);
 	fake_reconfigure();
 	cuda_up(0);
 	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
+	TEST_ASSERT(cu.api.cu_cuDeviceGet(&dev1, 1) == CUDA_SUCCESS);
+	TEST_ASSERT(cu.api.cu_cuDevicePrimaryCtxRetain(&ctx1, dev1) == CUDA_SUCCESS);
 	TEST_OK(harness_connect(&B, "gpu-large", &c));
 	harness_desc(&d[0], "big", WSYNC_F32, 1, shape);
 	opts_devices(&o, 2, 0);
@@ -724,7 +849,7 @@ static void staged_large(void)
 	TEST_OK(wsync_sub_open(c, "gpu.large", &s));
 	for (uint64_t step = 1; step <= 3; step++) {
 		wsync_dslab ds;
-		uint64_t version;
+		uint64_t version, pageable;
 		size_t n;
 
 		TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
@@ -732,21 +857,123 @@ static void staged_large(void)
 		harness_fill(want, ds.bytes, 70 + step);
 		TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(ds.base, want, ds.bytes, st) ==
 		            CUDA_SUCCESS);
+		pageable = fake_pageable();
+		if (step == 2)
+			TEST_ASSERT(cu.api.cu_cuCtxSetCurrent(ctx1) == CUDA_SUCCESS);
 		TEST_OK(wsync_pub_commit_gpu(p, st, 70 + step, &version));
+		TEST_ASSERT(cu.api.cu_cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
+		TEST_EQ_U64(fake_pageable() - pageable, 0);
 		TEST_OK(wsync_sub_acquire_gpu(s, uuid[2], &v));
 		TEST_EQ_U64(v.version, version);
 		n = wsync_tensor_bytes(&v.tensors[0]);
-		TEST_ASSERT(cu.api.cu_cuMemcpyDtoH(got, v.base, n) == CUDA_SUCCESS);
+		TEST_ASSERT(dtoh_on_its_gpu(got, v.base, n) == CUDA_SUCCESS);
 		TEST_ASSERT_MSG(!memcmp(got, want, n), "v%llu on GPU 2 differs from what GPU 0 "
 		                "had", (unsigned long long)version);
 		wsync_sub_release_gpu(s, &v, NULL);
 	}
 	wsync_sub_close(s);
+	TEST_ASSERT(cu.api.cu_cuCtxSetCurrent(NULL) == CUDA_SUCCESS);
 	wsync_pub_close(p);
+	TEST_ASSERT(cu.api.cu_cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
 	TEST_ASSERT(cu.api.cu_cuStreamDestroy(st) == CUDA_SUCCESS);
+	cu.api.cu_cuDevicePrimaryCtxRelease(dev1);
 	wsync_close(c);
 	cuda_down_checked("large");
 	unsetenv("FAKECUDA_COPY_DELAY_US");
+	fake_reconfigure();
+}
+
+/*
+ * A fan-out that fails after it queued copies on the caller's stream. Step
+ * 2's own upload (from pinned memory: asynchronous, and slow) and its peer
+ * copy to GPU 1 are queued on st when its copy to the host mirror fails
+ * (injected); the version is aborted and, the model having 2 slots, its
+ * slot is granted again at once. The failed commit returns only once st
+ * holds nothing of it, so step 3, written there synchronously and
+ * committed on another stream, is step 3's on both GPUs and in the mirror,
+ * also after anything that was still queued has landed.
+ */
+static void commit_fails_halfway(void)
+{
+	static char host[64 << 10];
+	const char *gpus[2] = { uuid[0], uuid[1] };
+	CUresult (*query)(CUstream);
+	wsync_tensor_desc d[2];
+	wsync_model_opts o;
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_sub *s;
+	wsync_dslab ds;
+	wsync_dview dv;
+	wsync_view v;
+	uint64_t version;
+	uint32_t slot;
+	void *pinned;
+	CUstream st;
+
+	setenv("FAKECUDA_COPY_DELAY_US", "20000", 1);
+	setenv("FAKECUDA_FAIL", "cuMemcpyDtoHAsync_v2:2", 1);
+	fake_reconfigure();
+	cuda_up(0);
+	*(void **)&query = dlsym(cu.lib, "cuStreamQuery");
+	TEST_ASSERT(query != NULL);
+	TEST_ASSERT(cu.api.cu_cuStreamCreate(&st, 0) == CUDA_SUCCESS);
+	TEST_ASSERT(posix_memalign(&pinned, 4096, sizeof host) == 0);
+	TEST_ASSERT(cu.api.cu_cuMemHostRegister(pinned, sizeof host,
+	                                        CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS);
+	TEST_OK(harness_connect(&B, "gpu-halfway", &c));
+	harness_model_2t(d);
+	opts_devices(&o, 2, WSYNC_DEV_HOST_MIRROR);
+	o.devices = gpus;
+	o.slots = 2;
+	TEST_OK(wsync_pub_open(c, "gpu.halfway", d, 2, &o, &p));
+	TEST_OK(wsync_sub_open(c, "gpu.halfway", &s));
+
+	/* step 1: its mirror copy is this process's 1st device-to-host copy */
+	TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+	harness_fill(host, ds.bytes, 1);
+	TEST_ASSERT(cu.api.cu_cuMemcpyHtoD(ds.base, host, ds.bytes) == CUDA_SUCCESS);
+	TEST_OK(wsync_pub_commit_gpu(p, st, 1, NULL));
+
+	/* step 2: the 2nd fails, with its upload and peer copy queued before */
+	TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+	slot = ds.priv_slab.priv_slot;
+	harness_fill(pinned, ds.bytes, 2);
+	TEST_ASSERT(cu.api.cu_cuMemcpyHtoDAsync(ds.base, pinned, ds.bytes, st) == CUDA_SUCCESS);
+	TEST_RC(wsync_pub_commit_gpu(p, st, 2, NULL), -EIO);
+	TEST_CONTAINS(wsync_errmsg(), "copy to the host mirror");
+	TEST_ASSERT_MSG(query(st) == CUDA_SUCCESS, "the failed commit returned with its "
+	                "copies still queued on the caller's stream");
+
+	/* step 3, in the failed attempt's slot, written at once */
+	TEST_OK(wsync_pub_begin_gpu(p, uuid[0], HARNESS_S, &ds));
+	TEST_ASSERT_MSG(ds.priv_slab.priv_slot == slot, "2 slots: the aborted slot %u is "
+	                "granted again (got %u)", slot, ds.priv_slab.priv_slot);
+	harness_fill(host, ds.bytes, 3);
+	TEST_ASSERT(cu.api.cu_cuMemcpyHtoD(ds.base, host, ds.bytes) == CUDA_SUCCESS);
+	TEST_OK(wsync_pub_commit_gpu(p, NULL, 3, &version));
+	TEST_ASSERT(cu.api.cu_cuStreamSynchronize(st) == CUDA_SUCCESS);   /* all landed */
+	for (int g = 0; g < 2; g++) {
+		TEST_OK(wsync_sub_acquire_gpu(s, uuid[g], &dv));
+		TEST_EQ_U64(dv.version, version);
+		TEST_EQ_U64(dv.step, 3);
+		verify_dview(&dv);
+		wsync_sub_release_gpu(s, &dv, NULL);
+	}
+	TEST_OK(wsync_sub_acquire(s, &v));
+	TEST_EQ_U64(v.version, version);
+	TEST_OK(harness_verify_view(&v));
+	wsync_sub_release(s, &v);
+
+	wsync_sub_close(s);
+	wsync_pub_close(p);
+	wsync_close(c);
+	TEST_ASSERT(cu.api.cu_cuStreamDestroy(st) == CUDA_SUCCESS);
+	TEST_ASSERT(cu.api.cu_cuMemHostUnregister(pinned) == CUDA_SUCCESS);
+	free(pinned);
+	cuda_down_checked("halfway");
+	unsetenv("FAKECUDA_COPY_DELAY_US");
+	unsetenv("FAKECUDA_FAIL");
 	fake_reconfigure();
 }
 
@@ -933,15 +1160,18 @@ static void gpu_full(void)
 	}
 }
 
-/* A restarted broker cannot adopt VMM memory: the model comes back
- * declared, and its next versions are above the old ones. */
+/* A restarted broker cannot adopt VMM memory. A model with a host mirror
+ * is restored from it: the same version, bit-exact on every GPU and on the
+ * host; one without a mirror comes back declared, without a version. The
+ * next versions of both are above the old ones. */
 static void broker_restart(void)
 {
 	wsync_client *c;
-	wsync_sub *s;
+	wsync_sub *s, *sm;
 	wsync_pub *p;
 	wsync_dview v;
-	uint64_t before, after;
+	wsync_view hv;
+	uint64_t before, mirrored, after;
 
 	cuda_up(0);
 	TEST_OK(harness_connect(&B, "gpu-restart", &c));
@@ -950,6 +1180,9 @@ static void broker_restart(void)
 	before = v.version;
 	wsync_sub_release_gpu(s, &v, NULL);
 	wsync_sub_close(s);
+	TEST_OK(open_dev(c, MIRRORED, WSYNC_DEV_HOST_MIRROR, &p));
+	TEST_OK(publish_dev(p, 77, NULL, &mirrored));
+	wsync_pub_close(p);
 	wsync_close(c);
 
 	harness_broker_kill(&B);
@@ -959,6 +1192,26 @@ static void broker_restart(void)
 	TEST_OK(harness_connect(&B, "gpu-restart", &c));
 	TEST_OK(wsync_sub_open(c, MODEL, &s));
 	TEST_RC(wsync_sub_acquire_gpu(s, uuid[0], &v), -ENODATA);
+	TEST_OK(wsync_sub_open(c, MIRRORED, &sm));
+	TEST_OK(wsync_sub_acquire(sm, &hv));
+	/* the same version, or above every version granted (a prefetched one) */
+	TEST_ASSERT(hv.version >= mirrored);
+	mirrored = hv.version;
+	TEST_EQ_U64(hv.step, 77);
+	TEST_OK(harness_verify_view(&hv));
+	wsync_sub_release(sm, &hv);
+	for (int g = 0; g < 3; g++) {
+		TEST_OK(wsync_sub_acquire_gpu(sm, uuid[g], &v));
+		TEST_EQ_U64(v.version, mirrored);
+		TEST_EQ_U64(v.step, 77);
+		verify_dview(&v);
+		wsync_sub_release_gpu(sm, &v, NULL);
+	}
+	TEST_OK(wsync_sub_acquire(sm, &hv));
+	TEST_EQ_U64(hv.version, mirrored);
+	TEST_OK(harness_verify_view(&hv));
+	wsync_sub_release(sm, &hv);
+
 	TEST_OK(open_dev(c, MODEL, 0, &p));
 	TEST_OK(publish_dev(p, 2000, NULL, &after));
 	TEST_GT_U64(after, before);
@@ -966,15 +1219,21 @@ static void broker_restart(void)
 	TEST_EQ_U64(v.version, after);
 	verify_dview(&v);
 	wsync_sub_release_gpu(s, &v, NULL);
-	wsync_sub_close(s);
 	wsync_pub_close(p);
+	TEST_OK(open_dev(c, MIRRORED, WSYNC_DEV_HOST_MIRROR, &p));
+	TEST_OK(publish_dev(p, 78, NULL, &after));
+	TEST_GT_U64(after, mirrored);
+	wsync_pub_close(p);
+	wsync_sub_close(sm);
+	wsync_sub_close(s);
 	wsync_close(c);
 	cuda_down_checked("after restart");
 	{
 		char log[65536];
 
-		TEST_CONTAINS(harness_read_file(B.log, log, sizeof log), "whose memory ended with the "
-		              "last broker");
+		harness_read_file(B.log, log, sizeof log);
+		TEST_CONTAINS(log, "without a host mirror, whose memory ended with the last broker");
+		TEST_CONTAINS(log, "restored onto its GPUs from its host mirror");
 	}
 }
 
@@ -1004,6 +1263,7 @@ int main(void)
 	host_mirror();
 	group_of_ranks();
 	staged_large();
+	commit_fails_halfway();
 	stopped_broker();
 	other_user();
 	driver_errors();

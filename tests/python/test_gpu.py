@@ -9,9 +9,10 @@ GPU, devices named by ordinal, "cuda:N" and UUID, the
 __cuda_array_interface__ of slabs (writable; the copy's stream) and views
 (read-only, no stream), copy_to_device, host mirrors, release waiting for
 the stream that read the view, errors with the library's detail, no
-driver, a broker without GPUs, and no leaked driver object in any
-process. torch CUDA tensors need a GPU: those tests skip where torch has
-no CUDA.
+driver, a broker without GPUs, no leaked driver object in any process,
+and that the torch bench rows (tools/bench/gpu_torch.py) stay runnable.
+torch CUDA tensors need a GPU: those tests skip where torch has no CUDA
+(make test-gpu runs test_torch_cuda against the real driver).
 """
 import errno
 import os
@@ -209,3 +210,33 @@ def test_torch_cuda(broker):
         with sub.wait_gpu(0, after=v, timeout=WAIT_S) as dv:
             assert dv.version == v2
             assert torch.equal(dv.torch("0.bias"), torch.full((8,), 3.0, device="cuda"))
+
+
+def test_bench_torch_rows_stay_runnable(fake_env, monkeypatch):
+    """tools/bench/gpu_torch.py (make bench-gpu) against the fake: the
+    cuda_array row runs (WSYNC_BENCH_GPU_FAKE=1), the torch rows say why
+    they cannot, and without the opt-in every row says the fake is no GPU."""
+    import json
+    import subprocess
+    import sys
+    script = os.path.join(ROOT, "tools", "bench", "gpu_torch.py")
+    wsyncd = os.environ.get("WSYNC_WSYNCD") or os.path.join(
+        ROOT, os.environ.get("BUILD") or "build", "bin", "wsyncd")
+
+    def rows(opt_in):
+        env = dict(os.environ, WSYNC_BENCH_GPU_FAKE="1" if opt_in else "0")
+        out = subprocess.run([sys.executable, script, "--quick", "--pairs", "50",
+                              "--wsyncd", wsyncd], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return {r["figure"]: r for r in (json.loads(line) for line in out.stdout.splitlines()
+                                          if line.startswith("{"))}
+
+    got = rows(True)
+    assert got["cuda_array"]["skipped"] is None and got["cuda_array"]["value"] > 0
+    assert got["cuda_array"]["ref_value"] > 0
+    for name in ("state_dict", "read"):
+        assert "fake" in got[name]["skipped"], got[name]
+    got = rows(False)
+    for name in ("cuda_array", "state_dict", "read"):
+        assert "the driver is the tests' fake" in got[name]["skipped"], got[name]

@@ -6,7 +6,12 @@
  * fd is the same memory in another process; a PROT_READ mapping faults on
  * write; an asynchronous copy is not there before a synchronise and is
  * after it; FAKECUDA_* settings, failure and death injection; every test
- * ends with all live counters at zero.
+ * ends with all live counters at zero. And strict where the driver is: VMM
+ * access per device (a copy issued from a device without access fails,
+ * access cannot be given to a device that does not reach the memory), host
+ * memory pinned only for its context unless portable (else the copy is a
+ * synchronous pageable one), unregistration in that context, events
+ * recorded only on streams of their own context; 2D copies; call counts.
  *
  * Linked against the fake (as a program is against libcuda.so.1). Built
  * without the toolkit's cuda.h it skips.
@@ -290,7 +295,7 @@ static void test_legacy_names_absent(void **state)
 	static const char *const legacy[] = {
 		"cuMemcpyDtoDAsync", "cuMemcpyDtoD", "cuMemcpyHtoD", "cuMemcpyDtoH",
 		"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemAlloc", "cuMemFree",
-		"cuStreamDestroy", "cuEventDestroy", "cuMemHostRegister",
+		"cuStreamDestroy", "cuEventDestroy", "cuMemHostRegister", "cuMemcpy2DAsync",
 		"cuDevicePrimaryCtxRelease", "cuDeviceTotalMem", "cuGetProcAddress",
 	};
 	char v2[64];
@@ -315,6 +320,8 @@ static void test_get_proc_address(void **state)
 	CU_OK(cuGetProcAddress_v2("cuMemcpyDtoDAsync", &fn, 12040, 0, &st));
 	assert_ptr_equal(fn, (void *)cuMemcpyDtoDAsync_v2);
 	assert_int_equal(st, CU_GET_PROC_ADDRESS_SUCCESS);
+	CU_OK(cuGetProcAddress_v2("cuMemcpy2DAsync", &fn, 12040, 0, &st));
+	assert_ptr_equal(fn, (void *)cuMemcpy2DAsync_v2);
 	CU_OK(cuGetProcAddress_v2("cuMemCreate", &fn, 11000, 0, &st));
 	assert_ptr_equal(fn, (void *)cuMemCreate);
 	CU_OK(cuGetProcAddress_v2("cuDeviceGetUuid", &fn, 11040, 0, &st));
@@ -687,6 +694,12 @@ static void test_every_copy_kind(void **state)
 	assert_int_equal(cuMemHostRegister_v2(host, 16, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
 	CU_OK(cuMemcpyHtoD_v2(d0.p, host, sizeof(host)));
 	CU_OK(cuMemcpyPeerAsync(d1.p, c1, d0.p, c0, sizeof(host), s));
+	/* d1 is GPU 1's, with access for GPU 1 only: not from GPU 0's stream */
+	assert_int_equal(cuMemcpyDtoHAsync_v2(back, d1.p, sizeof(host), s),
+	                 CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuMemSetAccess(d1.p, d1.size, &(CUmemAccessDesc){
+		.location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+		.flags = CU_MEM_ACCESS_FLAGS_PROT_READ }, 1));
 	CU_OK(cuMemcpyDtoHAsync_v2(back, d1.p, sizeof(host), s));
 	CU_OK(cuStreamSynchronize(s));
 	assert_memory_equal(back, host, sizeof(host));
@@ -725,6 +738,235 @@ static void test_every_copy_kind(void **state)
 	/* without a context */
 	assert_int_equal(cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
 	assert_int_equal(cuDevicePrimaryCtxRelease_v2(1), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* ---- strict where the driver is ---------------------------------------- */
+
+static CUmemAccessDesc access_for(int dev, CUmemAccess_flags flags)
+{
+	return (CUmemAccessDesc){ .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+	                          .flags = flags };
+}
+
+/* VMM access is per device: a copy is checked against the device of the
+ * context that issues it, and access can be given only to a device that
+ * reaches the memory's GPU. */
+static void test_access_is_per_device(void **state)
+{
+	CUmemAccessDesc ro0 = access_for(0, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	unsigned char back[64];
+	struct dbuf d0, d1;
+	CUcontext c0, c1;
+	CUstream s0, s1;
+
+	(void)state;
+	driver_start("FAKECUDA_DEVICES=3", "FAKECUDA_PEERS=01,10", NULL);
+	CU_OK(cuDevicePrimaryCtxRetain(&c1, 1));
+	c0 = ctx_enter(0);
+	dbuf_new(&d0, GRAN, 0);
+	dbuf_new(&d1, GRAN, 1);                 /* read-write for GPU 1 only */
+	memset((void *)d1.p, 0x3c, 64);
+	CU_OK(cuStreamCreate(&s0, 0));
+	CU_OK(cuCtxSetCurrent(c1));
+	CU_OK(cuStreamCreate(&s1, 0));
+	CU_OK(cuCtxSetCurrent(c0));
+
+	/* from GPU 0: its own stream, the NULL stream, a synchronous copy */
+	assert_int_equal(cuMemcpyDtoDAsync_v2(d0.p, d1.p, 64, s0), CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(cuMemcpyDtoDAsync_v2(d0.p, d1.p, 64, NULL), CUDA_ERROR_INVALID_VALUE);
+	assert_int_equal(cuMemcpyDtoH_v2(back, d1.p, 64), CUDA_ERROR_INVALID_VALUE);
+	/* the same copy on GPU 1's stream: GPU 1 reads its own memory, but it
+	 * has no access to d0 (GPU 0's, for GPU 0 only) either */
+	assert_int_equal(cuMemcpyDtoDAsync_v2(d0.p, d1.p, 64, s1), CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuMemcpyDtoHAsync_v2(back, d1.p, 64, s1));
+	CU_OK(cuStreamSynchronize(s1));
+	assert_int_equal(back[63], 0x3c);
+
+	/* read access for GPU 0: it reads, it still cannot write */
+	CU_OK(cuMemSetAccess(d1.p, d1.size, &ro0, 1));
+	CU_OK(cuMemcpyDtoDAsync_v2(d0.p, d1.p, 64, s0));
+	CU_OK(cuStreamSynchronize(s0));
+	assert_int_equal(((unsigned char *)d0.p)[0], 0x3c);
+	assert_int_equal(cuMemcpyDtoDAsync_v2(d1.p, d0.p, 64, s0), CUDA_ERROR_INVALID_VALUE);
+	/* GPU 1 kept its read-write access (access is set per device) */
+	CU_OK(cuCtxSetCurrent(c1));
+	CU_OK(cuMemcpyHtoD_v2(d1.p, back, 16));
+	CU_OK(cuCtxSetCurrent(c0));
+
+	/* GPU 2 reaches neither: no access can be given to it */
+	assert_int_equal(cuMemSetAccess(d1.p, d1.size, &(CUmemAccessDesc){
+		.location = { CU_MEM_LOCATION_TYPE_DEVICE, 2 },
+		.flags = CU_MEM_ACCESS_FLAGS_PROT_READ }, 1), CUDA_ERROR_INVALID_DEVICE);
+
+	/* a peer copy checks each end with its own context's device */
+	CU_OK(cuMemcpyPeerAsync(d0.p, c0, d1.p, c1, 64, s0));
+	assert_int_equal(cuMemcpyPeerAsync(d0.p, c1, d1.p, c1, 64, s0), CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuStreamSynchronize(s0));
+
+	CU_OK(cuStreamDestroy_v2(s0));
+	CU_OK(cuStreamDestroy_v2(s1));
+	dbuf_free(&d0);
+	dbuf_free(&d1);
+	ctx_leave(0);
+	CU_OK(cuDevicePrimaryCtxRelease_v2(1));
+}
+
+/* Host memory registered without CU_MEMHOSTREGISTER_PORTABLE is pinned for
+ * its context only: an asynchronous copy from another context's stream is
+ * a synchronous pageable copy (counted); a portable one stays
+ * asynchronous everywhere. */
+static void test_host_pinned_per_context(void **state)
+{
+	static unsigned char host[2][4096];
+	struct dbuf d1;
+	CUcontext c0, c1;
+	CUstream s0, s1;
+	uint64_t before;
+
+	(void)state;
+	driver_start(NULL);
+	CU_OK(cuDevicePrimaryCtxRetain(&c1, 1));
+	c0 = ctx_enter(0);
+	CU_OK(cuStreamCreate(&s0, 0));
+	CU_OK(cuMemHostRegister_v2(host[0], sizeof(host[0]), 0));
+	CU_OK(cuMemHostRegister_v2(host[1], sizeof(host[1]), CU_MEMHOSTREGISTER_PORTABLE));
+	CU_OK(cuCtxSetCurrent(c1));
+	CU_OK(cuStreamCreate(&s1, 0));
+	dbuf_new(&d1, GRAN, 1);
+	memset(host[0], 0x61, sizeof(host[0]));
+	memset(host[1], 0x62, sizeof(host[1]));
+
+	/* pinned for GPU 0's context, used on GPU 1's stream: synchronous */
+	before = fakecuda_pageable_copies();
+	fakecuda_hold_streams(true);
+	CU_OK(cuMemcpyHtoDAsync_v2(d1.p + 4096, host[1], 4096, s1));   /* portable: queued */
+	assert_int_equal(((unsigned char *)d1.p)[4096], 0);
+	assert_int_equal(fakecuda_pageable_copies(), before);
+	fakecuda_hold_streams(false);
+	CU_OK(cuMemcpyHtoDAsync_v2(d1.p, host[0], 4096, s1));
+	assert_int_equal(fakecuda_pageable_copies(), before + 1);
+	assert_int_equal(((unsigned char *)d1.p)[4095], 0x61);      /* done on return */
+	assert_int_equal(((unsigned char *)d1.p)[4096], 0x62);      /* stream order kept */
+	/* never registered: pageable anywhere */
+	CU_OK(cuMemcpyDtoHAsync_v2(host[0] + 8, d1.p + 4096, 8, s1));
+	assert_int_equal(fakecuda_pageable_copies(), before + 2);
+
+	/* unregistering: a context, and for a registration that is not
+	 * portable the one that made it */
+	assert_int_equal(cuMemHostUnregister(host[0]), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	CU_OK(cuMemHostUnregister(host[1]));                       /* portable: from GPU 1 */
+	CU_OK(cuCtxSetCurrent(NULL));
+	assert_int_equal(cuMemHostUnregister(host[0]), CUDA_ERROR_INVALID_CONTEXT);
+	CU_OK(cuCtxSetCurrent(c0));
+	CU_OK(cuMemHostUnregister(host[0]));
+
+	CU_OK(cuStreamDestroy_v2(s0));
+	CU_OK(cuStreamDestroy_v2(s1));
+	dbuf_free(&d1);
+	ctx_leave(0);
+	CU_OK(cuDevicePrimaryCtxRelease_v2(1));
+}
+
+/* An event is recorded only on a stream of the context it was made in. */
+static void test_event_record_needs_its_context(void **state)
+{
+	CUcontext c0, c1;
+	CUstream s1;
+	CUevent ev;
+
+	(void)state;
+	driver_start(NULL);
+	CU_OK(cuDevicePrimaryCtxRetain(&c1, 1));
+	c0 = ctx_enter(0);
+	CU_OK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));     /* GPU 0's */
+	CU_OK(cuCtxSetCurrent(c1));
+	CU_OK(cuStreamCreate(&s1, 0));
+	assert_int_equal(cuEventRecord(ev, s1), CUDA_ERROR_INVALID_HANDLE);
+	assert_int_equal(cuEventRecord(ev, NULL), CUDA_ERROR_INVALID_HANDLE); /* GPU 1 current */
+	CU_OK(cuCtxSetCurrent(c0));
+	CU_OK(cuEventRecord(ev, NULL));
+	assert_int_equal(cuEventRecord(ev, s1), CUDA_ERROR_INVALID_HANDLE);
+	CU_OK(cuEventSynchronize(ev));
+	CU_OK(cuEventDestroy_v2(ev));
+	CU_OK(cuStreamDestroy_v2(s1));
+	ctx_leave(0);
+	CU_OK(cuDevicePrimaryCtxRelease_v2(1));
+}
+
+/* cuMemcpy2DAsync: rows from one pitch to another, device and pinned host
+ * ends, asynchronous like the others, pitches checked; each call counted. */
+static void test_copy_2d(void **state)
+{
+	static unsigned char host[64 * 100], back[32 * 100];
+	struct dbuf a, b;
+	CUDA_MEMCPY2D m;
+	CUstream s;
+	uint64_t calls;
+
+	(void)state;
+	driver_start(NULL);
+	ctx_enter(0);
+	dbuf_new(&a, GRAN, 0);
+	dbuf_new(&b, GRAN, 0);
+	for (size_t i = 0; i < sizeof(host); i++)
+		host[i] = (unsigned char)(i * 13 + 1);
+	CU_OK(cuMemHostRegister_v2(back, sizeof(back), CU_MEMHOSTREGISTER_PORTABLE));
+	CU_OK(cuMemcpyHtoD_v2(a.p, host, sizeof(host)));
+	CU_OK(cuStreamCreate(&s, 0));
+	calls = fakecuda_calls("cuMemcpy2DAsync_v2");
+
+	/* columns 8..39 of 100 rows of 64 bytes, packed into rows of 32 */
+	memset(&m, 0, sizeof(m));
+	m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	m.srcDevice = a.p;
+	m.srcXInBytes = 8;
+	m.srcPitch = 64;
+	m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	m.dstDevice = b.p;
+	m.dstPitch = 32;
+	m.WidthInBytes = 32;
+	m.Height = 100;
+	fakecuda_hold_streams(true);
+	CU_OK(cuMemcpy2DAsync_v2(&m, s));
+	assert_int_equal(((unsigned char *)b.p)[0], 0);            /* not yet */
+	fakecuda_hold_streams(false);
+	CU_OK(cuStreamSynchronize(s));
+	for (size_t r = 0; r < 100; r++)
+		assert_memory_equal((unsigned char *)b.p + r * 32, host + r * 64 + 8, 32);
+
+	/* device to pinned host, one row down */
+	m.srcXInBytes = 0;
+	m.srcDevice = b.p;
+	m.srcPitch = 32;
+	m.srcY = 1;
+	m.dstMemoryType = CU_MEMORYTYPE_HOST;
+	m.dstHost = back;
+	m.dstDevice = 0;
+	m.Height = 99;
+	CU_OK(cuMemcpy2DAsync_v2(&m, s));
+	CU_OK(cuStreamSynchronize(s));
+	assert_memory_equal(back, host + 64 + 8, 32);
+	assert_memory_equal(back + 98 * 32, host + 99 * 64 + 8, 32);
+	assert_int_equal(fakecuda_calls("cuMemcpy2DAsync_v2"), calls + 2);
+
+	/* a pitch below the row, a pitch over CU_DEVICE_ATTRIBUTE_MAX_PITCH, a
+	 * span past the mapping, and an array end are refused */
+	m.srcPitch = 16;
+	assert_int_equal(cuMemcpy2DAsync_v2(&m, s), CUDA_ERROR_INVALID_VALUE);
+	m.srcPitch = (size_t)INT32_MAX + 1;
+	assert_int_equal(cuMemcpy2DAsync_v2(&m, s), CUDA_ERROR_INVALID_VALUE);
+	m.srcPitch = GRAN;
+	m.Height = 2;
+	assert_int_equal(cuMemcpy2DAsync_v2(&m, s), CUDA_ERROR_INVALID_VALUE);
+	m.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+	m.srcPitch = 32;
+	assert_int_equal(cuMemcpy2DAsync_v2(&m, s), CUDA_ERROR_INVALID_VALUE);
+
+	CU_OK(cuMemHostUnregister(back));
+	CU_OK(cuStreamDestroy_v2(s));
+	dbuf_free(&a);
+	dbuf_free(&b);
+	ctx_leave(0);
 }
 
 /* ---- injection ----------------------------------------------------------- */
@@ -783,6 +1025,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_copy_delay, teardown),
 		cmocka_unit_test_teardown(test_missing_synchronise_shows_stale_and_torn_data, teardown),
 		cmocka_unit_test_teardown(test_every_copy_kind, teardown),
+		cmocka_unit_test_teardown(test_access_is_per_device, teardown),
+		cmocka_unit_test_teardown(test_host_pinned_per_context, teardown),
+		cmocka_unit_test_teardown(test_event_record_needs_its_context, teardown),
+		cmocka_unit_test_teardown(test_copy_2d, teardown),
 		cmocka_unit_test_teardown(test_failure_injection, teardown),
 		cmocka_unit_test_teardown(test_die_injection, teardown),
 	};

@@ -134,7 +134,8 @@ struct gb_dbuf {
 };
 int  gb_dbuf_alloc(struct gb_cuda *g, int ordinal, size_t bytes, struct gb_dbuf *d);
 void gb_dbuf_free(struct gb_cuda *g, struct gb_dbuf *d);
-/* Host memory, every page touched, then pinned with cuMemHostRegister. */
+/* Host memory, every page touched, then pinned with cuMemHostRegister for
+ * every context (CU_MEMHOSTREGISTER_PORTABLE). */
 int  gb_pinned_alloc(struct gb_cuda *g, size_t bytes, void **out);
 void gb_pinned_free(struct gb_cuda *g, void *p, size_t bytes);
 /* The primary context of another GPU (the caller makes it current). */

@@ -214,7 +214,10 @@ int gb_pinned_alloc(struct gb_cuda *g, size_t bytes, void **out)
 		snprintf(g->err, g->err_len, "out of memory (%zu MiB of host memory)", bytes / MIB);
 		return -1;
 	}
-	if (gb_cu(g, g->cu.api.cu_cuMemHostRegister(p, bytes, 0), "cuMemHostRegister")) {
+	/* portable: the staged reference uploads from it in another GPU's
+	 * context, where memory pinned for this one would be pageable */
+	if (gb_cu(g, g->cu.api.cu_cuMemHostRegister(p, bytes, CU_MEMHOSTREGISTER_PORTABLE),
+	          "cuMemHostRegister")) {
 		warm_free(p, bytes);
 		return -1;
 	}
