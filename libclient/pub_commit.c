@@ -33,13 +33,14 @@
 #include "shm/errmsg.h"
 #include "shm/futex.h"
 
-/* The checksum stored with the begun slab's version: 0 unless the model
- * was opened with WSYNC_PUB_CHECKSUM (checksum.h). */
+/* The checksum stored with the begun slab's version (checksum.h), 0 for
+ * WSYNC_PUB_NO_CHECKSUM: the blocks library copies hashed as they wrote
+ * them, the others hashed now. */
 static uint64_t pub_checksum(const struct wsync_pub *p)
 {
-	if (!p->checksum)
+	if (!p->checksum || !p->sums)
 		return 0;
-	return wsync_checksum(p->slabs[p->cur.slot], p->bytes);
+	return sum_blocks_finish(p->sums, p->cur.version, p->slabs[p->cur.slot], p->bytes);
 }
 
 /* Steps 1-3 of the commit order (see the top of this file). */

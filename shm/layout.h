@@ -203,7 +203,12 @@ struct wsync_ctl_model {
 	 * delete or replace it. WSYNC_OWNER_NONE while it has no layout. Kept
 	 * across adoption. */
 	uint32_t owner_uid;
-	uint8_t  reserved[44];
+	uint32_t reserved_pad;
+	/* For monitors (informational, never trusted): checksum mismatches
+	 * its collectors found (wsync_view_verify), summed by the broker from
+	 * their session pages once a tick (broker/session.c). */
+	_Atomic uint64_t checksum_failures;
+	uint8_t  reserved[32];
 };
 #define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
@@ -216,6 +221,8 @@ static_assert(offsetof(struct wsync_ctl_model, slab_pages) == 440, "ctl model sl
 static_assert(offsetof(struct wsync_ctl_model, publisher_pid) == 444, "ctl model publisher pid");
 static_assert(offsetof(struct wsync_ctl_model, checksum) == 448, "ctl model checksum");
 static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 464, "ctl model owner");
+static_assert(offsetof(struct wsync_ctl_model, checksum_failures) == 472,
+              "ctl model checksum failures");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
@@ -381,12 +388,17 @@ struct wsync_session_page {
 	 * for wsync_pub_wait_readers; a lie here only fools the publisher
 	 * that waits on it. */
 	_Atomic uint64_t acquired[WSYNC_MAX_MODELS];
-	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 8];
+	/* Checksum mismatches this client found in model i's versions
+	 * (wsync_view_verify), for monitors; the broker sums them per model. */
+	_Atomic uint32_t verify_failed[WSYNC_MAX_MODELS];
+	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 12];
 };
 #define WSYNC_SESSION_PAGE_BYTES (2 * WSYNC_PAGE)
 static_assert(sizeof(struct wsync_session_page) == WSYNC_SESSION_PAGE_BYTES,
               "session page is two pages");
 static_assert(offsetof(struct wsync_session_page, hazards) == WSYNC_CACHELINE, "hazards offset");
 static_assert(offsetof(struct wsync_session_page, acquired) == WSYNC_PAGE, "acquired offset");
+static_assert(offsetof(struct wsync_session_page, verify_failed) ==
+              WSYNC_PAGE + WSYNC_MAX_MODELS * 8, "verify_failed offset");
 
 #endif /* WSYNC_SHM_LAYOUT_H */
