@@ -578,6 +578,12 @@ void copy_hash_blocks(const void *base, uint64_t bytes, uint64_t *hash,
 			todo += COPY_BLOCK;
 	if (!todo)
 		return;
+	if (threads_for(threads, todo) == 1) {
+		/* a small model's commit: on the path to the wake, no clocks */
+		for (size_t k = 0; k < p.end; k++)
+			block_hash(&h, k);
+		return;
+	}
 	atomic_init(&p.next, 0);
 	atomic_init(&p.party, 0);
 	atomic_init(&p.arrived, 0);

@@ -117,12 +117,23 @@ struct wsync_ctl_header {
 	 * this instant", so a monitor compares them with each other, never
 	 * with what it reads live. */
 	_Atomic int64_t stats_ns;
-	uint8_t  reserved[WSYNC_PAGE - 192];
+	/* A robust, process-shared pthread mutex the broker locks at start
+	 * and holds for its life (broker/ctl.c). Its first 32 bits are the
+	 * futex word: the broker's thread id while it lives, with
+	 * WSYNC_BROKER_DIED (the kernel's FUTEX_OWNER_DIED) set by the kernel
+	 * when the broker dies, before its sockets close; 0 when no broker
+	 * holds it (one that does not keep it, or a clean stop). A client
+	 * learns of the death with a load instead of a poll() of its socket
+	 * (libclient/pub_commit.c). Only the broker and the kernel write it. */
+	_Alignas(8) uint8_t broker_alive[64];
+	uint8_t  reserved[WSYNC_PAGE - 256];
 };
+#define WSYNC_BROKER_DIED 0x40000000u
 static_assert(sizeof(struct wsync_ctl_header) == WSYNC_PAGE, "ctl header is one page");
 static_assert(offsetof(struct wsync_ctl_header, state) == 32, "ctl state offset");
 static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset");
 static_assert(offsetof(struct wsync_ctl_header, stats_ns) == 184, "ctl stats_ns offset");
+static_assert(offsetof(struct wsync_ctl_header, broker_alive) == 192, "ctl broker_alive offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {
