@@ -5,23 +5,32 @@
  * What a plain memcpy of a model leaves on the table:
  *  - cores: one core rarely saturates memory; how many threads pay differs
  *    by machine (on the 2-vCPU VMs we measure, a second thread gained 6 %
- *    on an AMD EPYC and halved the time on an Intel Xeon), so it is
- *    measured, not assumed: the first copy of this process big enough for
- *    the trials times 1, 2, 4, ... threads (up to the online CPUs, 16 at
- *    most) on TUNE_BLOCKS blocks each, twice, every thread starting at
- *    once from a start line (thread creation is not timed), and keeps the
- *    fewest threads that reach 97 % of the best rate. Until then a copy
- *    uses one thread per online CPU, as before this was measured.
+ *    on an AMD EPYC one day and halved the time on it another, and halved
+ *    it on an Intel Xeon), so it is measured, not assumed, on the copies
+ *    themselves: every copy of TUNE_MIN bytes or more that was left to the
+ *    library (threads 0) times itself, thread starts included, and keeps
+ *    the best rate seen for its thread count. The first TUNE_EXPLORE such
+ *    copies of the process go round the candidates (the online CPUs, 16 at
+ *    most, then halving down to 1), and one in TUNE_REVISIT afterwards
+ *    tries one again, so a count that was unlucky (a machine busy for a
+ *    moment, slabs written for the first time) gets another chance; the
+ *    others use the fewest threads whose best rate is within 3 % of the
+ *    best. Until a count was measured, a copy uses one thread per CPU.
+ *    Trials of a few MiB inside one copy were tried first and misled: on
+ *    these VMs they ran from caches at twice the steady rate for any count.
  *  - the store method: a model is many tensors of a few MiB, each below
  *    glibc's switch to streaming stores, so on many CPUs every destination
  *    line is first read for ownership; streaming stores avoid that, but on
  *    CPUs whose `rep movsb` (ERMS/FSRM) already avoids it memcpy is as fast
- *    or faster. The first copy of 32 MiB or more measures both on its own
- *    blocks, PROBE_ROUNDS each, alternately (their pages touched first, so
- *    faults are not timed), and keeps streaming only if its best block
- *    beats memcpy's by 5 %. Hashed copies measure their two ways (ordinary
- *    or streaming stores from xxh3_copy.c's fused loop) the same way,
- *    separately.
+ *    or faster. The first copy of 32 MiB or more measures both on its
+ *    own first blocks, on the threads it runs with and at once, since a
+ *    method's worth depends on the traffic of the others (one core copies
+ *    faster with memcpy on the AMD VM, two saturate memory sooner with
+ *    it): blocks alternate between the two, their pages touched first so
+ *    faults are not timed, PROBE_ROUNDS per thread each; streaming is kept
+ *    only if its best block beats the other's by 5 %. Hashed copies
+ *    measure their two ways (ordinary or streaming stores from
+ *    xxh3_copy.c's fused loop) the same way, separately.
  * Every measurement copies real blocks of the copy in progress, once:
  * nothing is copied twice. Concurrent first copies may both measure;
  * either result stands.
@@ -59,8 +68,10 @@
 #define COPY_NT_MIN          (256u << 10)
 #define PROBE_MIN            (32u << 20)
 #define PROBE_ROUNDS         8
-#define TUNE_BLOCKS          4          /* per thread and trial */
-#define TUNE_ROUNDS          2
+#define TUNE_MIN             (32u << 20)  /* copies that are timed */
+#define TUNE_MAX_CANDS       6
+#define TUNE_EXPLORE_ROUNDS  3          /* rounds over the candidates first */
+#define TUNE_REVISIT         8          /* then one copy in this many */
 #define TUNE_KEEP            0.97       /* fewest threads within this of the best */
 #define PAGE                 4096u
 
@@ -71,6 +82,8 @@ enum copy_method { COPY_UNDECIDED, COPY_MEMCPY, COPY_STREAM, COPY_TOUCH };
 static _Atomic int plain_method;        /* enum copy_method, this process */
 static _Atomic int hashed_method;       /* COPY_MEMCPY: ordinary stores */
 static _Atomic unsigned tuned_threads;  /* 0 until measured */
+static atomic_uint tune_copies;         /* timed copies started */
+static _Atomic uint64_t tune_rate[TUNE_MAX_CANDS];  /* best bytes per us, per candidate */
 static atomic_long cpus_cached;         /* 0 until read */
 
 static int64_t now_ns(void)
@@ -79,15 +92,6 @@ static int64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
 }
 
 static long cpus_online(void)
@@ -274,7 +278,7 @@ static uint64_t block_fused(const struct copy_plan *pl, size_t k, enum xxh3_stor
 			}
 		}
 		gather(pl, &i, p, XXH3_STRIPE, tmp);
-		xxh3_run_copy(&run, NULL, tmp, 1, XXH3_HASH_ONLY);
+		xxh3_run_copy(&run, tmp, tmp, 1, XXH3_HASH_ONLY);
 		p += XXH3_STRIPE;
 	}
 	tail_i = seg_at(pl, a + len - XXH3_STRIPE);
@@ -309,77 +313,107 @@ static void block_copy(void *arg, size_t k)
 	atomic_store_explicit(&pl->ok[k], 1, memory_order_relaxed);
 }
 
-/* Blocks [next, end) handed to threads in turn; with quota, each thread
- * takes at most that many, after every thread reached the start line. */
+/* Blocks [next, end) handed to threads in turn. */
 struct par {
 	void (*fn)(void *ctx, size_t k);
 	void *ctx;
 	size_t end;
 	atomic_size_t next;
-	size_t quota;                   /* 0 = until none is left */
-	bool line;                      /* start together (timed trials) */
-	_Atomic unsigned party, arrived;
-	int64_t start[COPY_MAX_THREADS], stop[COPY_MAX_THREADS];
-};
-
-struct par_arg {
-	struct par *p;
-	unsigned idx;
 };
 
 static void *par_worker(void *arg)
 {
-	struct par_arg *a = arg;
-	struct par *p = a->p;
-	size_t done = 0;
+	struct par *p = arg;
 
-	if (p->line) {
-		atomic_fetch_add(&p->arrived, 1);
-		while (atomic_load(&p->arrived) < atomic_load(&p->party))
-			cpu_relax();
-	}
-	p->start[a->idx] = now_ns();
-	while (!p->quota || done < p->quota) {
+	for (;;) {
 		size_t k = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
 
 		if (k >= p->end)
 			break;
 		p->fn(p->ctx, k);
-		done++;
 	}
 	copy_fence();
-	p->stop[a->idx] = now_ns();
 	return NULL;
 }
 
 /* Runs p on n threads, the caller one of them; a thread that cannot be
- * started leaves its blocks to the others. Returns the threads that ran. */
-static unsigned par_run(struct par *p, unsigned n)
+ * started leaves its blocks to the others. */
+static void par_run(struct par *p, unsigned n)
 {
 	pthread_t tids[COPY_MAX_THREADS];
-	struct par_arg args[COPY_MAX_THREADS];
 	bool started[COPY_MAX_THREADS] = { false };
-	unsigned ran = 1;
 
-	atomic_store(&p->arrived, 0);
-	atomic_store(&p->party, UINT32_MAX);
-	for (unsigned i = 1; i < n; i++) {
-		args[i] = (struct par_arg){ p, i };
-		started[i] = pthread_create(&tids[i], NULL, par_worker, &args[i]) == 0;
-		ran += started[i];
-	}
-	atomic_store(&p->party, ran);
-	args[0] = (struct par_arg){ p, 0 };
-	par_worker(&args[0]);
-	for (unsigned i = 1, j = 1; i < n; i++)
-		if (started[i]) {
+	for (unsigned i = 1; i < n; i++)
+		started[i] = pthread_create(&tids[i], NULL, par_worker, p) == 0;
+	par_worker(p);
+	for (unsigned i = 1; i < n; i++)
+		if (started[i])
 			pthread_join(tids[i], NULL);
-			/* compact the timings of the threads that ran */
-			p->start[j] = p->start[i];
-			p->stop[j] = p->stop[i];
-			j++;
-		}
-	return ran;
+}
+
+/* The thread counts tried: the online CPUs (16 at most), then halving. */
+static unsigned tune_cands(unsigned cand[TUNE_MAX_CANDS])
+{
+	unsigned n = 0, t = (unsigned)cpus_online();
+
+	if (t > COPY_MAX_THREADS)
+		t = COPY_MAX_THREADS;
+	for (; n < TUNE_MAX_CANDS; t /= 2) {
+		cand[n++] = t;
+		if (t == 1)
+			break;
+	}
+	return n;
+}
+
+/* The fewest threads whose best rate is within TUNE_KEEP of the best; 0
+ * if nothing was measured. */
+static unsigned tune_pick(void)
+{
+	unsigned cand[TUNE_MAX_CANDS], n = tune_cands(cand), pick = 0;
+	uint64_t best = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t r = atomic_load_explicit(&tune_rate[i], memory_order_relaxed);
+
+		best = r > best ? r : best;
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (best && atomic_load_explicit(&tune_rate[i], memory_order_relaxed) >=
+		            (uint64_t)(TUNE_KEEP * (double)best))
+			pick = cand[i];              /* the last one: the fewest */
+	return pick;
+}
+
+/* For a timed copy left to the library: which candidate it runs with
+ * (index into tune_cands), exploring first, then now and then. */
+static unsigned tune_next(void)
+{
+	unsigned cand[TUNE_MAX_CANDS], n = tune_cands(cand);
+	unsigned k = atomic_fetch_add_explicit(&tune_copies, 1, memory_order_relaxed);
+	unsigned pick = atomic_load_explicit(&tuned_threads, memory_order_relaxed);
+
+	unsigned at = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (cand[i] == pick)
+			at = i;
+	if (k < TUNE_EXPLORE_ROUNDS * n || !pick)
+		return k % n;
+	if (n > 1 && k % TUNE_REVISIT == 0)      /* one of the others, in turn */
+		return (at + 1 + (k / TUNE_REVISIT) % (n - 1)) % n;
+	return at;
+}
+
+/* Records a timed copy's rate and what is best now. */
+static void tune_record(unsigned idx, uint64_t bytes, int64_t ns)
+{
+	uint64_t rate = ns > 0 ? bytes * 1000 / (uint64_t)ns : 0;
+	uint64_t old = atomic_load_explicit(&tune_rate[idx], memory_order_relaxed);
+
+	while (rate > old && !atomic_compare_exchange_weak(&tune_rate[idx], &old, rate))
+		;
+	atomic_store_explicit(&tuned_threads, tune_pick(), memory_order_relaxed);
 }
 
 /* Threads for len bytes: asked (0 = measured, else one per CPU). */
@@ -414,96 +448,70 @@ static bool block_timeable(const struct copy_plan *pl, size_t k)
 }
 
 #if defined(__x86_64__)
-/* Picks the store method of this kind of copy on its first blocks (see the
- * top of the file), advancing p->next past the blocks it copied. */
-static void probe_method(struct par *p, struct copy_ctx *cx, _Atomic int *chosen)
+/* Measuring the store method on the first blocks of a copy, on the threads
+ * the copy runs with, at once (under the contention the copy will see):
+ * block k of the probe uses streaming stores when k is odd, ordinary ones
+ * (memcpy, or the fused loop's ordinary stores) when even. */
+struct probe {
+	const struct copy_ctx *cx;
+	size_t first;
+	_Atomic int64_t best[2];
+};
+
+static void block_probe(void *arg, size_t k)
 {
-	int64_t best[2] = { INT64_MAX, INT64_MAX };
-	int *mine = cx->plan->hash ? &cx->hashed : &cx->plain;
-	unsigned timed = 0;
-	int expected = COPY_UNDECIDED, pick;
+	struct probe *pr = arg;
+	struct copy_ctx cx = *pr->cx;
+	int stream = (int)((k - pr->first) & 1);
+	int64_t t0, dt, old;
 
-	while (timed < 2 * PROBE_ROUNDS) {
-		size_t k = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-		int64_t t0, dt;
-
-		if (k >= p->end)
-			break;
-		if (!block_timeable(cx->plan, k)) {
-			*mine = COPY_MEMCPY;
-			block_copy(cx, k);
-			continue;
-		}
-		touch_blocks(cx, k, 1, p->end);
-		*mine = timed & 1 ? COPY_STREAM : COPY_MEMCPY;
-		t0 = now_ns();
-		block_copy(cx, k);
-		copy_fence();
-		dt = now_ns() - t0;
-		if (dt < best[timed & 1])
-			best[timed & 1] = dt;
-		timed++;
+	if (!block_timeable(cx.plan, k)) {
+		block_copy(&cx, k);
+		return;
 	}
-	if (timed < 2)
-		pick = COPY_MEMCPY;
+	touch_blocks(&cx, k, 1, k + 1);
+	if (cx.plan->hash)
+		cx.hashed = stream ? COPY_STREAM : COPY_MEMCPY;
 	else
-		pick = best[1] * 100 < best[0] * 95 ? COPY_STREAM : COPY_MEMCPY;
+		cx.plain = stream ? COPY_STREAM : COPY_MEMCPY;
+	t0 = now_ns();
+	block_copy(&cx, k);
+	copy_fence();
+	dt = now_ns() - t0;
+	old = atomic_load_explicit(&pr->best[stream], memory_order_relaxed);
+	while (dt < old && !atomic_compare_exchange_weak(&pr->best[stream], &old, dt))
+		;
+}
+
+/* Picks the store method of this kind of copy (see the top of the file) on
+ * its first blocks, with n threads; advances p->next past them. */
+static void probe_method(struct par *p, struct copy_ctx *cx, _Atomic int *chosen, unsigned n)
+{
+	size_t first = atomic_load(&p->next);
+	struct probe pr = { .cx = cx, .first = first };
+	struct par pp = { .fn = block_probe, .ctx = &pr };
+	int expected = COPY_UNDECIDED, pick = COPY_MEMCPY;
+	int64_t b0, b1;
+
+	atomic_init(&pr.best[0], INT64_MAX);
+	atomic_init(&pr.best[1], INT64_MAX);
+	pp.end = first + 2 * PROBE_ROUNDS * (size_t)n;
+	if (pp.end > p->end)
+		pp.end = p->end;
+	atomic_init(&pp.next, first);
+	par_run(&pp, n);
+	atomic_store(&p->next, pp.end);
+	b0 = atomic_load(&pr.best[0]);
+	b1 = atomic_load(&pr.best[1]);
+	if (b0 != INT64_MAX && b1 != INT64_MAX && b1 * 100 < b0 * 95)
+		pick = COPY_STREAM;
 	atomic_compare_exchange_strong(chosen, &expected, pick);
-	*mine = atomic_load(chosen);
+	if (cx->plan->hash)
+		cx->hashed = atomic_load(chosen);
+	else
+		cx->plain = atomic_load(chosen);
 }
 #endif
-
-/* Measures how many threads pay (see the top of the file) on the next
- * blocks of p, if there are enough of them. */
-static void tune_threads(struct par *p)
-{
-	unsigned cand[8], n_cand = 0, max = (unsigned)cpus_online(), pick = 1;
-	double rate[8] = { 0 }, best = 0;
-	size_t need = 0;
-	unsigned expected = 0;
-
-	if (max > COPY_MAX_THREADS)
-		max = COPY_MAX_THREADS;
-	for (unsigned t = 1; t <= max && n_cand < 8; t *= 2)
-		cand[n_cand++] = t;
-	if (cand[n_cand - 1] != max && n_cand < 8)
-		cand[n_cand++] = max;
-	for (unsigned i = 0; i < n_cand; i++)
-		need += (size_t)TUNE_ROUNDS * TUNE_BLOCKS * cand[i];
-	if (p->end - atomic_load(&p->next) < need)
-		return;
-	p->line = true;
-	p->quota = TUNE_BLOCKS;
-	for (unsigned r = 0; r < TUNE_ROUNDS; r++)
-		for (unsigned i = 0; i < n_cand; i++) {
-			size_t k = atomic_load(&p->next);
-			int64_t t0 = INT64_MAX, t1 = 0;
-			unsigned ran;
-
-			touch_blocks(p->ctx, k, (size_t)cand[i] * TUNE_BLOCKS, p->end);
-			ran = par_run(p, cand[i]);
-			for (unsigned j = 0; j < ran; j++) {
-				t0 = p->start[j] < t0 ? p->start[j] : t0;
-				t1 = p->stop[j] > t1 ? p->stop[j] : t1;
-			}
-			if (ran == cand[i] && t1 > t0) {
-				double r8 = (double)(atomic_load(&p->next) - k) / (double)(t1 - t0);
-
-				rate[i] = r8 > rate[i] ? r8 : rate[i];
-			}
-		}
-	p->line = false;
-	p->quota = 0;
-	for (unsigned i = 0; i < n_cand; i++)
-		best = rate[i] > best ? rate[i] : best;
-	for (unsigned i = 0; i < n_cand; i++)
-		if (rate[i] >= TUNE_KEEP * best) {
-			pick = cand[i];
-			break;
-		}
-	if (best > 0)
-		atomic_compare_exchange_strong(&tuned_threads, &expected, pick);
-}
 
 void copy_run(const struct copy_plan *pl, unsigned threads)
 {
@@ -511,6 +519,9 @@ void copy_run(const struct copy_plan *pl, unsigned threads)
 	struct par p = { .fn = block_copy, .ctx = &cx };
 	const struct copy_seg *last;
 	uint64_t total = 0, left;
+	unsigned cand[TUNE_MAX_CANDS] = { 0 }, idx = 0, n;
+	bool timed;
+	int64_t t0 = 0;
 	size_t k0;
 
 	if (!pl->n_segs)
@@ -521,28 +532,35 @@ void copy_run(const struct copy_plan *pl, unsigned threads)
 	k0 = (size_t)(pl->segs[0].off / COPY_BLOCK);
 	p.end = (size_t)((last->off + last->len - 1) / COPY_BLOCK) + 1;
 	atomic_init(&p.next, k0);
-	atomic_init(&p.party, 0);
-	atomic_init(&p.arrived, 0);
+	timed = !threads && total >= TUNE_MIN;
+	if (timed) {
+		tune_cands(cand);
+		idx = tune_next();
+		t0 = now_ns();
+	}
+	n = threads_for(timed ? cand[idx] : threads, total);
+	timed = timed && n == cand[idx];
 #if defined(__x86_64__)
 	cx.plain = atomic_load_explicit(&plain_method, memory_order_relaxed);
 	cx.hashed = atomic_load_explicit(&hashed_method, memory_order_relaxed);
-	if (total >= PROBE_MIN && pl->hash && cx.hashed == COPY_UNDECIDED)
-		probe_method(&p, &cx, &hashed_method);
-	if (total >= PROBE_MIN && !pl->hash && cx.plain == COPY_UNDECIDED)
-		probe_method(&p, &cx, &plain_method);
 	if (cx.plain == COPY_UNDECIDED)
 		cx.plain = COPY_MEMCPY;
 	if (cx.hashed == COPY_UNDECIDED)
 		cx.hashed = COPY_MEMCPY;
+	if (total >= PROBE_MIN && pl->hash &&
+	    atomic_load_explicit(&hashed_method, memory_order_relaxed) == COPY_UNDECIDED)
+		probe_method(&p, &cx, &hashed_method, n);
+	if (total >= PROBE_MIN && !pl->hash &&
+	    atomic_load_explicit(&plain_method, memory_order_relaxed) == COPY_UNDECIDED)
+		probe_method(&p, &cx, &plain_method, n);
 #endif
-	if (!threads && !atomic_load_explicit(&tuned_threads, memory_order_relaxed))
-		tune_threads(&p);
 	k0 = atomic_load(&p.next);
-	if (k0 >= p.end)
-		return;
-	left = (uint64_t)(p.end - k0) * COPY_BLOCK;
-	left = left < total ? left : total;
-	par_run(&p, threads_for(threads, left));
+	if (k0 < p.end) {
+		left = (uint64_t)(p.end - k0) * COPY_BLOCK;
+		par_run(&p, threads_for(n, left < total ? left : total));
+	}
+	if (timed)
+		tune_record(idx, total, now_ns() - t0);
 }
 
 /* ---- hashing alone ------------------------------------------------------------ */
@@ -585,8 +603,6 @@ void copy_hash_blocks(const void *base, uint64_t bytes, uint64_t *hash,
 		return;
 	}
 	atomic_init(&p.next, 0);
-	atomic_init(&p.party, 0);
-	atomic_init(&p.arrived, 0);
 	par_run(&p, threads_for(threads, todo));
 }
 

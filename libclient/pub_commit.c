@@ -12,7 +12,12 @@
  *   3. seq += 1, then FUTEX_WAKE all: a waiter reads seq before it checks
  *      latest (sub_wait.c), so it either sees the new latest or sleeps on a
  *      seq value that no longer matches and returns at once; the wake cannot
- *      be lost. Collectors run from here: one hop.
+ *      be lost. Collectors run from here: one hop. If the wake woke anyone,
+ *      the publisher yields its CPU once: a collector the kernel queued on
+ *      this CPU is not always let preempt the waker, and would otherwise
+ *      wait behind step 4 (a send, and the broker it wakes on the other
+ *      CPU) or the trainer's next step; with nobody queued here the yield
+ *      returns at once (docs/BENCHMARKS.md, "wake", has the figures).
  *   4. COMMIT to the broker, which checks that latest is exactly our grant,
  *      books it and usually returns the next grant already (prefetch), so the
  *      next begin makes no round trip.
@@ -23,6 +28,7 @@
  * complete before latest names the slot, so either state is consistent.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,7 +62,8 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	atomic_store_explicit(&meta->checksum, pub_checksum(p), memory_order_relaxed);
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
-	wsync_futex_wake(&pg->seq, INT32_MAX);
+	if (wsync_futex_wake(&pg->seq, INT32_MAX) > 0)
+		sched_yield();
 	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	p->last_committed = version;

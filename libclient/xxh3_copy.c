@@ -245,6 +245,7 @@ AVX2 static void run_avx2(struct xxh3_run *r, uint8_t *dst, const uint8_t *src, 
 	else
 		run_avx2_as(r, dst, src, n, XXH3_HASH_ONLY);
 }
+
 #endif
 
 int xxh3_copy_impl(int force)

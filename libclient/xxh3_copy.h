@@ -21,7 +21,8 @@
 
 /* What happens to each stripe besides hashing it. */
 enum xxh3_store {
-	XXH3_HASH_ONLY,         /* dst is ignored */
+	XXH3_HASH_ONLY,         /* dst is not written (but must be a valid
+	                           pointer, as for the others) */
 	XXH3_STORE,             /* ordinary stores */
 	XXH3_STREAM,            /* streaming (non-temporal) stores; dst 64-byte
 	                           aligned; the caller fences before publishing */
