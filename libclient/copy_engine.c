@@ -11,11 +11,13 @@
  *    library (threads 0) times itself, thread starts included, and keeps
  *    the best rate seen for its thread count. The first TUNE_EXPLORE such
  *    copies of the process go round the candidates (the online CPUs, 16 at
- *    most, then halving down to 1), and one in TUNE_REVISIT afterwards
- *    tries one again, so a count that was unlucky (a machine busy for a
- *    moment, slabs written for the first time) gets another chance; the
- *    others use the fewest threads whose best rate is within 3 % of the
- *    best. Until a count was measured, a copy uses one thread per CPU.
+ *    most, then halving down to 1); afterwards copies use the fewest
+ *    threads whose best rate is within 3 % of the best, except one in
+ *    TUNE_REVISIT, which tries another count again if its best came within
+ *    70 % of the chosen one's: a count that was unlucky (a machine busy for
+ *    a moment, slabs written for the first time) gets another chance, and
+ *    a clear loser costs nothing more. Until a count was measured, a copy
+ *    uses one thread per CPU.
  *    Trials of a few MiB inside one copy were tried first and misled: on
  *    these VMs they ran from caches at twice the steady rate for any count.
  *  - the store method: a model is many tensors of a few MiB, each below
@@ -71,7 +73,7 @@
 #define TUNE_MIN             (32u << 20)  /* copies that are timed */
 #define TUNE_MAX_CANDS       6
 #define TUNE_EXPLORE_ROUNDS  3          /* rounds over the candidates first */
-#define TUNE_REVISIT         8          /* then one copy in this many */
+#define TUNE_REVISIT         16         /* then one copy in this many */
 #define TUNE_KEEP            0.97       /* fewest threads within this of the best */
 #define PAGE                 4096u
 
@@ -400,8 +402,15 @@ static unsigned tune_next(void)
 			at = i;
 	if (k < TUNE_EXPLORE_ROUNDS * n || !pick)
 		return k % n;
-	if (n > 1 && k % TUNE_REVISIT == 0)      /* one of the others, in turn */
-		return (at + 1 + (k / TUNE_REVISIT) % (n - 1)) % n;
+	if (n > 1 && k % TUNE_REVISIT == 0) {    /* one of the others, in turn */
+		unsigned i = (at + 1 + (k / TUNE_REVISIT) % (n - 1)) % n;
+		uint64_t ri = atomic_load_explicit(&tune_rate[i], memory_order_relaxed);
+		uint64_t ra = atomic_load_explicit(&tune_rate[at], memory_order_relaxed);
+
+		/* only one that came close: a clear loser is not worth a slow copy */
+		if (ri >= ra / 10 * 7)
+			return i;
+	}
 	return at;
 }
 
