@@ -18,7 +18,8 @@
  * and asleep), so both see the same traffic from the rest of the machine.
  * Slabs are written once by warm-up samples first: this VM's first write
  * of memory some time after it was last written costs the host's work,
- * not the copy's (docs/BENCHMARKS.md, "scale").
+ * not the copy's (docs/BENCHMARKS.md, "scale"). --quick: 64 MiB, 4
+ * warm-up samples, 3 per repeat.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,12 +31,16 @@
 #include "copy_engine.h"
 
 #define E2E_BYTES      (256 * MIB)
+#define E2E_QUICK_BYTES (64 * MIB)    /* --quick: a smaller model, fewer samples */
 #define E2E_TENSORS    64
 #define E2E_COLLECTORS 4
 #define E2E_MAX_T      16
 #define E2E_WARMUP     8             /* two writes of each of the 4 slots */
+#define E2E_QUICK_WARMUP 4
 
 struct e2e_ref {
+	size_t bytes;
+	int warmup;
 	int n_t;                         /* thread counts 1 .. n_t */
 	struct pcopy *pc[E2E_MAX_T + 1];
 	bool ran[E2E_MAX_T + 1];         /* pc[t] started and measured */
@@ -56,11 +61,11 @@ static void e2e_ref_between(void *arg, int sample)
 			continue;
 		r->ran[t] = true;
 		t0 = mono_ns();
-		pcopy_flat(r->pc[t], r->dst, r->src, E2E_BYTES);
-		if (sample >= E2E_WARMUP && r->n < r->cap)
+		pcopy_flat(r->pc[t], r->dst, r->src, r->bytes);
+		if (sample >= r->warmup && r->n < r->cap)
 			r->ms[t][r->n] = (double)(mono_ns() - t0) / (double)NS_PER_MS;
 	}
-	if (sample >= E2E_WARMUP && r->n < r->cap)
+	if (sample >= r->warmup && r->n < r->cap)
 		r->n++;
 }
 
@@ -78,18 +83,20 @@ static void e2e_ref_free(struct e2e_ref *r)
 	e2e_ref_stop(r);
 	for (int t = 1; t <= r->n_t; t++)
 		free(r->ms[t]);
-	warm_free(r->src, E2E_BYTES);
-	warm_free(r->dst, E2E_BYTES);
+	warm_free(r->src, r->bytes);
+	warm_free(r->dst, r->bytes);
 }
 
-static int e2e_ref_init(struct e2e_ref *r, int samples)
+static int e2e_ref_init(struct e2e_ref *r, int samples, size_t bytes, int warmup)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
+	r->bytes = bytes;
+	r->warmup = warmup;
 	r->n_t = cpus < 1 ? 1 : cpus > E2E_MAX_T ? E2E_MAX_T : (int)cpus;
 	r->cap = samples;
-	r->src = warm_alloc(E2E_BYTES);
-	r->dst = warm_alloc(E2E_BYTES);
+	r->src = warm_alloc(bytes);
+	r->dst = warm_alloc(bytes);
 	if (!r->src || !r->dst)
 		return -1;
 	for (int t = 1; t <= r->n_t; t++)
@@ -113,14 +120,14 @@ static void e2e_ref_between_lazy(void *arg, int sample)
 /* Last-collector latencies of one configuration, from the start of the
  * copy, ms, into out[samples]. */
 static int e2e_measure(struct bench *b, struct e2e_ref *ref, uint32_t flags, int samples,
-                       double *out, char *error, size_t errlen)
+                       size_t bytes, int warmup, double *out, char *error, size_t errlen)
 {
 	static int serial;
 	char model[32];
 	struct fan_cfg cfg = {
 		.mode = FAN_WSYNC, .endpoint = b->endpoint, .model = model,
-		.bytes = E2E_BYTES, .n_tensors = E2E_TENSORS, .collectors = E2E_COLLECTORS,
-		.warmup = E2E_WARMUP, .samples = samples,
+		.bytes = bytes, .n_tensors = E2E_TENSORS, .collectors = E2E_COLLECTORS,
+		.warmup = warmup, .samples = samples,
 		.pause_min_ns = 1 * NS_PER_MS, .pause_max_ns = 2 * NS_PER_MS,
 		.lib_copy = true, .model_flags = flags,
 		.between = ref ? e2e_ref_between_lazy : NULL, .between_arg = ref,
@@ -161,17 +168,18 @@ static void e2e_rows(struct e2e_ref *ref, double *sum, double *bare, int samples
 			best = m;
 			best_t = t;
 		}
-		snprintf(fig, sizeof fig, "memcpy 256 MiB, %d thread%s, warm buffers", t,
-		         t > 1 ? "s" : "");
+		snprintf(fig, sizeof fig, "memcpy %zu MiB, %d thread%s, warm buffers",
+		         ref->bytes / MIB, t, t > 1 ? "s" : "");
 		row = row_add("e2e", fig, "ms", m);
 		if (t > 1)
 			row_ref(row, "memcpy, 1 thread", one);
 	}
 	snprintf(fig, sizeof fig, "fastest copy the machine can do: best of 1..%d threads of "
-	         "memcpy 256 MiB (%d)", ref->n_t, best_t);
+	         "memcpy %zu MiB (%d)", ref->n_t, ref->bytes / MIB, best_t);
 	row_add("e2e", fig, "ms", best);
-	row = row_add("e2e", "256 MiB to 4 collectors: copy start to the last holding it, "
-	              "default options, p50", "ms", stat_median(sum, (size_t)samples));
+	snprintf(fig, sizeof fig, "%zu MiB to 4 collectors: copy start to the last holding it, "
+	         "default options, p50", ref->bytes / MIB);
+	row = row_add("e2e", fig, "ms", stat_median(sum, (size_t)samples));
 	row_ref(row, "fastest copy", best);
 	row_target_ratio(row, 1.05);
 	row = row_add("e2e", "same, p90", "ms", stat_pct(sum, (size_t)samples, 0.90));
@@ -190,6 +198,8 @@ static void e2e_rows(struct e2e_ref *ref, double *sum, double *bare, int samples
 int bench_e2e(struct bench *b)
 {
 	int samples = (b->quick ? 3 : 4) * b->repeats;
+	size_t bytes = b->quick ? E2E_QUICK_BYTES : E2E_BYTES;
+	int warmup = b->quick ? E2E_QUICK_WARMUP : E2E_WARMUP;
 	double *sum = calloc((size_t)samples, sizeof *sum);
 	double *bare = calloc((size_t)samples, sizeof *bare);
 	char error[400] = "out of memory";
@@ -197,19 +207,20 @@ int bench_e2e(struct bench *b)
 	int rc = -1;
 
 	memset(&ref, 0, sizeof ref);
-	if (!sum || !bare || e2e_ref_init(&ref, samples))
+	if (!sum || !bare || e2e_ref_init(&ref, samples, bytes, warmup))
 		goto out;
-	if (e2e_measure(b, &ref, 0, samples, sum, error, sizeof error))
+	if (e2e_measure(b, &ref, 0, samples, bytes, warmup, sum, error, sizeof error))
 		goto out;
 	e2e_ref_stop(&ref);
-	if (e2e_measure(b, NULL, WSYNC_PUB_NO_CHECKSUM, samples, bare, error, sizeof error))
+	if (e2e_measure(b, NULL, WSYNC_PUB_NO_CHECKSUM, samples, bytes, warmup, bare, error,
+	                sizeof error))
 		goto out;
 	e2e_rows(&ref, sum, bare, samples);
 	rc = 0;
 out:
 	if (rc) {
 		say_error("e2e: %s", error);
-		row_skip("e2e", "256 MiB to 4 collectors", "failed: %s", error);
+		row_skip("e2e", "to 4 collectors", "failed: %s", error);
 	}
 	e2e_ref_free(&ref);
 	free(sum);
