@@ -9,9 +9,9 @@
  *    it on an Intel Xeon), so it is measured, not assumed, on the copies
  *    themselves: every copy of TUNE_MIN bytes or more that was left to the
  *    library (threads 0) times itself, thread starts included, and keeps
- *    the best rate seen for its thread count. The first TUNE_EXPLORE such
- *    copies of the process go round the candidates (the online CPUs, 16 at
- *    most, then halving down to 1); afterwards copies use the fewest
+ *    the best rate seen for its thread count. The first such copies of
+ *    the process go TUNE_EXPLORE_ROUNDS times round the candidates (the
+ *    online CPUs, 16 at most, then halving down to 1); afterwards copies use the fewest
  *    threads whose best rate is within 3 % of the best, except one in
  *    TUNE_REVISIT, which tries another count again if its best came within
  *    70 % of the chosen one's: a count that was unlucky (a machine busy for
@@ -26,9 +26,9 @@
  *    CPUs whose `rep movsb` (ERMS/FSRM) already avoids it memcpy is as fast
  *    or faster. The first copy of 32 MiB or more measures both on its
  *    own first blocks, on the threads it runs with and at once, since a
- *    method's worth depends on the traffic of the others (one core copies
- *    faster with memcpy on the AMD VM, two saturate memory sooner with
- *    it): blocks alternate between the two, their pages touched first so
+ *    method's worth depends on the traffic of the others (one core may
+ *    copy faster with memcpy while two are faster with streaming stores,
+ *    which spare memory the reads for ownership): blocks alternate between the two, their pages touched first so
  *    faults are not timed, PROBE_ROUNDS per thread each; streaming is kept
  *    only if its best block beats the other's by 5 %. Hashed copies
  *    measure their two ways (ordinary or streaming stores from

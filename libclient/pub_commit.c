@@ -17,7 +17,8 @@
  *      this CPU is not always let preempt the waker, and would otherwise
  *      wait behind step 4 (a send, and the broker it wakes on the other
  *      CPU) or the trainer's next step; with nobody queued here the yield
- *      returns at once (docs/BENCHMARKS.md, "wake", has the figures).
+ *      returns at once (docs/BENCHMARKS.md, "At the machine's limits", has
+ *      the figures).
  *   4. COMMIT to the broker, which checks that latest is exactly our grant,
  *      books it and usually returns the next grant already (prefetch), so the
  *      next begin makes no round trip.
@@ -86,8 +87,8 @@ static int pub_check_begun(struct wsync_pub *p, const char *what)
  * A broker that holds none (0) is asked the old way. */
 static bool pub_broker_died(struct wsync_client *c)
 {
-	const _Atomic uint32_t *word = (const _Atomic uint32_t *)(const void *)c->ctl->broker_alive;
-	uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+	const void *alive = c->ctl->broker_alive;
+	uint32_t w = atomic_load_explicit((const _Atomic uint32_t *)alive, memory_order_acquire);
 
 	if (!w)
 		return wsync_conn_hung_up(c);
