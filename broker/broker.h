@@ -39,6 +39,7 @@ struct broker {
 
 	/* control segment: broker writes, clients map read-only */
 	int      ctl_fd, ctl_ro_fd;
+	bool     ctl_alive_held;          /* ctl->broker_alive locked (ctl.c) */
 	struct wsync_ctl_header *ctl;
 
 	struct model   *models[WSYNC_MAX_MODELS];

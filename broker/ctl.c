@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,6 +18,40 @@
 #include "shm/segment.h"
 
 static_assert(CTL_BYTES % WSYNC_PAGE == 0, "control segment is whole pages");
+
+/*
+ * The broker holds a robust, process-shared mutex in the header for its
+ * whole life: when it dies the kernel walks its robust list and marks the
+ * mutex's word FUTEX_OWNER_DIED, before the process's sockets close, so a
+ * client learns of the death with a load (layout.h, broker_alive). Not
+ * fatal if it cannot be held: clients then poll their socket as before.
+ * The mapping stays until ctl_destroy, which unlocks first, so the kernel
+ * never writes through a stale list entry.
+ */
+static void ctl_hold_alive(struct broker *b, struct wsync_ctl_header *h)
+{
+	pthread_mutex_t *mu = (pthread_mutex_t *)(void *)h->broker_alive;
+	pthread_mutexattr_t a;
+	int err;
+
+	static_assert(sizeof(pthread_mutex_t) <= sizeof(h->broker_alive),
+	              "a pthread mutex fits broker_alive");
+	static_assert(WSYNC_BROKER_DIED == FUTEX_OWNER_DIED, "the kernel's owner-died bit");
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	err = pthread_mutex_init(mu, &a);
+	pthread_mutexattr_destroy(&a);
+	if (!err)
+		err = pthread_mutex_lock(mu);
+	if (err) {
+		log_warn("control segment: cannot hold the liveness mutex (%s); clients "
+		         "poll their sockets instead", strerror(err));
+		memset(h->broker_alive, 0, sizeof(h->broker_alive));
+		return;
+	}
+	b->ctl_alive_held = true;
+}
 
 int ctl_create(struct broker *b)
 {
@@ -53,6 +89,8 @@ int ctl_create(struct broker *b)
 	atomic_store(&h->heartbeat_ns, wsync_real_ns());
 	h->shm_limit = b->cfg.shm_limit;
 	snprintf(h->name, sizeof(h->name), "%s", b->cfg.name);
+
+	ctl_hold_alive(b, h);
 
 	b->ctl = h;
 	b->ctl_fd = fd;
@@ -130,6 +168,9 @@ int ctl_read_state(const char *path, uid_t uid, char *dir, size_t len, char *why
 void ctl_destroy(struct broker *b, bool unlink_it)
 {
 	if (b->ctl) {
+		if (b->ctl_alive_held)
+			pthread_mutex_unlock((pthread_mutex_t *)(void *)b->ctl->broker_alive);
+		b->ctl_alive_held = false;
 		munmap(b->ctl, CTL_BYTES);
 		b->ctl = NULL;
 	}

@@ -23,6 +23,7 @@ struct peer_model {
 	bool     pub;                    /* it publishes the model (alone or as a rank) */
 	uint32_t subs;                   /* SUB_OPENs not yet closed */
 	uint32_t fds_sent;               /* slots whose rw fd it received */
+	uint32_t verify_seen;            /* its page's verify_failed, last tick */
 };
 
 struct peer {

@@ -258,6 +258,24 @@ static void notifier_drop(struct broker *b, struct session *s, uint32_t id)
 	}
 }
 
+/* Checksum mismatches the peer's collectors counted in model i since the
+ * last look, added to its ctl entry (informational: a lie only misleads
+ * monitors). Looked at every tick, and when the peer lets go of the model,
+ * so a collector that verifies and leaves at once is counted. */
+static void session_count_verify_failures(struct broker *b, struct peer *p, uint32_t i)
+{
+	uint32_t now, grew;
+
+	if (!p->page || !(p->models & (UINT64_C(1) << i)) || !b->models[i] || !b->models[i]->ctl)
+		return;
+	now = atomic_load_explicit(&p->page->verify_failed[i], memory_order_relaxed);
+	grew = now - p->m[i].verify_seen;
+	p->m[i].verify_seen = now;
+	if (grew)
+		atomic_fetch_add_explicit(&b->models[i]->ctl->checksum_failures, grew,
+		                          memory_order_relaxed);
+}
+
 void session_release_model(struct broker *b, struct session *s, struct model *m)
 {
 	struct peer_model *sm = &s->p.m[m->id];
@@ -266,9 +284,14 @@ void session_release_model(struct broker *b, struct session *s, struct model *m)
 	if (!sm->subs)
 		notifier_drop(b, s, m->id);
 	if (!sm->pub && !sm->subs && (s->p.models & bit)) {
+		uint32_t seen;
+
+		session_count_verify_failures(b, &s->p, m->id);
+		seen = sm->verify_seen;
 		model_remove_member(m, &s->p);
 		s->p.models &= ~bit;
 		memset(sm, 0, sizeof(*sm));
+		sm->verify_seen = seen;          /* the page keeps counting */
 	}
 	session_mirror(b, s);
 	model_drop_if_unused(b, m);
@@ -499,11 +522,13 @@ void session_mirror_stats(struct broker *b)
 			hist[i] = &m->hist;
 	}
 	for (uint32_t i = 0; i < WSYNC_MAX_SESSIONS; i++) {
-		const struct session *s = b->sessions[i];
+		struct session *s = b->sessions[i];
 
 		if (!s || s->state != SESSION_ACTIVE || !s->p.page)
 			continue;
 		stats_mirror(&ctl_session(b, i)->stats, s->p.page, s->p.models, hist, mono, real);
+		for (uint32_t m = 0; m < WSYNC_MAX_MODELS; m++)
+			session_count_verify_failures(b, &s->p, m);
 	}
 	/* last, with release: a monitor that finds it unchanged after reading
 	 * the entries read one tick's figures (stats.c) */

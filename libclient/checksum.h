@@ -1,21 +1,62 @@
 /*
- * libclient/checksum.h — per-version slab checksums (WSYNC_PUB_CHECKSUM).
+ * libclient/checksum.h — per-version slab checksums.
  *
- * A publisher whose model was opened with WSYNC_PUB_CHECKSUM hashes the whole
- * slab (XXH3-64) at commit and stores the hash in the slot's metadata with
- * the version (struct wsync_slot_meta.checksum; 0 = none, so a hash that
- * comes out 0 is stored as 1). Collectors check a view with
- * wsync_view_verify().
+ * The checksum of a version is a function of its slab's bytes alone, the
+ * same however many threads formed it:
+ *
+ *   h[k]  = XXH3-64 (seed 0) of block k, bytes [k MiB, (k + 1) MiB) of the
+ *           slab (the last block shorter);
+ *   sum   = h[0] for a slab of one block (the XXH3-64 of the slab), else
+ *           the XXH3-64 of h[0] .. h[n-1] as 8-byte little-endian words;
+ *   0 is stored as 1, since 0 in the slot metadata means "none".
+ *
+ * A publisher hashing (every host model unless WSYNC_PUB_NO_CHECKSUM) keeps
+ * a struct sum_blocks: the blocks a library copy hashed while writing them
+ * (copy_engine.c), tagged with the begun version; the commit hashes the
+ * other blocks and combines (docs/ARCHITECTURE.md, "Checksums").
+ * Collectors check a view with wsync_view_verify(), on as many threads as
+ * pay (copy_engine.c), and count a mismatch in their session page.
  */
 #ifndef WSYNC_CLIENT_CHECKSUM_H
 #define WSYNC_CLIENT_CHECKSUM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "copy_engine.h"
 #include "wsync.h"
 
-/* XXH3-64 of len bytes as stored in slot metadata (never 0). */
+#define WSYNC_SUM_BLOCK COPY_BLOCK
+
+/* The block hashes of one slab being written. */
+struct sum_blocks {
+	_Atomic uint64_t tag;           /* the version they are of, 0 = none */
+	size_t n;                       /* blocks */
+	uint64_t *hash;                 /* [n] */
+	_Atomic uint8_t *ok;            /* [n]: hash[k] is of block k as it is */
+};
+
+/* For a slab of `bytes`; NULL when out of memory. */
+struct sum_blocks *sum_blocks_new(uint64_t bytes);
+void sum_blocks_free(struct sum_blocks *s);
+/* Makes the hashes those of version tag: kept if they already are, else
+ * every block is unhashed. */
+void sum_blocks_claim(struct sum_blocks *s, uint64_t tag);
+/* Bytes [off, off + len) of version tag may be written in ways the library
+ * does not see: their blocks are hashed again at commit. */
+void sum_blocks_forget(struct sum_blocks *s, uint64_t tag, uint64_t off, uint64_t len);
+/* The checksum of base[0, bytes), version tag: hashes the blocks not
+ * hashed yet (all unless the hashes are tag's) and combines. */
+uint64_t sum_blocks_finish(struct sum_blocks *s, uint64_t tag, const void *base,
+                           uint64_t bytes);
+
+/* Combines n block hashes of a slab (see above); never 0. */
+uint64_t wsync_sum_combine(const uint64_t *hash, size_t n);
+/* The checksum of len bytes, with up to `threads` threads (0: as many as
+ * pay); 1 on failure to allocate the block list. Never 0. */
+uint64_t wsync_checksum_threads(const void *data, size_t len, unsigned threads);
+/* The same on the calling thread only. */
 uint64_t wsync_checksum(const void *data, size_t len);
 /* The stored checksum of a view's version (0 = none); -EINVAL for a view
  * that is not live. */

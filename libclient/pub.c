@@ -34,6 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "checksum.h"
 #include "client.h"
 #include "conn.h"
 #include "maps.h"
@@ -47,6 +48,16 @@
 static_assert(sizeof(wsync_model_opts) == 56, "wsync_model_opts size");
 static_assert(offsetof(wsync_model_opts, devices) == 24, "wsync_model_opts devices");
 
+/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no; a rank of a
+ * group hashes nothing (the broker makes the version visible), and a
+ * device model only when WSYNC_PUB_CHECKSUM asks (pub_declare). */
+static bool pub_wants_checksum(const wsync_model_opts *o)
+{
+	if (o && (o->flags & WSYNC_PUB_NO_CHECKSUM))
+		return false;
+	return !o || o->group_size <= 1;
+}
+
 /* Read-only again outside a grant, for a guarded publisher. */
 void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
 {
@@ -57,7 +68,7 @@ void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
 }
 
 #define PUB_FLAGS_KNOWN (WSYNC_PUB_UNGUARDED | WSYNC_PUB_CHECKSUM | WSYNC_PUB_GUARDED | \
-                         WSYNC_PUB_REPLACE)
+                         WSYNC_PUB_REPLACE | WSYNC_PUB_NO_CHECKSUM)
 
 static int opts_check(const struct wsync_client *c, const char *model,
                       const wsync_model_opts *o)
@@ -70,6 +81,9 @@ static int opts_check(const struct wsync_client *c, const char *model,
 	if ((o->flags & WSYNC_PUB_UNGUARDED) && (o->flags & WSYNC_PUB_GUARDED))
 		return wsync_fail(-EINVAL, "model '%s': opts.flags asks for both "
 		                  "WSYNC_PUB_GUARDED and WSYNC_PUB_UNGUARDED", model);
+	if ((o->flags & WSYNC_PUB_CHECKSUM) && (o->flags & WSYNC_PUB_NO_CHECKSUM))
+		return wsync_fail(-EINVAL, "model '%s': opts.flags asks for both "
+		                  "WSYNC_PUB_CHECKSUM and WSYNC_PUB_NO_CHECKSUM", model);
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return wsync_fail(-EINVAL, "model '%s': opts.reserved[%zu] must be 0",
@@ -135,6 +149,7 @@ static void pub_free(struct wsync_pub *p)
 	if (p->next.valid && p->next.fd >= 0)
 		close(p->next.fd);
 	wsync_name_index_free(&p->index);
+	sum_blocks_free(p->sums);
 	free(p->parts);
 	free(p->tensors);
 	free(p);
@@ -248,6 +263,16 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	p->device_model = p->entry->n_devices != 0;
 	p->device_only = p->device_model &&
 	                 !(p->entry->dev_flags & WSYNC_DEV_HOST_MIRROR);
+	/* A device model's bytes are hashed only when asked for (its host
+	 * mirror, at commit; docs/GPU.md): a hash of device memory needs a
+	 * kernel of its own. */
+	if (p->device_model && !p->checksum_asked)
+		p->checksum = false;
+	if (p->checksum && !(p->sums = sum_blocks_new(p->bytes))) {
+		err = wsync_fail(-ENOMEM, "model '%s': out of memory for its checksum's "
+		                 "block list", p->model);
+		goto out_close_remote;
+	}
 	/* On 2 MiB hugetlb pages the write guard costs two walks of 512 times
 	 * fewer entries (0.1 ms for 256 MiB, docs/HUGEPAGES.md): there it is
 	 * on unless WSYNC_PUB_UNGUARDED says no. */
@@ -364,7 +389,8 @@ int wsync_pub_open_shard(wsync_client *c, const char *model,
 	p->cur.fd = p->next.fd = -1;
 	p->guarded = opts && (opts->flags & WSYNC_PUB_GUARDED);
 	p->unguarded = opts && (opts->flags & WSYNC_PUB_UNGUARDED);
-	p->checksum = opts && (opts->flags & WSYNC_PUB_CHECKSUM);
+	p->checksum = pub_wants_checksum(opts);
+	p->checksum_asked = opts && (opts->flags & WSYNC_PUB_CHECKSUM);
 	snprintf(p->model, sizeof(p->model), "%s", model);
 	p->n_tensors = n_tensors;
 	p->tensors = calloc(n_tensors, sizeof(*p->tensors));

@@ -18,6 +18,7 @@
 #include "wsync.h"
 
 struct gpu_pub;
+struct sum_blocks;
 
 /* A grant {slot, version}: held by a begun slab, or prefetched from a
  * COMMIT_OK with the slab's fd when the broker sent one. */
@@ -61,7 +62,10 @@ struct wsync_pub {
 	uint32_t group_size, rank;
 	wsync_shard *parts;              /* this rank's declaration */
 	size_t n_parts;
-	bool checksum;                   /* WSYNC_PUB_CHECKSUM: hash at commit */
+	/* a checksum with every version (checksum.h): the default for host
+	 * models; sums holds the blocks library copies hashed as they wrote */
+	bool checksum, checksum_asked;   /* asked: WSYNC_PUB_CHECKSUM */
+	struct sum_blocks *sums;
 
 	/* a device model (entry->n_devices): begin/commit through the _gpu
 	 * calls; device_only: no host mirror, the host slabs are never

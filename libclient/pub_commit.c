@@ -12,7 +12,13 @@
  *   3. seq += 1, then FUTEX_WAKE all: a waiter reads seq before it checks
  *      latest (sub_wait.c), so it either sees the new latest or sleeps on a
  *      seq value that no longer matches and returns at once; the wake cannot
- *      be lost. Collectors run from here: one hop.
+ *      be lost. Collectors run from here: one hop. If the wake woke anyone,
+ *      the publisher yields its CPU once: a collector the kernel queued on
+ *      this CPU is not always let preempt the waker, and would otherwise
+ *      wait behind step 4 (a send, and the broker it wakes on the other
+ *      CPU) or the trainer's next step; with nobody queued here the yield
+ *      returns at once (docs/BENCHMARKS.md, "At the machine's limits", has
+ *      the figures).
  *   4. COMMIT to the broker, which checks that latest is exactly our grant,
  *      books it and usually returns the next grant already (prefetch), so the
  *      next begin makes no round trip.
@@ -23,6 +29,7 @@
  * complete before latest names the slot, so either state is consistent.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,13 +40,14 @@
 #include "shm/errmsg.h"
 #include "shm/futex.h"
 
-/* The checksum stored with the begun slab's version: 0 unless the model
- * was opened with WSYNC_PUB_CHECKSUM (checksum.h). */
+/* The checksum stored with the begun slab's version (checksum.h), 0 for
+ * WSYNC_PUB_NO_CHECKSUM: the blocks library copies hashed as they wrote
+ * them, the others hashed now. */
 static uint64_t pub_checksum(const struct wsync_pub *p)
 {
-	if (!p->checksum)
+	if (!p->checksum || !p->sums)
 		return 0;
-	return wsync_checksum(p->slabs[p->cur.slot], p->bytes);
+	return sum_blocks_finish(p->sums, p->cur.version, p->slabs[p->cur.slot], p->bytes);
 }
 
 /* Steps 1-3 of the commit order (see the top of this file). */
@@ -55,7 +63,8 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	atomic_store_explicit(&meta->checksum, pub_checksum(p), memory_order_relaxed);
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
-	wsync_futex_wake(&pg->seq, INT32_MAX);
+	if (wsync_futex_wake(&pg->seq, INT32_MAX) > 0)
+		sched_yield();
 	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	p->last_committed = version;
@@ -70,18 +79,41 @@ static int pub_check_begun(struct wsync_pub *p, const char *what)
 	return 0;
 }
 
-/* Commit refused before anything is published: the broker shut down or the
- * connection is gone, and collectors of a generation whose broker died must
- * see a world that no longer moves. A prefetched grant lets a trainer get
- * here without touching its socket since the broker died, so the socket is
- * polled for a hang-up first (one syscall, next to the wake and the send a
- * commit makes anyway). The slab is dropped (the broker, if alive, frees
- * the grant when it notices the session is gone). */
+/* Whether the broker died. It holds a robust mutex in the control segment
+ * for its life, whose word the kernel marks when it dies, before its sockets
+ * close (shm/layout.h, broker_alive): one load where a poll() of the socket
+ * costs a system call (1.1-1.4 us of CPU on the VMs we measure, most of
+ * what a commit adds to a futex wake) on the path to the collectors' wake.
+ * A broker that holds none (0) is asked the old way. */
+static bool pub_broker_died(struct wsync_client *c)
+{
+	const void *alive = c->ctl->broker_alive;
+	uint32_t w = atomic_load_explicit((const _Atomic uint32_t *)alive, memory_order_acquire);
+
+	if (!w)
+		return wsync_conn_hung_up(c);
+	if (!(w & WSYNC_BROKER_DIED))
+		return false;
+	wsync_conn_mark_dead(c, "broker died");
+	return true;
+}
+
+/* Commit refused before anything is published: the broker shut down, died
+ * or ended this session, and collectors of a generation whose broker died
+ * must see a world that no longer moves. A prefetched grant lets a trainer
+ * get here without touching its socket since the broker died, so its
+ * liveness is looked at first (a load). The slab is dropped (the broker, if
+ * alive, frees the grant when it notices the session is gone). */
 static int pub_check_alive(struct wsync_pub *p)
 {
 	int err = wsync_pub_gone(p);
 
-	if (!err && wsync_conn_hung_up(p->c))
+	if (!err && !client_session_live(p->c)) {
+		wsync_conn_mark_dead(p->c, "the broker ended this client's session");
+		err = wsync_fail(-ECONNRESET, "model '%s': the broker ended this client's "
+		                 "session (its log says why); connect again", p->model);
+	}
+	if (!err && pub_broker_died(p->c))
 		err = wsync_conn_fail_dead(p->c);
 
 	if (!err)

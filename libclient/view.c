@@ -1,6 +1,7 @@
 /* libclient/view.c — finding a tensor by name in a view or a slab. */
 #include <errno.h>
 
+#include "checksum.h"
 #include "pub.h"
 #include "shm/errmsg.h"
 #include "sub_attach.h"
@@ -44,6 +45,11 @@ int wsync_slab_tensor(const wsync_slab *s, const char *name,
 	i = wsync_name_index_find(&p->index, p->tensors, name);
 	if (i < 0)
 		return wsync_fail(-ENOENT, "model '%s': no tensor '%.128s'", p->model, name);
+	/* a writable pointer: whatever a copy hashed of this tensor may
+	 * change, so its blocks are hashed again at commit (slab_copy.c) */
+	if (p->begun)
+		sum_blocks_forget(p->sums, p->cur.version, p->tensors[i].offset,
+		                  wsync_tensor_bytes(&p->tensors[i]));
 	if (data)
 		*data = (char *)s->base + p->tensors[i].offset;
 	if (desc)

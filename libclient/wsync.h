@@ -122,10 +122,13 @@ enum wsync_model_flags {
 	 * pages (wsyncd --huge-pages), where it costs about 0.1 ms per 256 MiB
 	 * published. On 4 KiB pages unguarded is the default anyway. */
 	WSYNC_PUB_UNGUARDED = 1u << 0,
-	/* Every version carries an XXH3-64 checksum of its slab, computed by
-	 * the publisher at commit (one read pass over the slab: about a
-	 * memcpy's time, docs/BENCHMARKS.md); collectors check a view with
-	 * wsync_view_verify(). */
+	/* Every version carries a checksum of its slab (XXH3-64 of each MiB,
+	 * combined; docs/ARCHITECTURE.md, "Checksums"); collectors check a
+	 * view with wsync_view_verify(). The default for host models, so this
+	 * flag only asks for it on a device model with WSYNC_DEV_HOST_MIRROR
+	 * (its mirror is hashed at commit). wsync_slab_copy_tensors and
+	 * wsync_slab_copy hash what they copy as they copy it; what is
+	 * written otherwise is hashed at commit (one read pass over it). */
 	WSYNC_PUB_CHECKSUM = 1u << 1,
 	/* Write guard: this publisher's slabs are mprotect()ed read-only at
 	 * commit and writable again at begin, so a stray write after commit
@@ -139,6 +142,9 @@ enum wsync_model_flags {
 	 * stay intact) and created with this layout. Versions go on above the
 	 * old model's. Without it such an open fails with -EEXIST. */
 	WSYNC_PUB_REPLACE = 1u << 3,
+	/* No checksums: versions carry none, and wsync_view_verify() says
+	 * -ENODATA. */
+	WSYNC_PUB_NO_CHECKSUM = 1u << 4,
 };
 
 typedef struct wsync_model_opts {
@@ -391,19 +397,26 @@ int  wsync_slab_tensor(const wsync_slab *s, const char *name,
                        void **data, const wsync_tensor_desc **desc);
 
 /* Copies len bytes from src into a begun slab at byte offset, split across
- * `threads` threads (0 = one per online CPU; copies under 4 MiB per thread
- * stay on the calling thread). Returns when the copy is complete. -EINVAL if
- * the slab is not begun or the range runs past it. Filling a large slab this
- * way approaches the machine's memory bandwidth rather than one core's. */
+ * `threads` threads (0 = as many as pay on this machine, measured by the
+ * process's first large copy; copies under 4 MiB per thread stay on the
+ * calling thread). Returns when the copy is complete. -EINVAL if the slab
+ * is not begun or the range runs past it. Filling a large slab this way
+ * approaches the machine's memory bandwidth rather than one core's. With
+ * checksums (the default) the copy hashes the MiB blocks it fills whole as
+ * it writes them: write nothing more into those bytes before the commit
+ * except through another copy, or through a pointer wsync_slab_tensor()
+ * hands out after it (which has its tensor hashed again at commit). */
 int  wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
                      size_t len, unsigned threads);
 /* Copies every tensor of a begun slab from srcs[i] (exactly
  * wsync_tensor_bytes(&s->tensors[i]) bytes each; srcs[i] == NULL leaves
- * tensor i as it is), in one pass split across `threads` threads (0 = one
- * per online CPU) in chunks, each copied with memcpy or streaming stores,
- * whichever the process's first large copy measured faster. The fastest way
- * to publish weights that sit in the trainer's own buffers. -EINVAL if the
- * slab is not begun or srcs is NULL, -ENOMEM. */
+ * tensor i as it is, to be written some other way before the commit), in
+ * one pass split across `threads` threads (0 = as many as pay, as above)
+ * in blocks of 1 MiB, each copied with ordinary or streaming stores,
+ * whichever the process's first large copy measured faster, and hashed in
+ * the same pass when the model keeps checksums (see wsync_slab_copy). The
+ * fastest way to publish weights that sit in the trainer's own buffers.
+ * -EINVAL if the slab is not begun or srcs is NULL, -ENOMEM. */
 int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,
                              unsigned threads);
 /* wsync_slab_copy for any two buffers that do not overlap. */
@@ -423,10 +436,12 @@ int  wsync_tensor_part(const wsync_tensor_desc *d, uint32_t dim, uint32_t k, uin
 void wsync_slice_read(void *dst, const void *base, const wsync_slice *s);
 /* Copies contiguous src into a slice of a begun slab (base = slab->base). */
 void wsync_slice_write(void *base, const void *src, const wsync_slice *s);
-/* Recomputes the checksum of a view's slab and compares it with the one its
- * publisher stored at commit (WSYNC_PUB_CHECKSUM): 0 if they match, -EBADMSG
- * if not (wsync_errmsg() gives both), -ENODATA if the version was published
- * without a checksum, -EINVAL if v is not a live view. */
+/* Recomputes the checksum of a view's slab (on as many threads as pay) and
+ * compares it with the one its publisher stored: 0 if they match, -EBADMSG
+ * if not (wsync_errmsg() gives both; the mismatch is counted for monitors:
+ * wsyncctl models, metrics), -ENODATA if the version was published without
+ * a checksum (WSYNC_PUB_NO_CHECKSUM, a device model, a group), -EINVAL if v
+ * is not a live view. */
 int  wsync_view_verify(const wsync_view *v);
 
 /* Bytes of one element of dtype, 0 if unknown. */

@@ -117,12 +117,23 @@ struct wsync_ctl_header {
 	 * this instant", so a monitor compares them with each other, never
 	 * with what it reads live. */
 	_Atomic int64_t stats_ns;
-	uint8_t  reserved[WSYNC_PAGE - 192];
+	/* A robust, process-shared pthread mutex the broker locks at start
+	 * and holds for its life (broker/ctl.c). Its first 32 bits are the
+	 * futex word: the broker's thread id while it lives, with
+	 * WSYNC_BROKER_DIED (the kernel's FUTEX_OWNER_DIED) set by the kernel
+	 * when the broker dies, before its sockets close; 0 when no broker
+	 * holds it (one that does not keep it, or a clean stop). A client
+	 * learns of the death with a load instead of a poll() of its socket
+	 * (libclient/pub_commit.c). Only the broker and the kernel write it. */
+	_Alignas(8) uint8_t broker_alive[64];
+	uint8_t  reserved[WSYNC_PAGE - 256];
 };
+#define WSYNC_BROKER_DIED 0x40000000u
 static_assert(sizeof(struct wsync_ctl_header) == WSYNC_PAGE, "ctl header is one page");
 static_assert(offsetof(struct wsync_ctl_header, state) == 32, "ctl state offset");
 static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset");
 static_assert(offsetof(struct wsync_ctl_header, stats_ns) == 184, "ctl stats_ns offset");
+static_assert(offsetof(struct wsync_ctl_header, broker_alive) == 192, "ctl broker_alive offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {
@@ -210,7 +221,11 @@ struct wsync_ctl_model {
 	 * matches follows it (maps the new memory); one whose base does not
 	 * has lost its model (-EIDRM). 0 once the model is deleted. */
 	_Atomic uint64_t base_incarnation;
-	uint8_t  reserved[32];
+	/* For monitors (informational, never trusted): checksum mismatches
+	 * its collectors found (wsync_view_verify), summed by the broker from
+	 * their session pages once a tick (broker/session.c). */
+	_Atomic uint64_t checksum_failures;
+	uint8_t  reserved[24];
 };
 #define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
@@ -224,6 +239,8 @@ static_assert(offsetof(struct wsync_ctl_model, publisher_pid) == 444, "ctl model
 static_assert(offsetof(struct wsync_ctl_model, checksum) == 448, "ctl model checksum");
 static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 464, "ctl model owner");
 static_assert(offsetof(struct wsync_ctl_model, base_incarnation) == 472, "ctl model base");
+static_assert(offsetof(struct wsync_ctl_model, checksum_failures) == 480,
+              "ctl model checksum failures");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");
@@ -389,12 +406,17 @@ struct wsync_session_page {
 	 * for wsync_pub_wait_readers; a lie here only fools the publisher
 	 * that waits on it. */
 	_Atomic uint64_t acquired[WSYNC_MAX_MODELS];
-	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 8];
+	/* Checksum mismatches this client found in model i's versions
+	 * (wsync_view_verify), for monitors; the broker sums them per model. */
+	_Atomic uint32_t verify_failed[WSYNC_MAX_MODELS];
+	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 12];
 };
 #define WSYNC_SESSION_PAGE_BYTES (2 * WSYNC_PAGE)
 static_assert(sizeof(struct wsync_session_page) == WSYNC_SESSION_PAGE_BYTES,
               "session page is two pages");
 static_assert(offsetof(struct wsync_session_page, hazards) == WSYNC_CACHELINE, "hazards offset");
 static_assert(offsetof(struct wsync_session_page, acquired) == WSYNC_PAGE, "acquired offset");
+static_assert(offsetof(struct wsync_session_page, verify_failed) ==
+              WSYNC_PAGE + WSYNC_MAX_MODELS * 8, "verify_failed offset");
 
 #endif /* WSYNC_SHM_LAYOUT_H */

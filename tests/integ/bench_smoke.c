@@ -1,6 +1,7 @@
 /*
  * bench_smoke — `make bench` works: wsync-bench --quick (publish, acquire,
- * wake, sustained and shard; the torch peers are left to `make bench`)
+ * wake, sustained, shard, checksum and e2e; the torch peers are left to
+ * `make bench`)
  * starts its own broker, runs every scenario, stops the broker cleanly,
  * exits 0, and its JSON has no failure, no skipped row, and a row for each
  * scenario with a value.
@@ -66,9 +67,10 @@ static void run_bench(const char *only)
 
 static void host_scenarios(void)
 {
-	static const char *const scenarios[] = { "publish", "acquire", "wake", "sustained", "shard" };
+	static const char *const scenarios[] = { "publish", "acquire", "wake", "sustained", "shard",
+	                                          "checksum", "e2e" };
 
-	run_bench("publish,acquire,wake,sustained,shard");
+	run_bench("publish,acquire,wake,sustained,shard,checksum,e2e");
 	TEST_ASSERT_MSG(count(json, "\"skipped\": null") == count(json, "\"skipped\":"),
 	                "a row was skipped");
 	TEST_ASSERT_MSG(count(json, "\"value\": null") == 0, "a row has no value");

@@ -4,9 +4,15 @@
  * its loop of 50 ms waits turns from -ETIMEDOUT into -ENOTCONN within a
  * couple of seconds, and a trainer holding a prefetched grant that has not
  * used its socket since cannot commit (-ENOTCONN) and leaves the collector's
- * latest version where it was.
+ * latest version where it was. The broker's liveness word in the control
+ * segment, which commits read instead of polling the socket, holds its
+ * thread id while it lives and the kernel's owner-died mark after it.
  */
 #include "tests/lib/harness.h"
+
+#include <stdatomic.h>
+
+#include "libclient/client.h"
 
 #define MODEL "short.waits"
 
@@ -31,7 +37,16 @@ int main(void)
 	TEST_OK(wsync_sub_open(cc, MODEL, &s));
 	TEST_RC(wsync_sub_wait(s, v1, 50 * HARNESS_MS, &v), -ETIMEDOUT);
 
-	harness_broker_kill(&B);
+	{
+		const _Atomic uint32_t *alive = (const _Atomic uint32_t *)(const void *)
+		                                tc->ctl->broker_alive;
+		uint32_t w = atomic_load(alive);
+
+		TEST_ASSERT_MSG(w && !(w & WSYNC_BROKER_DIED), "liveness word %#x", w);
+		harness_broker_kill(&B);
+		TEST_ASSERT_MSG(atomic_load(alive) & WSYNC_BROKER_DIED, "liveness word %#x after "
+		                "the kill", atomic_load(alive));
+	}
 	t0 = harness_mono_ns();
 	do {
 		rc = wsync_sub_wait(s, v1, 50 * HARNESS_MS, &v);

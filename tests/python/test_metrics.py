@@ -142,6 +142,7 @@ def test_metrics_known_state(broker, server):
             assert get(got, "wsync_model_slots_pinned", model="pol") == 1
             assert get(got, "wsync_model_collectors", model="pol") == 1
             assert get(got, "wsync_model_worst_lag_commits", model="pol") == 2
+            assert get(got, "wsync_model_checksum_failures_total", model="pol") == 0
             assert get(got, "wsync_collector_lag_commits", name="c:1/x") == 2
             assert get(got, "wsync_collector_lag_seconds", name="c:1/x") > 0
             assert get(got, "wsync_collector_acquires_total", name="c:1/x") == 1

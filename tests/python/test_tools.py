@@ -184,7 +184,9 @@ def test_status_models_sessions(broker):
         m = models[0]
         assert m["name"] == "pol" and m["state"] == "ready" and m["step"] == 13
         assert m["version"] == view.version + 1 and m["commits"] == 4
-        assert m["collectors"] == 1 and m["worst_lag"] == 1 and m["checksum"] is None
+        assert m["collectors"] == 1 and m["worst_lag"] == 1
+        # every host model carries a checksum unless its publisher says not to
+        assert len(m["checksum"]) == 16 and m["checksum_failures"] == 0
         assert m["publisher_pid"] == os.getpid()
         assert m["slots"] == 4 and m["slots_used"] >= 2 and m["bytes"] >= 64 * 64 * 4
         assert m["pages"] == "4k"            # test brokers run --huge-pages off
@@ -360,7 +362,8 @@ def test_verify(broker, files):
             break
         time.sleep(0.1)
     assert m["checksum"] == doc["checksum"]
-    r = ctl("load", path, "--model", "plain")
+    r = ctl("load", path, "--model", "plain", "--no-checksum")
+    assert r.returncode == 0, r.stderr
     r = ctl("verify", "plain")
     assert r.returncode == 3 and "without a checksum" in r.stderr
 
@@ -380,7 +383,7 @@ def test_verify(broker, files):
             assert ei.value.errno == errno.EBADMSG
         r = ctl("verify", "flip")
         assert r.returncode == 1, r
-        assert "changed after its commit" in r.stderr
+        assert "changed after its publisher hashed it" in r.stderr
         r = ctl("--json", "verify", "flip")
         assert r.returncode == 1 and json.loads(r.stdout)["result"] == "mismatch"
         b.value ^= 0x10
@@ -390,6 +393,18 @@ def test_verify(broker, files):
         with c.subscriber("plain").acquire() as view:
             with pytest.raises(wsync.NoDataError):
                 view.verify()
+    # the three mismatches found (the view, verify, verify --json) are counted
+    deadline = time.monotonic() + WAIT_S
+    while True:                              # the broker sums them at its tick
+        m = [m for m in ctl_json("models")["models"] if m["name"] == "flip"][0]
+        if m["checksum_failures"] >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert m["checksum_failures"] == 3
+    r = ctl("models")
+    title = r.stdout.splitlines()[0].split()
+    row = dict(zip(title, [ln for ln in r.stdout.splitlines() if ln.startswith("flip ")][0].split()))
+    assert row["SUMFAIL"] == "3"
 
 
 # ---- wsync-top -------------------------------------------------------------------
@@ -434,7 +449,7 @@ def test_top_batch_text(broker, busy_model):
         title = [ln for ln in lines if ln.startswith("MODEL ")][0].split()
         row = dict(zip(title, [ln for ln in lines if ln.startswith("pol ")][0].split()))
         assert row["VERSION"] == str(busy_model["latest"]) and row["STEP"] == "4"
-        assert (row["COLL"], row["LAG"], row["CHECKSUM"]) == ("1", "1", "-")
+        assert (row["COLL"], row["LAG"]) == ("1", "1") and row["CHECKSUM"] != "-"
         title = [ln for ln in lines if ln.split()[:2] == ["ID", "PID"]][0].split()
         rd = dict(zip(title, [ln for ln in lines if " reader " in ln][0].split()))
         assert (rd["ROLE"], rd["MODELS"], rd["VERSION"], rd["LAG"]) == \

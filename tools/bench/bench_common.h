@@ -37,8 +37,9 @@ enum bench_scenario {
 	SC_CHECKSUM  = 1u << 6,
 	SC_GPU       = 1u << 7,
 	SC_SCALE     = 1u << 8,
-	SC_HOSTILE   = 1u << 9,
-	SC_ALL       = (1u << 10) - 1,
+	SC_E2E       = 1u << 9,
+	SC_HOSTILE   = 1u << 10,
+	SC_ALL       = (1u << 11) - 1,
 };
 
 struct bench {
@@ -213,11 +214,13 @@ void pcopy_free(struct pcopy *pc);
 /* Plain contiguous memcpy split across the threads. */
 void pcopy_flat(struct pcopy *pc, void *dst, const void *src, size_t bytes);
 
-/* How publish_once copies: NULL or lib_threads 0, a memcpy per tensor on
- * the calling thread; else the library's wsync_slab_copy_tensors with that
- * many threads. */
+/* How publish_once copies: NULL or lib_threads 0 (and not lib_default), a
+ * memcpy per tensor on the calling thread; else the library's
+ * wsync_slab_copy_tensors with that many threads. */
 struct copier {
 	unsigned lib_threads;
+	bool lib_default;           /* wsync_slab_copy_tensors with threads 0 (as
+	                               many as pay, measured by the library) */
 };
 
 /* begin, copy the tensors from src (NULL: no copy), commit. Returns 0 or the
@@ -235,6 +238,9 @@ int bench_peers(struct bench *b);
 int bench_shard(struct bench *b);
 /* checksum: XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) against memcpy. */
 int bench_checksum(struct bench *b);
+/* e2e: 256 MiB to 4 collectors with default options, against the fastest
+ * copy this machine can do (the best of 1..N threads of memcpy). */
+int bench_e2e(struct bench *b);
 int bench_gpu(struct bench *b);
 int bench_hostile(struct bench *b);
 /* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
@@ -262,11 +268,19 @@ struct fan_cfg {
 	bool hot;                   /* no pause, and the publisher never sleeps
 	                               between samples: cores stay awake */
 	int64_t spin_ns;            /* collectors: wsync_sub_set_spin, 0 = none */
+	bool lib_copy;              /* copy with wsync_slab_copy_tensors, threads 0
+	                               (the library's default), not a memcpy per
+	                               tensor */
+	uint32_t model_flags;       /* wsync_model_opts.flags of the model */
+	/* called before each sample's pause, collectors armed and waiting */
+	void (*between)(void *arg, int sample);
+	void *between_arg;
 };
 
 struct fan_result {
 	int samples, collectors;
 	int64_t *t_begin;           /* [samples]: before wsync_pub_begin */
+	int64_t *t_copy;            /* [samples]: begun, before the copy */
 	int64_t *t_commit;          /* [samples]: before the commit / wake */
 	int64_t *t_done;            /* [samples]: the commit call returned */
 	int64_t *t_held;            /* [samples * collectors]: view held */
@@ -278,9 +292,10 @@ struct fan_result {
 int  fan_run(const struct fan_cfg *cfg, struct fan_result *res);
 void fan_result_free(struct fan_result *res);
 /* Per sample: latency of the last collector (max) or of the median one,
- * measured from t_begin (from_begin) or t_commit, in ns. out has
- * res->samples entries. */
-void fan_latencies(const struct fan_result *res, bool from_begin, bool last,
+ * measured from t_begin, t_copy or t_commit, in ns. out has res->samples
+ * entries. */
+enum fan_from { FAN_FROM_BEGIN, FAN_FROM_COPY, FAN_FROM_COMMIT };
+void fan_latencies(const struct fan_result *res, enum fan_from from, bool last,
                    double *out);
 
 #endif /* WSYNC_TOOLS_BENCH_COMMON_H */

@@ -147,6 +147,7 @@ struct fan_pub {
 	pid_t pids[FAN_MAX_COLLECTORS];
 	int spawned;
 	void *src;
+	const void **srcs;              /* lib_copy: each tensor's source */
 	wsync_client *c;
 	wsync_pub *p;
 	struct fan_result *res;
@@ -193,9 +194,10 @@ static bool fan_wait_asleep(struct fan_pub *fp)
 	return true;
 }
 
-/* Times of one sample: before begin, before the commit, after it. */
+/* Times of one sample: before begin, before the copy, before the commit,
+ * after it. */
 struct fan_times {
-	int64_t begin, commit, done;
+	int64_t begin, copy, commit, done;
 };
 
 static int fan_publish(struct fan_pub *fp, int s, struct fan_times *t)
@@ -205,7 +207,7 @@ static int fan_publish(struct fan_pub *fp, int s, struct fan_times *t)
 
 	t->begin = mono_ns();
 	if (fp->cfg->mode == FAN_RAW_FUTEX) {
-		t->commit = t->begin;
+		t->copy = t->commit = t->begin;
 		atomic_store(&fp->sh->seq, (uint32_t)s + 1);
 		wsync_futex_wake(&fp->sh->seq, INT_MAX);
 		t->done = mono_ns();
@@ -213,7 +215,13 @@ static int fan_publish(struct fan_pub *fp, int s, struct fan_times *t)
 	}
 	if ((err = wsync_pub_begin(fp->p, 10 * NS_PER_S, &slab)))
 		return fan_fail(fp, "wsync_pub_begin", err);
-	copy_tensors(slab.base, fp->src, slab.tensors, slab.n_tensors);
+	t->copy = mono_ns();
+	if (fp->srcs) {
+		if ((err = wsync_slab_copy_tensors(&slab, fp->srcs, 0)))
+			return fan_fail(fp, "wsync_slab_copy_tensors", err);
+	} else {
+		copy_tensors(slab.base, fp->src, slab.tensors, slab.n_tensors);
+	}
 	t->commit = mono_ns();
 	err = wsync_pub_commit(fp->p, (uint64_t)s + 1, NULL);
 	t->done = mono_ns();
@@ -233,9 +241,16 @@ static int fan_open(struct fan_pub *fp)
 		return fan_fail(fp, "out of memory", 0);
 	if ((err = wsync_connect(cfg->endpoint, "bench-publisher", &fp->c)))
 		return fan_fail(fp, "wsync_connect", err);
-	if ((err = model_open(fp->c, cfg->model, cfg->bytes, cfg->n_tensors, cfg->slots,
-	                      &fp->p)))
+	if ((err = model_open_flags(fp->c, cfg->model, cfg->bytes, cfg->n_tensors, cfg->slots,
+	                            cfg->model_flags, &fp->p)))
 		return fan_fail(fp, "wsync_pub_open", err);
+	if (cfg->lib_copy) {
+		if (!(fp->srcs = calloc(cfg->n_tensors, sizeof *fp->srcs)))
+			return fan_fail(fp, "out of memory", 0);
+		/* the source is laid out like the slab's tensors, contiguously */
+		for (size_t i = 0; i < cfg->n_tensors; i++)
+			fp->srcs[i] = (const char *)fp->src + i * (cfg->bytes / cfg->n_tensors);
+	}
 	return 0;
 }
 
@@ -245,10 +260,12 @@ static int fan_loop(struct fan_pub *fp)
 	int total = cfg->warmup + cfg->samples;
 
 	for (int s = 0; s < total; s++) {
-		struct fan_times t = { 0, 0, 0 };
+		struct fan_times t = { 0, 0, 0, 0 };
 
 		if (fan_wait_armed(fp, s + 1))
 			return -1;
+		if (cfg->between)
+			cfg->between(cfg->between_arg, s);
 		if (!cfg->hot)
 			sleep_ns(rand_range(cfg->pause_min_ns, cfg->pause_max_ns));
 		if (!fan_wait_asleep(fp) && s >= cfg->warmup)
@@ -257,6 +274,7 @@ static int fan_loop(struct fan_pub *fp)
 			return -1;
 		if (s >= cfg->warmup) {
 			fp->res->t_begin[s - cfg->warmup] = t.begin;
+			fp->res->t_copy[s - cfg->warmup] = t.copy;
 			fp->res->t_commit[s - cfg->warmup] = t.commit;
 			fp->res->t_done[s - cfg->warmup] = t.done;
 		}
@@ -270,20 +288,23 @@ static int fan_alloc(struct fan_result *res, const struct fan_cfg *cfg)
 	res->samples = cfg->samples;
 	res->collectors = cfg->collectors;
 	res->t_begin = calloc((size_t)cfg->samples, sizeof *res->t_begin);
+	res->t_copy = calloc((size_t)cfg->samples, sizeof *res->t_copy);
 	res->t_commit = calloc((size_t)cfg->samples, sizeof *res->t_commit);
 	res->t_done = calloc((size_t)cfg->samples, sizeof *res->t_done);
 	res->t_held = calloc((size_t)cfg->samples * (size_t)cfg->collectors,
 	                     sizeof *res->t_held);
-	return res->t_begin && res->t_commit && res->t_done && res->t_held ? 0 : -1;
+	return res->t_begin && res->t_copy && res->t_commit && res->t_done && res->t_held ?
+	       0 : -1;
 }
 
 void fan_result_free(struct fan_result *res)
 {
 	free(res->t_begin);
+	free(res->t_copy);
 	free(res->t_commit);
 	free(res->t_done);
 	free(res->t_held);
-	res->t_begin = res->t_commit = res->t_done = res->t_held = NULL;
+	res->t_begin = res->t_copy = res->t_commit = res->t_done = res->t_held = NULL;
 }
 
 int fan_run(const struct fan_cfg *cfg, struct fan_result *res)
@@ -322,19 +343,21 @@ out_reap:
 			       (size_t)cfg->collectors * sizeof(int64_t));
 	wsync_pub_close(fp.p);
 	wsync_close(fp.c);
+	free(fp.srcs);
 	warm_free(fp.src, cfg->bytes);
 	shared_free(fp.sh, shm_bytes);
 out:
 	return rc;
 }
 
-void fan_latencies(const struct fan_result *res, bool from_begin, bool last, double *out)
+void fan_latencies(const struct fan_result *res, enum fan_from from, bool last, double *out)
 {
 	double lat[FAN_MAX_COLLECTORS];
 	int nc = res->collectors;
 
 	for (int s = 0; s < res->samples; s++) {
-		int64_t t0 = from_begin ? res->t_begin[s] : res->t_commit[s];
+		int64_t t0 = from == FAN_FROM_BEGIN ? res->t_begin[s] :
+		             from == FAN_FROM_COPY ? res->t_copy[s] : res->t_commit[s];
 
 		for (int c = 0; c < nc; c++)
 			lat[c] = (double)(res->t_held[(size_t)s * (size_t)nc + (size_t)c] - t0);

@@ -16,7 +16,9 @@
  *   sustained  16 MiB published flat out, 8 collectors following
  *   peers      the same update reaching 4 collectors via torch.distributed,
  *              torch RPC and torch.multiprocessing (tools/bench/torch_peers.py)
- *   checksum   XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) vs memcpy
+ *   checksum   the checksum of 256 MiB on 1 and on the measured threads vs memcpy
+ *   e2e        256 MiB to 4 collectors with default options vs the fastest
+ *              copy the machine can do (best of 1..N threads of memcpy)
  *   gpu        device slabs vs the bare CUDA driver copies (skipped without
  *              a GPU; WSYNC_BENCH_GPU_FAKE=1 runs them on the tests' fake)
  *   scale      publish, first publish, first acquire and end-to-end at 256
@@ -46,9 +48,8 @@ static const char usage_text[] =
 	"  --quick              smaller sizes and fewer repeats (under a minute;\n"
 	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
-	"                       wake, sustained, peers, shard, checksum, scale, gpu,\n"
-	"                       hostile\n"
-	"                       (default: all)\n"
+	"                       wake, sustained, peers, shard, checksum, e2e, scale,\n"
+	"                       gpu, hostile (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
 	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
@@ -69,6 +70,7 @@ static const struct {
 	{ "peers",     SC_PEERS,     bench_peers },
 	{ "shard",     SC_SHARD,     bench_shard },
 	{ "checksum",  SC_CHECKSUM,  bench_checksum },
+	{ "e2e",       SC_E2E,       bench_e2e },
 	{ "scale",     SC_SCALE,     bench_scale },
 	{ "gpu",       SC_GPU,       bench_gpu },
 	{ "hostile",   SC_HOSTILE,   bench_hostile },

@@ -258,8 +258,8 @@ int publish_once(wsync_pub *p, const void *src, const struct copier *how,
 		*err_what = "wsync_pub_begin";
 		return err;
 	}
-	if (src && how && how->lib_threads) {
-		err = lib_copy(&s, src, how->lib_threads);
+	if (src && how && (how->lib_threads || how->lib_default)) {
+		err = lib_copy(&s, src, how->lib_default ? 0 : how->lib_threads);
 		if (err) {
 			*err_what = "wsync_slab_copy_tensors";
 			wsync_pub_abort(p);

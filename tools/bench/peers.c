@@ -98,7 +98,7 @@ static int peers_wsync(struct peers_run *r, int i)
 	snprintf(fig, sizeof fig, "wsync: copy + commit, last of 4 collectors holds, %d MiB", mib);
 	rc = fan_run(&cfg, &res);
 	if (!rc && (lat = calloc((size_t)res.samples, sizeof *lat))) {
-		fan_latencies(&res, true, true, lat);
+		fan_latencies(&res, FAN_FROM_BEGIN, true, lat);
 		r->wsync_ms[i] = stat_median(lat, (size_t)res.samples) / (double)NS_PER_MS;
 		row_add("peers", fig, "ms", r->wsync_ms[i]);
 		free(lat);

@@ -9,9 +9,15 @@
  * publish into a fresh model (its slabs never touched by this process: page
  * faults) is a row of its own; so is begin+commit without any copy, which is
  * the library's own cost. The copy itself is the library's
- * wsync_slab_copy_tensors (streaming stores, 1 or 2 threads), with and
- * with the opt-in write guard (WSYNC_PUB_GUARDED), and a plain memcpy per
- * tensor for what a trainer gets without the helper.
+ * wsync_slab_copy_tensors (1 or 2 threads, or as many as the library
+ * measured to pay), with and without the opt-in write guard
+ * (WSYNC_PUB_GUARDED), and a plain memcpy per tensor for what a trainer
+ * gets without the helper.
+ *
+ * Checksums are on by default, formed while the copy runs: each library
+ * copy is timed into a model with default options and into one with
+ * WSYNC_PUB_NO_CHECKSUM, back to back, and the ratio of the two is the
+ * checksum's cost (target 1.05).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,11 +42,13 @@ struct pub_run {
 	/* samples, one per repeat */
 	double *memcpy1, *memcpy_tensors, *memcpy2;
 	double *pub_memcpy, *lib1, *lib2, *lib2_ug, *overhead, *overhead_ug, *fresh;
+	double *libd, *libd_ns, *lib1_ns, *overhead_sum;
 	int n_fresh;
 	wsync_pub *p_ug;                /* the same model, WSYNC_PUB_GUARDED */
+	wsync_pub *p_ns;                /* the same model, WSYNC_PUB_NO_CHECKSUM */
 };
 
-#define PUB_SERIES 10               /* sample arrays above */
+#define PUB_SERIES 14               /* sample arrays above */
 
 static int pub_fail(struct pub_run *r, const char *what, int err)
 {
@@ -92,6 +100,10 @@ static int pub_setup(struct pub_run *r)
 	r->overhead = all + 7 * R;
 	r->overhead_ug = all + 8 * R;
 	r->fresh = all + 9 * R;
+	r->libd = all + 10 * R;
+	r->libd_ns = all + 11 * R;
+	r->lib1_ns = all + 12 * R;
+	r->overhead_sum = all + 13 * R;
 	err = wsync_connect(r->b->endpoint, "bench-publish", &r->c);
 	if (err)
 		return pub_fail(r, "wsync_connect", err);
@@ -102,6 +114,10 @@ static int pub_setup(struct pub_run *r)
 	                       WSYNC_PUB_GUARDED, &r->p_ug);
 	if (err)
 		return pub_fail(r, "wsync_pub_open (guarded)", err);
+	err = model_open_flags(r->c, "pub-warm-nosum", PUB_BYTES, PUB_TENSORS, 0,
+	                       WSYNC_PUB_NO_CHECKSUM, &r->p_ns);
+	if (err)
+		return pub_fail(r, "wsync_pub_open (no checksum)", err);
 	return 0;
 }
 
@@ -109,6 +125,7 @@ static void pub_teardown(struct pub_run *r)
 {
 	wsync_pub_close(r->p);
 	wsync_pub_close(r->p_ug);
+	wsync_pub_close(r->p_ns);
 	wsync_close(r->c);
 	pcopy_free(r->pc);
 	warm_free(r->src, PUB_BYTES);
@@ -124,9 +141,12 @@ static int pub_warm_up(struct pub_run *r)
 	struct copier two = { .lib_threads = 2 };
 	double ms;
 
+	struct copier dflt = { .lib_default = true };
+
 	for (int i = 0; i < 6; i++)
-		if (pub_timed(r, r->p, r->src, i & 1 ? &two : NULL, &ms) ||
-		    pub_timed(r, r->p_ug, r->src, &two, &ms))
+		if (pub_timed(r, r->p, r->src, i & 1 ? &two : &dflt, &ms) ||
+		    pub_timed(r, r->p_ug, r->src, &two, &ms) ||
+		    pub_timed(r, r->p_ns, r->src, i & 1 ? &two : &dflt, &ms))
 			return -1;
 	return 0;
 }
@@ -149,9 +169,14 @@ static int pub_repeat(struct pub_run *r, int i)
 
 	if (pub_timed(r, r->p, r->src, NULL, &r->pub_memcpy[i]) ||
 	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_threads = 1 }, &r->lib1[i]) ||
+	    pub_timed(r, r->p_ns, r->src, &(struct copier){ .lib_threads = 1 }, &r->lib1_ns[i]) ||
 	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_threads = 2 }, &r->lib2[i]) ||
+	    pub_timed(r, r->p, r->src, &(struct copier){ .lib_default = true }, &r->libd[i]) ||
+	    pub_timed(r, r->p_ns, r->src, &(struct copier){ .lib_default = true },
+	              &r->libd_ns[i]) ||
 	    pub_timed(r, r->p_ug, r->src, &(struct copier){ .lib_threads = 2 }, &r->lib2_ug[i]) ||
-	    pub_timed(r, r->p, NULL, NULL, &r->overhead[i]) ||
+	    pub_timed(r, r->p_ns, NULL, NULL, &r->overhead[i]) ||
+	    pub_timed(r, r->p, NULL, NULL, &r->overhead_sum[i]) ||
 	    pub_timed(r, r->p_ug, NULL, NULL, &r->overhead_ug[i]))
 		return -1;
 	return 0;
@@ -195,12 +220,29 @@ static void pub_rows(struct pub_run *r)
 	                         "(1 thread), commit", r->lib1, R, m1), 1.2);
 	row_target_ratio(pub_row(r, "same, wsync_slab_copy_tensors with 2 threads",
 	                         r->lib2, R, m1), 1.0);
+	pub_row(r, "same, threads the library measured (threads 0), default options",
+	        r->libd, R, m1);
+	pub_row(r, "same, threads 0, WSYNC_PUB_NO_CHECKSUM", r->libd_ns, R, m1);
+	{
+		struct bench_row *row;
+		double ns = stat_median(r->libd_ns, R), ns1 = stat_median(r->lib1_ns, R);
+
+		row = row_add("publish", "checksum's cost: threads 0, checksummed vs "
+		              "WSYNC_PUB_NO_CHECKSUM", "ms", stat_median(r->libd, R));
+		row_ref(row, "no checksum", ns);
+		row_target_ratio(row, 1.05);
+		row = row_add("publish", "checksum's cost: 1 thread, checksummed vs "
+		              "WSYNC_PUB_NO_CHECKSUM", "ms", stat_median(r->lib1, R));
+		row_ref(row, "no checksum", ns1);
+	}
 	pub_row(r, "same, 2 threads, WSYNC_PUB_GUARDED (opt-in write guard)", r->lib2_ug, R, m1);
 	pub_row(r, "begin, memcpy each tensor, commit (no copy helper)", r->pub_memcpy, R, m1);
 	pub_row(r, "first publish after wsync_pub_open (slabs mapped at open)", r->fresh,
 	        (size_t)r->n_fresh, m1);
-	pub_row(r, "begin + commit without copying (library cost)", r->overhead, R, m1);
-	pub_row(r, "same, WSYNC_PUB_GUARDED", r->overhead_ug, R, m1);
+	pub_row(r, "begin + commit without copying (library cost), WSYNC_PUB_NO_CHECKSUM",
+	        r->overhead, R, m1);
+	pub_row(r, "same, checksummed: the commit hashes the whole slab", r->overhead_sum, R, m1);
+	pub_row(r, "same, WSYNC_PUB_GUARDED (checksummed)", r->overhead_ug, R, m1);
 	pub_row(r, "memcpy 64 tensors one by one, warm (no wsync)", r->memcpy_tensors, R, m1);
 	pub_row(r, "memcpy 256 MiB split across 2 threads (no wsync)", r->memcpy2, R, m1);
 }

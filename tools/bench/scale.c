@@ -220,7 +220,7 @@ static int scale_fanout(struct scale_run *r, double ref)
 		snprintf(r->error, sizeof r->error, "out of memory");
 		return -1;
 	}
-	fan_latencies(&res, true, true, lat);
+	fan_latencies(&res, FAN_FROM_BEGIN, true, lat);
 	snprintf(what, sizeof what, "%d collectors' first acquire (begin to the last "
 	         "holding v1)", SCALE_COLLECTORS);
 	scale_row(r, what, lat[0] / (double)NS_PER_MS, ref);

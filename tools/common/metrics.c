@@ -68,7 +68,7 @@ static void session_sample(FILE *f, const char *name, const char *broker,
 }
 
 enum mfig { M_VERSION, M_STEP, M_COMMITS, M_ABORTS, M_BUSY, M_BYTES, M_SLOTS, M_USED,
-            M_PINNED, M_COLL, M_AGE, M_LAG, M_LAG_S, M_N };
+            M_PINNED, M_COLL, M_AGE, M_LAG, M_LAG_S, M_SUMFAIL, M_N };
 
 static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	[M_VERSION] = { "wsync_model_version", "gauge", "Latest version of the model (0: none yet)." },
@@ -88,6 +88,8 @@ static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	                "Most commits a collector did not take, at the broker's last tick." },
 	[M_LAG_S]   = { "wsync_model_worst_lag_seconds", "gauge",
 	                "Longest time since the version a collector reads was superseded." },
+	[M_SUMFAIL] = { "wsync_model_checksum_failures_total", "counter",
+	                "Checksum mismatches the model's collectors found (wsync_view_verify)." },
 };
 
 static double model_figure(const struct snap *s, const struct snap_model *m, int k)
@@ -112,6 +114,7 @@ static double model_figure(const struct snap *s, const struct snap_model *m, int
 	case M_AGE:     return m->version ? (double)(s->now_ns - m->commit_ns) / 1e9 : 0;
 	case M_LAG:     return (double)m->worst_lag;
 	case M_LAG_S:   return m->worst_lag_ms / 1e3;
+	case M_SUMFAIL: return (double)m->checksum_failures;
 	default:        return 0;
 	}
 }

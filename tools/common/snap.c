@@ -52,6 +52,7 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->publisher_pid = LOAD(e->publisher_pid);
 	if (m->version && LOAD(e->checksum_version) == m->version)
 		m->checksum = LOAD(e->checksum);
+	m->checksum_failures = LOAD(e->checksum_failures);
 	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
 	m->dev_flags = e->dev_flags;
 	memcpy(m->dev_uuid, e->dev_uuid, sizeof(m->dev_uuid));
@@ -327,6 +328,7 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 	} else {
 		json_object_set_new(o, "checksum", json_null());
 	}
+	json_object_set_new(o, "checksum_failures", json_integer((json_int_t)m->checksum_failures));
 	return o;
 }
 

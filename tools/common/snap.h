@@ -44,6 +44,7 @@ struct snap_model {
 	uint32_t dev_flags;              /* enum wsync_dev_flags */
 	uint8_t  dev_uuid[WSYNC_MAX_DEVICES][16];
 	uint64_t checksum;               /* of the latest version, 0 = none */
+	uint64_t checksum_failures;      /* mismatches its collectors found */
 	uint32_t slab_pages;             /* enum wsync_slab_pages (shm/segment.h) */
 };
 

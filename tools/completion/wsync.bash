@@ -56,7 +56,7 @@ _wsyncctl()
 	rm) COMPREPLY=($(compgen -W "$common $(_wsync_models)" -- "$cur")) ;;
 	load)
 		if [[ $cur == -* ]]; then
-			COMPREPLY=($(compgen -W "$common --model --step --checksum" -- "$cur"))
+			COMPREPLY=($(compgen -W "$common --model --step --no-checksum" -- "$cur"))
 		else
 			COMPREPLY=($(compgen -f -X '!*.safetensors' -- "$cur") $(compgen -d -- "$cur"))
 		fi ;;

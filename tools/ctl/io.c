@@ -36,7 +36,7 @@ static const char dump_usage[] =
 	"safetensors lacks, or a write error.\n\n";
 
 static const char load_usage[] =
-	"usage: wsyncctl load FILE.safetensors --model NAME [--step S] [--checksum] [OPTIONS]\n"
+	"usage: wsyncctl load FILE.safetensors --model NAME [--step S] [--no-checksum] [OPTIONS]\n"
 	"\n"
 	"Publishes the tensors of a safetensors file as a new version of NAME (the\n"
 	"model is created if absent; if it exists its layout must be the file's, in\n"
@@ -47,7 +47,8 @@ static const char load_usage[] =
 	"\n"
 	"  --model NAME   the model to publish\n"
 	"  --step S       the step to stamp (default: the file's wsync_step, else 0)\n"
-	"  --checksum     open the model with WSYNC_PUB_CHECKSUM (a checksum per version)\n"
+	"  --no-checksum  publish without a checksum (WSYNC_PUB_NO_CHECKSUM); every\n"
+	"                 version carries one by default (--checksum: the default)\n"
 	"  --timeout S    wait up to S seconds for the broker and for a free slot\n"
 	"                 (default: 2 for the broker, 10 for a slot)\n"
 	"\n"
@@ -177,7 +178,7 @@ int ctl_cmd_dump(const struct ctl_opts *common, int argc, char **argv)
 
 struct load_args {
 	const char *file, *model;
-	bool have_step, checksum;
+	bool have_step, no_checksum;
 	uint64_t step;
 	int64_t timeout_ns;
 };
@@ -220,7 +221,7 @@ static int map_file(const char *path, const uint8_t **buf, size_t *len)
 static int publish_file(const struct ctl_opts *o, const struct load_args *a,
                         const struct st_file *f)
 {
-	wsync_model_opts mo = { .flags = a->checksum ? WSYNC_PUB_CHECKSUM : 0 };
+	wsync_model_opts mo = { .flags = a->no_checksum ? WSYNC_PUB_NO_CHECKSUM : 0 };
 	wsync_tensor_desc *descs = calloc(f->n_tensors, sizeof(*descs));
 	const void **srcs = calloc(f->n_tensors, sizeof(*srcs));
 	uint64_t version = 0;
@@ -310,6 +311,7 @@ int ctl_cmd_load(const struct ctl_opts *common, int argc, char **argv)
 		{ "model",    required_argument, NULL, 'm' },
 		{ "step",     required_argument, NULL, 's' },
 		{ "checksum", no_argument,       NULL, 'c' },
+		{ "no-checksum", no_argument,    NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct load_args a = { .timeout_ns = 10 * INT64_C(1000000000) };
@@ -327,8 +329,11 @@ int ctl_cmd_load(const struct ctl_opts *common, int argc, char **argv)
 				return report_usage("load", "--step wants a number, not '%s'", optarg);
 			a.have_step = true;
 			continue;
-		case 'c':
-			a.checksum = true;
+		case 'c':                        /* the default, kept for old scripts */
+			a.no_checksum = false;
+			continue;
+		case 'C':
+			a.no_checksum = true;
 			continue;
 		}
 		r = ctl_common_opt(opt, &o, "load", load_usage, argv);
