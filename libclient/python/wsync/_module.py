@@ -91,7 +91,7 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
     import torch
     tp_rank, tp_size = tp if tp is not None else (None, None)
     targets = targets_of(dest)
-    by_name = view.subscriber._by_name
+    by_name = view._by_name
     missing = [k for k in targets if k not in by_name]
     unexpected = [k for k in by_name if k not in targets]
     mismatched = []

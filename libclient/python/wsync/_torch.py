@@ -149,6 +149,7 @@ class ReadOnlyTensor(torch.Tensor):
 
     _wsync_view = None
     _wsync_range = (0, 0)
+    _wsync_keep = None       # keeps the view's version held while this lives
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -204,6 +205,7 @@ class ReadOnlyTensor(torch.Tensor):
         if isinstance(cls, type) and issubclass(cls, ReadOnlyTensor):
             w = torch.Tensor.as_subclass(self, cls)
             w._wsync_view, w._wsync_range = self._wsync_view, self._wsync_range
+            w._wsync_keep = self._wsync_keep
             return w
         _refuse_export("as_subclass", "a %s over it would be writable"
                        % getattr(cls, "__name__", cls))
@@ -226,6 +228,7 @@ def _wrap_alias(r, ro):
         w = r.as_subclass(ReadOnlyTensor)
         w._wsync_view = ro._wsync_view
         w._wsync_range = ro._wsync_range
+        w._wsync_keep = ro._wsync_keep
         return w
     return r
 
