@@ -301,7 +301,8 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/wsyncctl
 	for c in $(filter-out wsyncctl,$(COMPLETED)); do \
 		ln -sf wsyncctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; done
-	install -m 0644 tools/bench/torch_peers.py $(DESTDIR)$(PREFIX)/share/wsync/
+	install -m 0644 tools/bench/torch_peers.py tools/bench/python_bench.py \
+		$(DESTDIR)$(PREFIX)/share/wsync/
 	install -m 0644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/wsync/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' libclient/wsync.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/wsync.pc

@@ -37,7 +37,8 @@ enum bench_scenario {
 	SC_CHECKSUM  = 1u << 6,
 	SC_GPU       = 1u << 7,
 	SC_SCALE     = 1u << 8,
-	SC_ALL       = (1u << 9) - 1,
+	SC_PYTHON    = 1u << 9,
+	SC_ALL       = (1u << 10) - 1,
 };
 
 struct bench {
@@ -235,6 +236,9 @@ int bench_shard(struct bench *b);
 /* checksum: XXH3-64 of 256 MiB (WSYNC_PUB_CHECKSUM) against memcpy. */
 int bench_checksum(struct bench *b);
 int bench_gpu(struct bench *b);
+/* python: the Python binding against the C library, same run
+ * (tools/bench/python.c, tools/bench/python_bench.py). */
+int bench_python(struct bench *b);
 /* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
  * and 2 GiB, on 4 KiB and on huge pages (tools/bench_scale.c). */
 int bench_scale(struct bench *b);

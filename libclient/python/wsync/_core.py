@@ -1277,8 +1277,28 @@ class Slab(SlabLife):
         _no_pickle("slab")
 
 
+_PLAIN_TORCH = []       # (torch.Tensor, nn.Parameter, {dtype name: torch dtype}) once torch is in
+
+
+def _plain_torch():
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    dts = {_dtypes.NAME[c]: _dtypes.torch_dtype(c) for c in _dtypes.NAME if _dtypes.torch_has(c)}
+    _PLAIN_TORCH.append(((torch.Tensor, torch.nn.Parameter), dts))
+    return _PLAIN_TORCH[0]
+
+
 def _source(spec, x):
     """(address, keep-alive object) of a source for tensor spec."""
+    plain = _PLAIN_TORCH[0] if _PLAIN_TORCH else _plain_torch()
+    if plain is not None and type(x) in plain[0]:
+        # the common case, cheaply: a contiguous CPU tensor of the layout's
+        # own dtype and shape is its own source (anything else below)
+        if (x.dtype is plain[1].get(spec.dtype) and x.is_cpu and x.is_contiguous() and
+                tuple(x.shape) == spec.shape):
+            return x.data_ptr(), x
     code = _dtypes.CODE[spec.dtype]
     if _dtypes.is_torch_tensor(x):
         t = x.detach()
@@ -1595,6 +1615,8 @@ class View(ViewLife):
         self._c_held = True        # the library's view is not released yet
         self._pinned = True        # uses the C subscription (mappings) until gone
         self._rawref = None
+        self._np_ref = None
+        self._range = (cv.base, cv.base + cv.bytes)   # the slab's addresses
         cell.use()
         self.version = cv.version
         self.step = cv.step
@@ -1638,7 +1660,16 @@ class View(ViewLife):
         uint16 bits, f8_e4m3fn and f8_e5m2 as uint8 bits). Writing raises
         ValueError."""
         spec = self._spec(name)
-        return _np_view(_ro(self._buf()), spec)
+        return _views.np_arrays(self, (spec,))[name]
+
+    def _np_whole(self):
+        """The slab as one read-only uint8 array (numpy()'s arrays are over
+        it), made once and kept while one of them lives."""
+        w = self._np_ref() if self._np_ref is not None else None
+        if w is None:
+            w = np.frombuffer(_ro(self._buf()), np.uint8)
+            self._np_ref = weakref.ref(w)
+        return w
 
     def torch(self, name: str) -> Any:
         """A torch tensor over tensor name, zero copy (bf16 as
@@ -1674,8 +1705,7 @@ class View(ViewLife):
             raise ValueError("wsync: kind must be 'numpy' or 'torch'")
         self._check()
         if kind == "numpy":
-            buf = _ro(self._buf())
-            return {s.name: _np_view(buf, s) for s in self._layout}
+            return _views.np_arrays(self, self._layout)
         return _views.ro_tensors(self, self._layout)
 
     def verify(self) -> None:
@@ -1721,8 +1751,10 @@ class View(ViewLife):
                 raise ValueError("wsync: tp_rank must be in 0 .. tp_size - 1, not %d"
                                  % tp_rank)
             tp = (tp_rank, tp_size)
+        base = self._c.base
         return _module.load_into(self, module, strict,
-                                 lambda s: _views.plain_tensor(self, s), tp, self._read_part)
+                                 lambda s: _views.plain_tensor(self, s), tp, self._read_part,
+                                 lambda s: base + s.offset, _views.copier.copy)
 
     def copy_to_device(self, dst: Any, offset: int = 0, nbytes: Optional[int] = None,
                        stream: Any = None) -> None:

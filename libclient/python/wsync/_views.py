@@ -102,6 +102,19 @@ def torch_view(buf, spec):
     return torch.from_numpy(np_view(buf, spec))
 
 
+def np_arrays(owner, specs):
+    """{name: read-only numpy array} of specs over owner's (a View's) raw
+    memory: each an ndarray over one read-only array of the whole slab
+    (frombuffer), which numpy never lets be made writeable (an ndarray
+    over the memoryview itself would be: numpy looks through it to the
+    writable ctypes array); one constructor call per tensor."""
+    whole = owner._np_whole() if hasattr(owner, "_np_whole") else None
+    if whole is None:
+        whole = np.frombuffer(ro(owner._buf()), np.uint8)
+    nd, dts, codes = np.ndarray, _dtypes.NUMPY, _dtypes.CODE
+    return {s.name: nd(s.shape, dts[codes[s.dtype]], whole, s.offset) for s in specs}
+
+
 # ---- per slot: plain tensors shared by the views of a slot --------------------------
 
 
@@ -176,27 +189,31 @@ def ro_tensors(view, specs):
     after release) and its raw array (the version stays held while the
     tensor lives)."""
     cls = _ro_class()
-    keep = view._buf()
-    base = view._c.base
-    rng = (base, base + view._c.bytes)
+    keep = view._buf()            # names the view; its _range is the slab's
     sc = view._slot_cache()
     out = {}
     if sc is None:
         buf = rw(keep)
         for spec in specs:
             w = torch_view(buf, spec).as_subclass(cls)
-            w._wsync_view, w._wsync_range, w._wsync_keep = view, rng, keep
+            w._wsync_keep = keep
             out[spec.name] = w
         return out
-    plain, make = sc.plain, sc.tensor
+    plain, make, alias = sc.plain, sc.tensor, _as_subclass()
     for spec in specs:
-        p = plain.get(spec.name)
+        name = spec.name
+        p = plain.get(name)
         if p is None:
             p = make(spec)
-        w = p.as_subclass(cls)
-        w._wsync_view, w._wsync_range, w._wsync_keep = view, rng, keep
-        out[spec.name] = w
+        w = alias(p, cls)
+        w._wsync_keep = keep
+        out[name] = w
     return out
+
+
+def _as_subclass():
+    import torch
+    return torch.Tensor.as_subclass
 
 
 def plain_tensor(view, spec):
@@ -206,3 +223,117 @@ def plain_tensor(view, spec):
     if sc is None:
         return torch_view(rw(view._buf()), spec)
     return sc.tensor(spec)
+
+
+# ---- copying a view out: load_into at the threaded copy's speed ---------------------
+
+_COPY_PARALLEL_MIN = 8 << 20    # below this, one thread (a thread hand-off costs more)
+_COPY_PER_THREAD_MIN = 4 << 20  # as the library's own threaded copy
+_COPY_ALIGN = 4096              # where segments are cut between threads
+
+
+class _Copier:
+    """Copies lists of (dst, src, nbytes) with the library's copy
+    (wsync_copy: memcpy or streaming stores, whichever the process measured
+    faster), split by bytes across the calling thread and helper threads,
+    as many as the CPUs this process may run on (at most 8). The helpers
+    are daemon threads made on first use (again in a forked child) that
+    wait on a queue; a ctypes call releases the GIL, so they copy at once."""
+
+    def __init__(self):
+        self._lock = None
+        self._pid = None
+        self._helpers = []
+        self._done = None
+
+    def _start(self, n):
+        import os
+        import queue
+        import threading
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._helpers = []
+            self._done = queue.SimpleQueue()
+            self._pid = os.getpid()
+        while len(self._helpers) < n:
+            q = queue.SimpleQueue()
+            t = threading.Thread(target=self._helper, args=(q, self._done), daemon=True,
+                                 name="wsync-copy-%d" % len(self._helpers))
+            t.start()
+            self._helpers.append(q)
+
+    @staticmethod
+    def _helper(q, done):
+        from ._lib import lib
+        copy = lib.wsync_copy
+        while True:
+            part = q.get()
+            err = 0
+            for d, s, n in part:
+                rc = copy(d, s, n, 1)
+                if rc < 0:
+                    err = rc
+            done.put(err)
+
+    def copy(self, segs, threads=0):
+        """Copies every (dst, src, nbytes) of segs; raises on a failure."""
+        from ._errors import check
+        from ._lib import lib
+        total = sum(n for _, _, n in segs)
+        k = threads or _cpus()
+        k = max(1, min(k, 8, total // _COPY_PER_THREAD_MIN))
+        if k == 1 or total < _COPY_PARALLEL_MIN:
+            for d, s, n in segs:
+                check(lib.wsync_copy(d, s, n, 1))
+            return
+        parts = _split(segs, total, k)
+        import os
+        if self._pid != os.getpid() or self._lock is None:
+            self._start(0)
+        with self._lock:            # one split copy at a time uses the helpers
+            self._start(k - 1)
+            for q, part in zip(self._helpers, parts[1:]):
+                q.put(part)
+            err = 0
+            for d, s, n in parts[0]:
+                rc = lib.wsync_copy(d, s, n, 1)
+                if rc < 0:
+                    err = rc
+            for _ in parts[1:]:
+                rc = self._done.get()
+                if rc < 0:
+                    err = rc
+        check(err)
+
+
+def _cpus():
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _split(segs, total, k):
+    """segs cut into k lists of about total / k bytes each (cuts on
+    _COPY_ALIGN boundaries of a segment)."""
+    share = -(-total // k)
+    parts, cur, room = [], [], share
+    for d, s, n in segs:
+        off = 0
+        while n - off > 0:
+            take = n - off
+            if take > room and len(parts) < k - 1:
+                take = max(_COPY_ALIGN, room // _COPY_ALIGN * _COPY_ALIGN)
+                take = min(take, n - off)
+            cur.append((d + off, s + off, take))
+            off += take
+            room -= take
+            if room <= 0 and len(parts) < k - 1:
+                parts.append(cur)
+                cur, room = [], share
+    parts.append(cur)
+    return [p for p in parts if p]
+
+
+copier = _Copier()
