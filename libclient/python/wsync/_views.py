@@ -14,9 +14,13 @@ Lifetimes (docs/PYTHON.md, "Zero copy and lifetimes"):
   frombuffer, from_numpy, as_subclass). Their memory is owned by a _SlotMem,
   which uses the cell (so the mapping stays while any of them lives); each
   ReadOnlyTensor also holds its view's raw array (_wsync_keep), so the view's
-  version stays held while one of its tensors lives, as before, and the
-  view itself (_wsync_view), for ClosedError after release. The cache goes
-  with the cell's retirement (close, or a move to a restarted broker).
+  version stays held while one of its tensors lives, as before, and through
+  it the view (ReadOnlyTensor._wsync_view), for ClosedError after release.
+  The cache goes with the cell's retirement (close, or a move to a
+  restarted broker).
+- numpy arrays of a view are ndarrays over one read-only array of its
+  whole slab (View._np_whole), one constructor call each.
+- load_into copies with the library (copier, below).
 """
 import ctypes
 import weakref
