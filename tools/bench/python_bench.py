@@ -19,8 +19,9 @@ row in the same run). Prints one JSON line per figure:
       from Python, without the wake-up.
   {"row": "load_into", "mib": 256, "tensors": 64, "ms": ...}
       View.load_into(module) of a 256 MiB model of 64 float32 tensors into
-      an nn.Module's parameters (in place, checked first), one process,
-      the module and every slab warm; median.
+      an nn.Module's parameters (in place, checked first), in a collector
+      process of its own (a trainer publishes each version first), the
+      module and every slab warm; median.
 
 A figure that cannot be measured is {"row": ..., "skipped": "why"}.
 """
@@ -157,27 +158,67 @@ def run_views(args, wsync, torch, client):
 # ---- load_into -------------------------------------------------------------------------
 
 
+def loader(endpoint, model, mib, n, rounds, go, done, out, errors):
+    """A collector process: loads every version the trainer publishes into
+    its own nn.Module and times View.load_into."""
+    try:
+        wsync = import_wsync()
+        import torch
+        torch.set_num_threads(1)
+        weights = state_dict(torch, mib, n)        # the names and shapes
+        module = torch.nn.Module()
+        for i, t in enumerate(weights.values()):
+            module.register_parameter("p%d" % i, torch.nn.Parameter(torch.zeros_like(t)))
+        dest = dict(zip(weights, module.parameters()))
+        with wsync.connect(endpoint, "py-bench-loader") as c:
+            sub = c.subscriber(model)
+            after = 0
+            for r in range(rounds):
+                go.wait(60)
+                go.clear()
+                with sub.wait(after=after, timeout=60) as v:
+                    t0 = time.perf_counter_ns()
+                    v.load_into(dest)
+                    out[r] = (time.perf_counter_ns() - t0) / 1e6
+                    after = v.version
+                done.set()
+            if not all(torch.equal(dest[k], weights[k]) for k in weights):
+                raise AssertionError("the loaded weights differ from the trainer's")
+    except BaseException:
+        errors[0] = 1
+        traceback.print_exc()
+        done.set()
+
+
 def run_load(args, wsync, torch, client):
     model = "pybench-load-%d" % os.getpid()
     weights = state_dict(torch, args.load_mib, args.tensors)
-    module = torch.nn.Module()
-    for i, (k, t) in enumerate(weights.items()):
-        module.register_parameter("p%d" % i, torch.nn.Parameter(torch.zeros_like(t)))
-    dest = dict(zip(weights, module.parameters()))
     pub = client.publisher_like(model, weights)
-    sub = client.subscriber(model)
-    times = []
-    for step in range(1, 6 + 2 * args.repeats):
-        pub.publish(weights, step)
-        with sub.acquire() as v:
-            t0 = time.perf_counter_ns()
-            v.load_into(dest)
-            t1 = time.perf_counter_ns()
-        if step > 5:                         # every slab read once before
-            times.append((t1 - t0) / 1e6)
-    assert all(torch.equal(dest[k], weights[k]) for k in weights)
-    sub.close()
-    pub.close()
+    warm = 5                                 # every slab read once before
+    rounds = warm + 2 * args.repeats
+    ctx = mp.get_context("spawn")
+    go, done = ctx.Event(), ctx.Event()
+    out = ctx.RawArray(ctypes.c_double, rounds)
+    errors = ctx.RawArray(ctypes.c_int, 1)
+    p = ctx.Process(target=loader, daemon=True,
+                    args=(args.endpoint, model, args.load_mib, args.tensors, rounds, go,
+                          done, out, errors))
+    p.start()
+    try:
+        for r in range(rounds):
+            pub.publish(weights, r + 1)
+            go.set()
+            if not done.wait(120) or errors[0]:
+                raise RuntimeError("the loading process failed")
+            done.clear()
+        p.join(60)
+        if errors[0] or p.exitcode:
+            raise RuntimeError("the loading process failed")
+    finally:
+        if p.is_alive():
+            p.kill()
+        pub.close()
+    times = list(out[warm:])
     emit(row="load_into", mib=args.load_mib, tensors=args.tensors,
          ms=statistics.median(times), samples=len(times))
 

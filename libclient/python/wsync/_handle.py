@@ -142,11 +142,20 @@ class Handle:
             return cell
 
     def _leave(self, cell):
+        own = cell.lock is self._lock        # our own cells: one lock for both
         with self._lock:
             self._busy -= 1
-            if not self._busy:
-                self._cond.notify_all()
-        cell.unuse()
+            if not self._busy and self._closed:
+                self._cond.notify_all()          # a close() waits for us
+            if own:
+                cell.uses -= 1
+                if cell.uses > 0 or not cell.retired or cell.freed:
+                    return
+                cell.freed = True
+        if own:
+            cell._free()
+        else:
+            cell.unuse()
 
     def _mark_closed(self):
         """True if this call closes the handle; waits for calls in flight."""
