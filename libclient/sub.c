@@ -301,11 +301,50 @@ int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view
 	                      memory_order_relaxed);
 	if (version > atomic_load_explicit(&s->last_version, memory_order_relaxed))
 		atomic_store_explicit(&s->last_version, version, memory_order_relaxed);
-	/* for a publisher waiting on its readers (broker/readers.c) */
-	if (version > atomic_load_explicit(&c->session->acquired[s->model_id],
+	/* for a publisher waiting on its readers (broker/readers.c), unless
+	 * this subscription says itself when a version counts (wsync_sub_ack) */
+	if (!atomic_load_explicit(&s->explicit_ack, memory_order_relaxed) &&
+	    version > atomic_load_explicit(&c->session->acquired[s->model_id],
 	                                   memory_order_relaxed))
 		atomic_store_explicit(&c->session->acquired[s->model_id], version,
 		                      memory_order_relaxed);
+	return 0;
+}
+
+int wsync_sub_set_ack(wsync_sub *s, int explicit_ack)
+{
+	if (!s)
+		return wsync_fail(-EINVAL, "wsync_sub_set_ack: subscription is NULL");
+	atomic_store_explicit(&s->explicit_ack, explicit_ack != 0, memory_order_relaxed);
+	return 0;
+}
+
+int wsync_sub_ack(wsync_sub *s, uint64_t version)
+{
+	_Atomic uint64_t *word;
+	uint64_t had;
+	int err;
+
+	if (!s)
+		return wsync_fail(-EINVAL, "wsync_sub_ack: subscription is NULL");
+	had = atomic_load_explicit(&s->last_version, memory_order_relaxed);
+	if (version == 0 || version > had)
+		return wsync_fail(-EINVAL, "model '%s': v%llu was not acquired through this "
+		                  "subscription (the newest it acquired is v%llu)", s->model,
+		                  (unsigned long long)version, (unsigned long long)had);
+	/* the word is the model id's: after a delete it may count for another
+	 * model under that id */
+	err = wsync_sub_check_model(s);
+	if (err)
+		return err;
+	/* a maximum, also against acquires of other subscriptions of this
+	 * session and acks from other threads */
+	word = &s->c->session->acquired[s->model_id];
+	had = atomic_load_explicit(word, memory_order_relaxed);
+	while (version > had &&
+	       !atomic_compare_exchange_weak_explicit(word, &had, version, memory_order_relaxed,
+	                                              memory_order_relaxed))
+		;
 	return 0;
 }
 

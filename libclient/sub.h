@@ -38,6 +38,8 @@ struct wsync_sub {
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
 	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
+	_Atomic bool explicit_ack;            /* wsync_sub_set_ack: acquire leaves
+	                                         the session's acquired word alone */
 	/* a device model's slots on its GPU d, mapped read-only by the first
 	 * acquire on that GPU (under c->lock), then read without a lock;
 	 * gpu_sub.c sets gpu_release with the first, to unmap them at close */

@@ -332,6 +332,28 @@ int  wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
  * waiter burns its CPU: on a machine with fewer cores than busy processes it
  * delays everyone, the publisher included. -EINVAL outside 0..1 s. */
 int  wsync_sub_set_spin(wsync_sub *s, int64_t spin_ns);
+/*
+ * Acknowledging versions explicitly, for a publisher that waits until its
+ * readers have *applied* a version (wsync_pub_wait_readers), not merely
+ * taken it. The broker counts, per session and model, the newest version
+ * the session acquired; by default every acquire raises that count.
+ *
+ * wsync_sub_set_ack(s, 1): acquires through s no longer raise it; the
+ * count moves only by wsync_sub_ack. 0 turns that off again (the next
+ * acquire raises it as usual). The count is the session's: other
+ * subscriptions of the same client to the same model still raise it when
+ * they acquire, so acknowledge through a client whose only subscription to
+ * the model is s. -EINVAL if s is NULL.
+ *
+ * wsync_sub_ack(s, version): raises the session's count to version, for a
+ * version this subscription acquired (1 .. the newest it acquired); a
+ * lower count than one already there is left as it is. -EINVAL for 0 or a
+ * version newer than any it acquired, -EIDRM if the model was deleted or
+ * replaced since s opened it. No system call; a publisher's
+ * wsync_pub_wait_readers sees it within its next look.
+ */
+int  wsync_sub_set_ack(wsync_sub *s, int explicit_ack);
+int  wsync_sub_ack(wsync_sub *s, uint64_t version);
 /* Lets the broker reuse the view's slab. The view is cleared. */
 void wsync_sub_release(wsync_sub *s, wsync_view *v);
 /* 0 while the bytes of a held view are protected; -ECONNRESET once the

@@ -47,6 +47,7 @@ def collector(endpoint, cid, conn):
     policy = common.make_policy()                 # this process's own module
     lag = common.Lag()
     loaded = 0
+    # the client follows a broker that restarts (reconnect=True, the default)
     with wsync.connect(endpoint, "collector-%d" % cid) as client:
         sub = client.subscriber("policy")
         seen, published_ns = 0, 0

@@ -179,7 +179,8 @@ def test_default_endpoint_ref(broker, monkeypatch):
 
 
 def test_after_a_crash_the_last_version_stays_and_blocking_waits_raise(broker):
-    with wsync.connect(broker.sock, "c") as c, wsync.connect(broker.sock, "t") as t:
+    with wsync.connect(broker.sock, "c", reconnect=False) as c, \
+            wsync.connect(broker.sock, "t", reconnect=False) as t:
         v1 = publish(t.publisher("m", LAYOUT), 5)
         sub = c.subscriber("m")
         broker.kill()
@@ -192,7 +193,8 @@ def test_after_a_crash_the_last_version_stays_and_blocking_waits_raise(broker):
 
 
 def test_after_a_shutdown_acquire_and_waits_raise(broker):
-    with wsync.connect(broker.sock, "c") as c, wsync.connect(broker.sock, "t") as t:
+    with wsync.connect(broker.sock, "c", reconnect=False) as c, \
+            wsync.connect(broker.sock, "t", reconnect=False) as t:
         v1 = publish(t.publisher("m", LAYOUT), 5)
         sub = c.subscriber("m")
         view = sub.acquire()

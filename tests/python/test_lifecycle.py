@@ -106,3 +106,46 @@ def test_wait_readers(client, broker):
     assert pub.wait_readers(v, timeout=5) == 1
     t.join()
     other.close()
+
+
+def test_explicit_acks_count_for_wait_readers_and_nothing_else(client, broker):
+    pub = client.publisher("life.ack", LAYOUT)
+    v1 = publish(pub, 1, 1.0)
+    other = wsync.connect(broker.sock, "acking")
+    try:
+        sub = other.subscriber("life.ack")
+        with pytest.raises(TypeError):
+            sub.set_ack("yes")
+        sub.set_ack(True)
+        with pytest.raises(wsync.WsyncError) as ei:
+            sub.ack(1)                                   # nothing acquired yet
+        assert ei.value.errno == 22 and "not acquired" in ei.value.detail
+        view = sub.acquire()
+        with pytest.raises(wsync.WsyncTimeoutError, match="acking"):
+            pub.wait_readers(v1, timeout=0.3)            # taken, not applied
+        for bad in (0, v1 + 1):
+            with pytest.raises(wsync.WsyncError):
+                sub.ack(bad)
+        with pytest.raises(TypeError):
+            sub.ack(1.0)
+        sub.ack(view)                                    # a View says its version
+        assert pub.wait_readers(v1, timeout=5) == 1
+        view.release()
+        v2 = publish(pub, 2, 2.0)
+        with sub.acquire() as view:
+            assert view.version == v2
+        with pytest.raises(wsync.WsyncTimeoutError):
+            pub.wait_readers(v2, timeout=0.2)
+        sub.ack(v2)
+        assert pub.wait_readers(v2, timeout=5) == 1
+        sub.set_ack(False)                               # acquiring counts again
+        v3 = publish(pub, 3, 3.0)
+        sub.acquire().release()
+        assert pub.wait_readers(v3, timeout=5) == 1
+        sub.set_ack(True)
+        pub.close()
+        client.delete("life.ack")
+        with pytest.raises(wsync.RemovedError):
+            sub.ack(v3)
+    finally:
+        other.close()

@@ -293,3 +293,102 @@ def test_a_killed_collector_gives_its_slab_back(broker, children):
         os.kill(child.proc.pid, signal.SIGKILL)
         child.proc.join(WAIT_S)
         assert pub.publish(net, 3, timeout=WAIT_S) > 0
+
+
+@pytest.mark.parametrize("keep", ["tensor", "alias", "numpy"])
+def test_one_array_of_a_released_view_keeps_its_version_held(client, keep):
+    """Tensors of a view are aliases of tensors cached per slot: what keeps
+    the version held is each one's own reference to its view, so any one
+    of them (or a slice of one) alone keeps it, and its going frees it."""
+    pub = client.publisher("held1", [("w", "f32", (1024,)), ("b", "f32", (8,))], slots=2)
+
+    def publish(step):
+        return pub.publish({"w": np.full(1024, step, np.float32),
+                            "b": np.full(8, step, np.float32)}, step)
+
+    publish(1)
+    sub = client.subscriber("held1")
+    for _ in range(3):                  # the slot's tensors are cached by now
+        with sub.acquire() as view:
+            view.state_dict("torch")
+    with sub.acquire() as view:
+        if keep == "numpy":
+            a = view.numpy("w")
+        else:
+            a = view.state_dict("torch")["w"]
+            if keep == "alias":
+                a = a[3:7]
+    publish(2)
+    with pytest.raises(wsync.BusyError):
+        pub.begin(timeout=0.05)         # v1's slot is still held
+    if keep == "numpy":
+        assert np.all(a == 1)
+    else:
+        with pytest.raises(wsync.ClosedError):
+            a.sum()
+    del a
+    assert publish(3) > 0
+    with sub.acquire() as view:         # a new view of a cached slot: its own tensors
+        t = view.torch("w")
+        assert view.step == 3 and torch.all(t == 3)
+
+
+def test_load_into_marks_the_tensors_written_as_copy_does(client):
+    """The library copies into the parameters; autograd still learns they
+    changed, as with load_state_dict's copy_ (a backward through a forward
+    from before the load raises)."""
+    net = nn.Linear(16, 4)
+    pub = client.publisher_like("marked", net)
+    pub.publish(net, 1)
+    x = torch.randn(3, 16, requires_grad=True)
+    y = net(x).sum()                       # saves net.weight for x's gradient
+    versions = [p._version for p in net.parameters()]
+    with client.subscriber("marked").acquire() as view:
+        view.load_into(net)
+    assert all(p._version > v for p, v in zip(net.parameters(), versions))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_load_into_of_a_large_model_splits_the_copy_and_is_exact(client):
+    """Big enough for the copy to be split across threads, with tensors of
+    odd sizes (cuts inside tensors), aliased targets copied in order, and
+    non-contiguous or non-plain targets copied by torch."""
+    g = torch.Generator().manual_seed(3)
+    sizes = [5 << 20, 3, (3 << 20) + 7, 1, 4 << 20, 4099]
+    src = {"t%d" % i: torch.randint(-2**31, 2**31 - 1, (n,), generator=g, dtype=torch.int32)
+           for i, n in enumerate(sizes)}
+    src["m"] = torch.randn(64, 32, generator=g)
+    pub = client.publisher_like("big", src)
+    pub.publish(src, 1)
+    dst = {k: torch.zeros_like(v) for k, v in src.items()}
+    dst["m"] = torch.zeros(32, 64).t()          # not contiguous: torch copies it
+    with client.subscriber("big").acquire() as view:
+        view.load_into(dst)
+        assert all(torch.equal(dst[k], src[k]) for k in src)
+        # two targets over the same memory: in order, as copy_ would
+        shared = torch.zeros(sizes[0], dtype=torch.int32)
+        alias = dict(dst, t0=shared, t4=shared[:sizes[4]])
+        view.load_into(alias)
+        assert torch.equal(shared[:sizes[4]], src["t4"])
+        assert torch.equal(shared[sizes[4]:], src["t0"][sizes[4]:])
+
+
+def test_the_split_of_a_copy_covers_every_byte_once():
+    from wsync import _views
+    segs = [(1000, 5000, 10), (2 << 20, 9 << 20, 5 << 20), (50 << 20, 70 << 20, 4097),
+            (80 << 20, 90 << 20, 3 << 20)]
+    total = sum(n for _, _, n in segs)
+    for k in (1, 2, 3, 8):
+        parts = _views._split(segs, total, k)
+        assert 1 <= len(parts) <= k
+        pieces = sorted(p for part in parts for p in part)
+        covered = {}
+        for d, s, n in pieces:
+            assert n > 0
+            covered.setdefault(d - s, []).append((s, s + n))
+        assert sum(n for _, _, n in pieces) == total
+        for d, s, n in segs:                      # each source range exactly once
+            runs = sorted(covered[d - s])
+            assert runs[0][0] == s and runs[-1][1] == s + n
+            assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))

@@ -152,8 +152,10 @@ def test_abort_on_exception_keeps_latest(broker, children):
 
 
 def test_broker_sigkill_wait_raises_and_held_arrays_stay_readable(broker):
-    c = wsync.connect(broker.sock, "collector")
-    with wsync.connect(broker.sock, "trainer") as t:
+    # reconnect=False: the calls say the broker went away (test_reconnect.py
+    # follows it instead)
+    c = wsync.connect(broker.sock, "collector", reconnect=False)
+    with wsync.connect(broker.sock, "trainer", reconnect=False) as t:
         pub = t.publisher_like("m", procs.numpy_weights(0))
         v1 = publish_numpy(pub, 9)
         sub = c.subscriber("m")
@@ -204,8 +206,8 @@ def test_fileno_readable_after_commit(broker, children):
 def test_commit_after_broker_sigkill_changes_nothing(broker):
     # The trainer holds a prefetched grant and has not used its socket since
     # the broker died: its commit must fail before it moves `latest`.
-    with wsync.connect(broker.sock, "collector") as c, \
-            wsync.connect(broker.sock, "trainer") as t:
+    with wsync.connect(broker.sock, "collector", reconnect=False) as c, \
+            wsync.connect(broker.sock, "trainer", reconnect=False) as t:
         pub = t.publisher_like("m", procs.numpy_weights(0))
         v1 = publish_numpy(pub, 9)
         sub = c.subscriber("m")

@@ -184,6 +184,47 @@ def test_a_synchronous_send_waits_for_workers_and_names_the_late(sender):
         rx.shutdown()
 
 
+def test_one_session_per_worker_acknowledges_exactly(sender):
+    """A worker holds one broker session, whose subscription counts a
+    version for send() only once the worker acknowledged it (applied)."""
+    rx = receiver_of(sender, net(2), background=False)
+    rx.connect()
+    try:
+        models = {m.name: m for m in sender._end.client.models()}
+        assert models["policy"].subscribers == 1
+        step(sender.trainer, 3.0)
+        v = sender.send_async()
+        with rx._end.sub.wait(after=v - 1, timeout=WAIT_S):
+            pass                                # taken, not applied
+        with pytest.raises(TimeoutError):
+            sender.wait_async(timeout=0.3)
+        assert rx.receive(timeout=WAIT_S) is not None      # applies, then acks
+        sender.wait_async(timeout=WAIT_S)
+        assert torch.all(rx.model[0].weight == 3.0)
+    finally:
+        rx.shutdown()
+
+
+def test_send_follows_a_killed_and_restarted_broker(sender, broker):
+    """kill -9 of the broker and a new one: the sender and the worker follow
+    it by themselves, and a synchronous send() returns once the worker
+    applied the new weights, through the new broker."""
+    rx = receiver_of(sender, net(2))            # with the background thread
+    rx.connect()
+    try:
+        assert same(rx.model, sender.trainer)
+        broker.kill()
+        broker.restart()
+        for value in (3.0, 4.0):
+            step(sender.trainer, value)
+            sender.send()
+            assert torch.all(rx.model[0].weight == value)   # applied on return
+        assert sender._end.client.reconnects == 1 and rx._end.client.reconnects == 1
+        assert rx.last_error is None or "went away" in str(rx.last_error)
+    finally:
+        rx.shutdown()
+
+
 def test_a_model_swapped_after_connect_gets_the_weights(sender):
     """TorchRL's workers set scheme.model to their collector's copy of the
     policy after connect(): that copy must hold the weights too."""

@@ -39,7 +39,8 @@ enum bench_scenario {
 	SC_SCALE     = 1u << 8,
 	SC_E2E       = 1u << 9,
 	SC_HOSTILE   = 1u << 10,
-	SC_ALL       = (1u << 11) - 1,
+	SC_PYTHON    = 1u << 11,
+	SC_ALL       = (1u << 12) - 1,
 };
 
 struct bench {
@@ -243,6 +244,9 @@ int bench_checksum(struct bench *b);
 int bench_e2e(struct bench *b);
 int bench_gpu(struct bench *b);
 int bench_hostile(struct bench *b);
+/* python: the Python binding against the C library, same run
+ * (tools/bench/python.c, tools/bench/python_bench.py). */
+int bench_python(struct bench *b);
 /* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
  * and 2 GiB, on 4 KiB and on huge pages (tools/bench_scale.c). */
 int bench_scale(struct bench *b);

@@ -23,6 +23,8 @@
  *              a GPU; WSYNC_BENCH_GPU_FAKE=1 runs them on the tests' fake)
  *   scale      publish, first publish, first acquire and end-to-end at 256
  *              MiB, 1 GiB, 2 GiB on 4 KiB and huge pages, vs memcpy
+ *   python     the Python binding against the C library: zero-copy views
+ *              to 4 collectors, load_into (tools/bench/python_bench.py)
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.
@@ -49,10 +51,11 @@ static const char usage_text[] =
 	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
 	"                       wake, sustained, peers, shard, checksum, e2e, scale,\n"
-	"                       gpu, hostile (default: all)\n"
+	"                       gpu, hostile, python (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the rows as JSON\n"
-	"  --python PATH        interpreter for the torch peers (default /usr/bin/python3)\n"
+	"  --python PATH        interpreter for the torch peers and the python scenario\n"
+	"                       (default /usr/bin/python3)\n"
 	"  --peers-script PATH  the peers script (default: tools/bench/torch_peers.py\n"
 	"                       of the source tree this program was built in, else\n"
 	"                       PREFIX/share/wsync/torch_peers.py of an installed one)\n"
@@ -74,6 +77,7 @@ static const struct {
 	{ "scale",     SC_SCALE,     bench_scale },
 	{ "gpu",       SC_GPU,       bench_gpu },
 	{ "hostile",   SC_HOSTILE,   bench_hostile },
+	{ "python",    SC_PYTHON,    bench_python },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

@@ -28,10 +28,10 @@ except ImportError as _e:
         name="numpy") from None
 
 from ._lib import ALIGN, MAX_DIMS, MAX_VIEWS, NAME_MAX, lib as _libwsync
-from ._errors import (BusyError, ChecksumError, ClosedError, DroppedError, LayoutError,
-                      NoBrokerError, NoCudaError, NoDataError, NoDeviceError,
-                      NotConnectedError, PermissionDeniedError, RemovedError, WsyncError,
-                      WsyncTimeoutError)
+from ._errors import (BrokerRestartedError, BusyError, ChecksumError, ClosedError,
+                      DroppedError, LayoutError, NoBrokerError, NoCudaError, NoDataError,
+                      NoDeviceError, NotConnectedError, PermissionDeniedError, RemovedError,
+                      WsyncError, WsyncTimeoutError)
 from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersion, ModelRef,
                     ModelStatus, PartSpec, Publisher, Slab, Subscriber, TensorSpec, View, connect,
                     default_endpoint)
@@ -48,7 +48,7 @@ __all__ = [
     "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "PartSpec", "ReadOnlyError",
     "ReadOnlyTensor", "NoDeviceError", "NoCudaError", "DeviceArray", "DeviceSlab",
     "DeviceView", "gpu_uuid", "gpu_ordinal", "NoBrokerError", "PermissionDeniedError",
-    "ChecksumError", "DroppedError",
+    "ChecksumError", "DroppedError", "BrokerRestartedError",
 ]
 
 

@@ -3,13 +3,17 @@
 Ownership mirrors the C library: a View keeps its Subscriber alive, a
 Subscriber or Publisher its Client, and every array handed out keeps its View
 or Slab alive. So the garbage collector never releases or unmaps memory an
-array still points at, and nothing else unmaps it either: closing a handle
-frees its C handle only once no View or Slab object of it is left (see
-_Handle). View.release() (and leaving its `with` block) lets the slab be
-rewritten once no array of the view is alive (until then the library's view
-stays held, so an array never shows a later version). See docs/PYTHON.md.
+array still points at, and nothing else unmaps it either: a C handle is
+freed only once no View or Slab taken from it is left (see _handle).
+View.release() (and leaving its `with` block) lets the slab be rewritten
+once no array of the view is alive (until then the library's view stays
+held, so an array never shows a later version). A client that follows a
+restarted broker (reconnect=True) moves its publishers and subscribers to
+the new connection; views of the old one keep it until they are released
+(see _reconnect). See docs/PYTHON.md.
 """
 import ctypes
+import errno as _errno
 import math
 import numbers
 import operator
@@ -24,14 +28,14 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _dtypes, _gpu, _module, _shard
-from ._errors import ClosedError, WsyncError, check, connect_error_from_rc, error_from_rc
+from . import _dtypes, _gpu, _module, _reconnect, _shard, _views
+from ._errors import (ClosedError, NotConnectedError, WsyncError, WsyncTimeoutError, check,
+                      error_from_rc)
 from ._gpu import DeviceSlab, DeviceView
 from ._ends import SlabLife, ViewLife
+from ._handle import Handle, no_pickle as _no_pickle
 from ._lib import (DEV_HOST_MIRROR, FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView,
                    ModelInfo, ModelOpts, Shard, Slice, TensorDesc, lib)
-
-import errno as _errno
 
 # Long waits are cut into slices of this length so that Python signal
 # handlers (Ctrl-C) run and close() from another thread is noticed. Each
@@ -51,18 +55,6 @@ LatestVersion.__doc__ = """The newest version of a model (Subscriber.latest())."
 TensorSpec = namedtuple("TensorSpec", "name dtype shape offset nbytes")
 TensorSpec.__doc__ = """One tensor of a model's layout: name, dtype ("f32", ...),
 shape (a tuple), byte offset in the slab and size in bytes."""
-
-# Bumped in a forked child: handles of the parent must not be used there (the
-# child shares the parent's broker session; touching it would corrupt it).
-_fork_gen = [0]
-
-
-def _after_fork_in_child():
-    _fork_gen[0] += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _enc(s, what):
@@ -120,119 +112,6 @@ def _timeout_ns(t):
     return FOREVER if t is None else min(int(t * 1e9), 2**63 - 1)
 
 
-def _no_pickle(what):
-    raise TypeError("wsync: a %s cannot be pickled or sent to another process: "
-                    "connect in the child (pass wsync.ModelRef(endpoint, model), "
-                    "e.g. from .ref(), and call its connect())" % what)
-
-
-class _Handle:
-    """Calls in flight, closing and the order of frees.
-
-    close() stops new calls and waits for those in flight (a sliced wait
-    notices within a slice and raises ClosedError). The C handle is freed
-    only when nothing depends on it any more: a client pins it for each
-    open publisher or subscriber, a subscriber for each View object alive, a
-    publisher for each Slab object with arrays alive.
-    So finalizers may run in any order (the garbage collector breaking a
-    reference cycle, interpreter exit) and a C handle is never used after
-    its parent was freed. Finalizers take only reentrant locks and use
-    nothing that interpreter shutdown clears (the library is a class
-    attribute); a handle of the parent of a fork() is never touched."""
-
-    _what = "handle"
-    _lib = lib
-    _gens = _fork_gen
-
-    def _init_handle(self, parent=None):
-        self._cond = threading.Condition(threading.RLock())
-        self._busy = 0
-        self._closed = False      # no new calls
-        self._freed = False       # the C handle is gone (or never was)
-        self._pins = 0            # dependents whose C resources need ours
-        self._parent = parent     # pinned by us while our C handle lives
-        self._gen = _fork_gen[0]
-
-    def _enter(self):
-        with self._cond:
-            if self._closed:
-                raise ClosedError("wsync: %s is closed" % self._what)
-            if self._gen != self._gens[0]:
-                raise ClosedError("wsync: %s belongs to the parent process; connect anew "
-                                  "after fork()" % self._what)
-            self._busy += 1
-
-    def _leave(self):
-        with self._cond:
-            self._busy -= 1
-            if not self._busy:
-                self._cond.notify_all()
-
-    def _mark_closed(self):
-        """True if this call closes the handle; waits for calls in flight."""
-        with self._cond:
-            if self._closed:
-                return False
-            self._closed = True
-            while self._busy:
-                self._cond.wait()
-            return True
-
-    def _adopted(self, ptr):
-        """Our C handle exists now: hold our parent's."""
-        self._ptr = ptr
-        if self._parent is not None:
-            self._parent._pin()
-
-    def _pin(self):
-        with self._cond:
-            self._pins += 1
-
-    def _unpin(self):
-        with self._cond:
-            self._pins -= 1
-        self._free_if_done()
-
-    def _free_if_done(self):
-        """Frees the C handle once closed and nothing depends on it, then
-        lets go of the parent's."""
-        with self._cond:
-            if not self._closed or self._freed or self._pins > 0:
-                return
-            self._freed = True
-            ptr, self._ptr = self._ptr, None
-        if ptr is not None and self._gen == self._gens[0]:
-            self._c_free(ptr)
-        if ptr is not None and self._parent is not None:
-            self._parent._unpin()
-
-    def _c_free(self, ptr):
-        raise NotImplementedError
-
-    @property
-    def closed(self):
-        return self._closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __reduce__(self):
-        _no_pickle(self._what)
-
-    def __del__(self):
-        # Never waits: a call in flight (impossible for an object nobody
-        # references, but daemon threads at exit are odd) leaves it open.
-        try:
-            if not getattr(self, "_closed", True) and not self._busy:
-                self.close()
-        except Exception:
-            pass
-
-
 def _sliced(handle, call, timeout, retry_rc):
     """Calls call(timeout_ns) in slices until it returns something other than
     retry_rc or the timeout is used up; returns the last return code."""
@@ -256,6 +135,15 @@ def _sliced(handle, call, timeout, retry_rc):
             return rc
         if handle._closed:
             raise ClosedError("wsync: %s was closed while waiting" % handle._what)
+
+
+def _left(deadline):
+    """Seconds to deadline (a time.monotonic() value; None: forever)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _deadline(t):
+    return None if t is None else time.monotonic() + t
 
 
 _LIB_WITHIN = re.compile(r"within -?\d+ [nm]s")
@@ -323,118 +211,55 @@ def _make_descs(tensors):
     return arr
 
 
-def _raw(owner, base, nbytes):
-    """The owner's (View or Slab) memory as a ctypes array, made once and
-    kept while any array made from it lives.
-
-    The ctypes array references its owner, and every numpy array or torch
-    tensor made from it keeps the ctypes array alive (numpy through its
-    memoryview): an array alive means its owner alive, so the garbage
-    collector never releases a view under an array. The owner keeps only a
-    weak reference back, so there is no cycle: a view nobody uses is
-    released as soon as its last reference goes."""
-    raw = owner._rawref() if owner._rawref is not None else None
-    if raw is None:
-        raw = (ctypes.c_char * nbytes).from_address(base)
-        raw._wsync_owner = owner
-        owner._rawref = weakref.ref(raw, _raw_gone_cb(owner))
-    return raw
-
-
-def _raw_gone_cb(owner):
-    """A weakref callback telling owner (if it has _arrays_gone) that its
-    last array is gone, without keeping owner alive."""
-    if not hasattr(owner, "_arrays_gone"):
-        return None
-    wo = weakref.ref(owner)
-
-    def gone(_ref):
-        o = wo()
-        if o is not None:
-            try:
-                o._arrays_gone()
-            except Exception:
-                pass
-    return gone
-
-
-def _has_arrays(owner):
-    """True while an array made by _raw for owner is alive."""
-    return owner._rawref is not None and owner._rawref() is not None
-
-
-def _rw(raw):
-    return memoryview(raw).cast("B")
-
-
-def _ro(raw):
-    return memoryview(raw).cast("B").toreadonly()
-
-
-def _np_view(buf, spec, np_dtype=None):
-    dt = np_dtype if np_dtype is not None else _dtypes.NUMPY[_dtypes.CODE[spec.dtype]]
-    count = spec.nbytes // dt.itemsize
-    return np.frombuffer(buf, dtype=dt, count=count, offset=spec.offset).reshape(spec.shape)
-
-
-def _torch_view(buf, spec):
-    """A torch tensor over tensor spec: the dtype's own where this torch has
-    it, uint8 raw bits for an 8-bit float where it has none, a TypeError
-    for u16/u32/u64 where it has none (see _dtypes)."""
-    import torch
-    code = _dtypes.CODE[spec.dtype]
-    if code == _dtypes.BF16:
-        arr = _np_view(buf, spec, np.dtype(np.int16))
-        return torch.from_numpy(arr).view(torch.bfloat16)
-    if code in _dtypes.NEWER_TORCH:
-        if not _dtypes.torch_has(code):
-            if code in _dtypes.RAW_BITS:
-                return torch.from_numpy(_np_view(buf, spec))
-            _dtypes.torch_dtype(code, spec.name)        # raises, naming the version
-        # torch.from_numpy takes no float8 (nor, before 2.3, an unsigned type
-        # but uint8): reinterpret an integer tensor of the same size
-        bits = np.dtype("u1") if code in _dtypes.RAW_BITS else \
-            np.dtype("i%d" % _dtypes.ITEMSIZE[code])
-        return torch.from_numpy(_np_view(buf, spec, bits)).view(_dtypes.torch_dtype(code))
-    return torch.from_numpy(_np_view(buf, spec))
-
-
-_read_only = []          # _torch.read_only, imported on first use (it imports torch)
-
-
-def _torch_ro_view(view, buf, spec):
-    """A ReadOnlyTensor over tensor spec of view (see _torch.py)."""
-    if not _read_only:
-        from ._torch import read_only
-        _read_only.append(read_only)
-    base = view._c.base
-    return _read_only[0](_torch_view(buf, spec), view, base, base + view._c.bytes)
+_raw = _views.raw
+_rw = _views.rw
+_ro = _views.ro
+_np_view = _views.np_view
+_torch_view = _views.torch_view
+_has_arrays = _views.has_arrays
 
 
 # ---- client -----------------------------------------------------------------
 
+_DEFAULT = object()      # _recover: the client's reconnect_timeout
+_MAX_MOVES = 8           # reconnects one call makes at most
 
-class Client(_Handle):
-    """A connection to a broker. Use as a context manager or call close()."""
+
+class Client(Handle):
+    """A connection to a broker. Use as a context manager or call close().
+
+    With reconnect=True (the default) it follows a broker that restarts:
+    a call that finds the broker gone connects again (within its own
+    timeout, or reconnect_timeout for calls without one), and publishers
+    and subscribers reopen themselves on the new connection; see
+    docs/PYTHON.md, "When the broker restarts"."""
 
     _what = "client"
+    _free_name = "wsync_close"
 
-    def __init__(self, endpoint=None, name=None):
+    def __init__(self, endpoint=None, name=None, timeout=0, reconnect=True,
+                 reconnect_timeout=10.0):
         self._init_handle()
-        self._ptr = None
         self._children = weakref.WeakSet()
-        bend = _enc(endpoint, "endpoint")
-        ptr = ctypes.c_void_p()
-        rc = lib.wsync_connect(bend, _enc(name, "client name"), ctypes.byref(ptr))
-        if rc < 0:
-            self._closed = self._freed = True
-            raise connect_error_from_rc(rc)
-        self._adopted(ptr.value)
+        self._bend = _enc(endpoint, "endpoint")
+        self._bname = _enc(name, "client name")
+        t = _timeout_s(timeout)
+        if not isinstance(reconnect, bool):
+            raise TypeError("wsync: reconnect must be True or False, not %s"
+                            % type(reconnect).__name__)
         self.endpoint = endpoint
         self.name = name
-
-    def _c_free(self, ptr):
-        self._lib.wsync_close(ptr)
+        self.reconnect = reconnect
+        self.reconnect_timeout = _timeout_s(reconnect_timeout)
+        self.reconnects = 0               # how often it followed a restart
+        self._relock = threading.Lock()   # one thread reconnects at a time
+        self._watch_stop = None
+        try:
+            ptr = _reconnect.first_connect(self._bend, self._bname, t)
+        except BaseException:
+            self._closed = True
+            raise
+        self._cell = self._new_cell(ptr, None, lib)
 
     def ref(self, model: str) -> "ModelRef":
         """A picklable ModelRef(endpoint, model) to connect to this broker
@@ -446,23 +271,114 @@ class Client(_Handle):
         return "<wsync.Client %s%s>" % (self.endpoint or "(default)",
                                        " closed" if self._closed else "")
 
+    # -- following a restarted broker (see _reconnect) --
+
+    def _reconnect_deadline(self):
+        t = self.reconnect_timeout
+        return None if t is None else time.monotonic() + t
+
+    def _reconnect(self, seen, deadline):
+        """A call on connection seen (a cell of ours) found the broker gone:
+        moves this client to a new connection, waiting for a broker until
+        deadline (None: forever). True once the client is on a newer
+        connection than seen (by this call or another thread's), False if
+        no broker answered in time."""
+        if self._cell is not seen:
+            return True
+        left = _left(deadline)
+        if not self._relock.acquire(timeout=-1 if left is None else left):
+            return self._cell is not seen
+        try:
+            if self._cell is not seen:
+                return True
+            if self._closed:
+                raise ClosedError("wsync: client is closed")
+            ptr = _reconnect.connect_ptr(self._bend, self._bname, deadline,
+                                         lambda: self._closed)
+            if ptr is None:
+                return False
+            with self._lock:
+                if self._closed:
+                    lib.wsync_close(ptr)
+                    raise ClosedError("wsync: client is closed")
+                new = self._new_cell(ptr, None, lib)
+                old, self._cell = self._cell, new
+                self.reconnects += 1
+            old.retire()
+        finally:
+            self._relock.release()
+        _reconnect.log.warning("wsync: client %r: the broker at %s went away; connected "
+                               "to the broker there again (reconnect %d)",
+                               self.name or "", _reconnect.endpoint_text(self._bend),
+                               self.reconnects)
+        for k in list(self._children):
+            if isinstance(k, Subscriber) and k._notify is not None:
+                try:
+                    k._follow_now()
+                except Exception as e:      # its next call tries again
+                    _reconnect.log.warning("wsync: subscriber %r did not reopen: %s",
+                                           k.model, e)
+        return True
+
+    def _recover(self, cell, rc, deadline=_DEFAULT, err=None):
+        """After rc < 0 from a call of this client on cell: the cell to try
+        again on (held by the call instead of cell) once it reconnected,
+        if rc is -ENOTCONN and it follows restarts; else raises the error."""
+        if err is None:
+            err = error_from_rc(rc)
+        if rc != -_errno.ENOTCONN or not self.reconnect:
+            raise err
+        if deadline is _DEFAULT:
+            deadline = self._reconnect_deadline()
+        if not self._reconnect(cell, deadline):
+            raise _reconnect.unreached(err, self, self.reconnect_timeout)
+        with self._lock:
+            new = self._cell
+            new.uses += 1
+        cell.unuse()
+        return new
+
+    def _watch(self):
+        """Starts the watcher thread (once): for fileno() users."""
+        with self._lock:
+            if self._watch_stop is None and self.reconnect and not self._closed:
+                self._watch_stop = _reconnect.start_watcher(self)
+
+    def _watch_once(self):
+        cell = self._enter()
+        try:
+            n = ctypes.c_size_t()
+            rc = lib.wsync_models(cell.ptr, None, 0, ctypes.byref(n))
+            if rc == -_errno.ENOTCONN:
+                self._reconnect(cell, time.monotonic() + _SLICE_S)
+        finally:
+            self._leave(cell)
+
+    # -- calls --
+
     def models(self) -> List[ModelStatus]:
         """The broker's models as a list of ModelStatus, read from its
         control segment (no round trip). Names merely subscribed to are
         listed with published=False."""
-        self._enter()
+        cell = self._enter()
         try:
             n = ctypes.c_size_t()
-            check(lib.wsync_models(self._ptr, None, 0, ctypes.byref(n)))
-            cap = n.value + 8
-            infos = (ModelInfo * cap)()
-            check(lib.wsync_models(self._ptr, infos, cap, ctypes.byref(n)))
+            for _ in range(_MAX_MOVES):
+                rc = lib.wsync_models(cell.ptr, None, 0, ctypes.byref(n))
+                if rc == 0:
+                    cap = n.value + 8
+                    infos = (ModelInfo * cap)()
+                    rc = lib.wsync_models(cell.ptr, infos, cap, ctypes.byref(n))
+                    if rc == 0:
+                        break
+                cell = self._recover(cell, rc)
+            check(rc)
             return [ModelStatus(i.name.decode("utf-8", "replace"), bool(i.published),
                                 i.version, i.step, i.published_ns, i.n_tensors, i.n_slots,
                                 i.bytes, i.publishers, i.subscribers)
                     for i in infos[:min(n.value, cap)]]
         finally:
-            self._leave()
+            self._leave(cell)
 
     def delete(self, model: str) -> None:
         """Deletes a model that has no publisher (BusyError names it
@@ -470,11 +386,16 @@ class Client(_Handle):
         RemovedError from then on; views they hold stay valid until released.
         The name can be published again, at versions above the old ones."""
         name = _enc(_model_name(model), "model")
-        self._enter()
+        cell = self._enter()
         try:
-            check(lib.wsync_model_delete(self._ptr, name))
+            for _ in range(_MAX_MOVES):
+                rc = lib.wsync_model_delete(cell.ptr, name)
+                if rc == 0:
+                    return
+                cell = self._recover(cell, rc)
+            check(rc)
         finally:
-            self._leave()
+            self._leave(cell)
 
     def publisher(self, model: str, tensors: Any, slots: int = 0, guard: bool = False,
                   flags: int = 0, replace: bool = False, checksum: bool = False,
@@ -582,13 +503,16 @@ class Client(_Handle):
         this client is gone (see Subscriber.close). Idempotent."""
         if not self._mark_closed():
             return
+        stop = self._watch_stop
+        if stop is not None:
+            stop.set()
         kids = list(self._children)
         for k in kids:
             if isinstance(k, Publisher):
                 k.close()
         for k in kids:
             k.close()
-        self._free_if_done()
+        self._retire()
 
 
 PUB_UNGUARDED = 1 << 0      # enum wsync_model_flags (the default)
@@ -669,9 +593,10 @@ class ModelRef(namedtuple("ModelRef", "endpoint model")):
 
     __slots__ = ()
 
-    def connect(self, name=None):
-        """A new Client to this broker (close it, or use it in `with`)."""
-        return Client(self.endpoint, name)
+    def connect(self, name=None, **kwargs):
+        """A new Client to this broker (close it, or use it in `with`);
+        kwargs as for wsync.connect (timeout, reconnect, ...)."""
+        return Client(self.endpoint, name, **kwargs)
 
     def subscriber(self, client):
         """client.subscriber(model)."""
@@ -686,12 +611,136 @@ def default_endpoint() -> str:
     return buf.value.decode()
 
 
-def connect(endpoint: Optional[str] = None, name: Optional[str] = None) -> "Client":
+def connect(endpoint: Optional[str] = None, name: Optional[str] = None, *,
+            timeout: Optional[float] = 0, reconnect: bool = True,
+            reconnect_timeout: Optional[float] = 10.0) -> "Client":
     """Connects to a broker: endpoint is a socket path (contains a '/'), an
     instance name ("default", "lab"), or None for $WSYNC_ENDPOINT, else the
     default broker. name is shown by monitoring tools and in BusyError
-    messages. Returns a Client (a context manager)."""
-    return Client(endpoint, name)
+    messages. Returns a Client (a context manager).
+
+    timeout: how long to wait for a broker that is not up yet (seconds;
+    None: forever; 0, the default: NoBrokerError at once). A
+    NoBrokerError that is also a TimeoutError when none came in time.
+
+    reconnect: follow a broker that restarts (True, the default): calls
+    that find it gone connect again and go on, views taken before stay
+    valid until released; with False, every call after a restart raises
+    BrokerRestartedError (a NotConnectedError) and the caller connects
+    again. reconnect_timeout: how long a call without a timeout of its own
+    (acquire, latest, models, publish without timeout, ...) waits for the
+    broker to come back (None: forever); waits and begin use their own."""
+    return Client(endpoint, name, timeout, reconnect, reconnect_timeout)
+
+
+
+# ---- publishers and subscribers: opened on a client's connection ------------
+
+
+class _Child(Handle):
+    """A Publisher or Subscriber: its C handle is opened on its client's
+    current connection, and opened again on the next one when the client
+    follows a restarted broker (_follow)."""
+
+    def _init_child(self, client):
+        self._init_handle(client)
+        self.client = client
+        self._follow_lock = threading.Lock()
+        self.moves = 0            # connections it followed the client to
+
+    def _open_cell(self, open_fn):
+        """Our first cell: open_fn(client ptr, out) on the client's
+        connection, following a restart (reconnect_timeout)."""
+        client = self.client
+        ccell = client._enter()
+        try:
+            for _ in range(_MAX_MOVES):
+                ptr = ctypes.c_void_p()
+                rc = open_fn(ccell.ptr, ctypes.byref(ptr))
+                if rc >= 0:
+                    self._cell = self._new_cell(ptr.value, ccell, lib)
+                    return
+                ccell = client._recover(ccell, rc)
+            check(rc)
+        finally:
+            client._leave(ccell)
+
+    def _call(self):
+        """_enter(), moved to the client's current connection first if the
+        client followed a restart since our last call."""
+        cell = self._enter()
+        if cell.parent is not self.client._cell:
+            try:
+                cell = self._follow(cell)
+            except BaseException:
+                self._leave(cell)
+                raise
+        return cell
+
+    def _follow(self, cell):
+        """Reopens this handle on the client's current connection unless it
+        is there already; cell is the one the calling call holds. Returns
+        the cell the call holds now (the old one is released by it)."""
+        with self._follow_lock:
+            cur = self._cell
+            client = self.client
+            if cur.parent is not client._cell:
+                ccell = client._enter()
+                try:
+                    new = self._new_cell(self._reopen(ccell), ccell, lib)
+                finally:
+                    client._leave(ccell)
+                try:
+                    self._moved(cur, new)
+                except BaseException:
+                    new.retire()
+                    raise
+                self._take_cell(new)
+                self.moves += 1
+            with self._lock:
+                new = self._cell
+                new.uses += 1
+        cell.unuse()
+        return new
+
+    def _follow_now(self):
+        cell = self._enter()
+        try:
+            cell = self._follow(cell)
+        finally:
+            self._leave(cell)
+
+    def _recover(self, cell, rc, deadline=_DEFAULT, t=None, on_timeout=None):
+        """After rc < 0 from a call on cell: if it is -ENOTCONN and the
+        client follows restarts, reconnects (waiting for a broker until
+        deadline, t seconds after the call began: None forever; by default
+        the client's reconnect_timeout) and reopens this handle; returns
+        the cell to try again on, held by the call instead of cell. Else
+        raises the library's error for rc (read at once). If no broker
+        answers in time: on_timeout(err) if given, else err saying so."""
+        err = error_from_rc(rc)
+        client = self.client
+        if rc != -_errno.ENOTCONN or not client.reconnect:
+            raise err
+        if deadline is _DEFAULT:
+            deadline, t = client._reconnect_deadline(), client.reconnect_timeout
+        seen = cell.parent
+        for _ in range(_MAX_MOVES):
+            if not client._reconnect(seen, deadline):
+                if on_timeout is not None:
+                    raise on_timeout(err)
+                raise _reconnect.unreached(err, client, t)
+            try:
+                return self._follow(cell)
+            except NotConnectedError as e:     # the new broker went away too
+                err, seen = e, client._cell
+        raise err
+
+    def _reopen(self, ccell):
+        raise NotImplementedError
+
+    def _moved(self, old, new):
+        """Hook: what must follow the handle to cell new (before it is used)."""
 
 
 # ---- publisher --------------------------------------------------------------
@@ -699,17 +748,15 @@ def connect(endpoint: Optional[str] = None, name: Optional[str] = None) -> "Clie
 _ABORT = object()      # Publisher._finish without a step
 
 
-
-class Publisher(_Handle):
+class Publisher(_Child):
     """The only writer of one model. Drive it from one thread at a time
     (calls are serialised by a lock)."""
 
     _what = "publisher"
+    _free_name = "wsync_pub_close"
 
     def __init__(self, client, model, descs, opts, parts=None, devices=()):
-        self._init_handle(client)
-        self._ptr = None
-        self.client = client
+        self._init_child(client)
         self.model = model
         self.slots = opts.slots
         self.flags = opts.flags
@@ -720,39 +767,56 @@ class Publisher(_Handle):
         self._layout_final = False
         self._drive = threading.RLock()
         self._srcs = None          # the source pointer array of copy_from, reused
+        self._async_cell = None    # the connection of the last commit_async
         self.parts = None if parts is None else parts[1]   # PartSpec of a group rank
         self.rank = opts.rank if parts is not None else None
         self.world = opts.group_size if parts is not None else None
-        ptr = ctypes.c_void_p()
-        client._enter()
+        # what opening it again after a broker restart takes
+        self._bname = _enc(_model_name(model), "model")
+        self._descs, self._opts = descs, opts
+        self._cparts = None if parts is None else parts[0]
         try:
-            bname = _enc(_model_name(model), "model")
-            if parts is None:
-                rc = lib.wsync_pub_open(client._ptr, bname, descs, len(descs),
-                                        ctypes.byref(opts), ctypes.byref(ptr))
-            else:
-                rc = lib.wsync_pub_open_shard(client._ptr, bname, descs, len(descs),
-                                              ctypes.byref(opts), parts[0], len(parts[1]),
-                                              ctypes.byref(ptr))
-            if rc < 0:
-                self._closed = self._freed = True
-                raise error_from_rc(rc)
-            self._adopted(ptr.value)
-            client._adopt(self)
-        finally:
-            client._leave()
+            self._open_cell(self._open)
+        except BaseException:
+            self._closed = True
+            raise
+        client._adopt(self)
 
-    def _c_free(self, ptr):
-        self._lib.wsync_pub_close(ptr)
+    def _open(self, cptr, out):
+        if self._cparts is None:
+            return lib.wsync_pub_open(cptr, self._bname, self._descs, len(self._descs),
+                                      ctypes.byref(self._opts), out)
+        return lib.wsync_pub_open_shard(cptr, self._bname, self._descs, len(self._descs),
+                                        ctypes.byref(self._opts), self._cparts,
+                                        len(self.parts), out)
+
+    def _reopen(self, ccell):
+        if self.devices:
+            raise NotConnectedError(_errno.ENOTCONN, "not connected",
+                                    "model '%s' lives on GPUs: a device model's publisher "
+                                    "is not opened again on a restarted broker; close it "
+                                    "and open a new one" % self.model)
+        ptr = ctypes.c_void_p()
+        rc = self._open(ccell.ptr, ctypes.byref(ptr))
+        if rc < 0:
+            raise error_from_rc(rc)
+        return ptr.value
+
+    def _moved(self, old, new):
+        slab = self._slab
+        if slab is not None and slab._cell is old:
+            # begun on the connection that is gone: its commit fails, once
+            slab._lost = True
+            self._slab = None
+
+    def ref(self):
+        """A picklable ModelRef to this model (see Client.ref)."""
+        return self.client.ref(self.model)
 
     @property
     def guarded(self):
         """True if this publisher was opened with guard=True."""
         return bool(self.flags & PUB_GUARDED)
-
-    def ref(self):
-        """A picklable ModelRef to this model (see Client.ref)."""
-        return self.client.ref(self.model)
 
     def __repr__(self):
         return "<wsync.Publisher %r%s>" % (self.model, " closed" if self._closed else "")
@@ -766,30 +830,39 @@ class Publisher(_Handle):
         """Grants a writable Slab for the next version. Waits up to timeout
         seconds (None: forever) while readers hold every slot, then raises
         BusyError naming the holders. The slab's previous contents are
-        unspecified: write every tensor."""
+        unspecified: write every tensor. On a client that follows
+        restarts, a broker that went away is waited for within timeout."""
         return self._begin(timeout, CSlab,
-                           lambda ns, cs: lib.wsync_pub_begin(self._ptr, ns, ctypes.byref(cs)),
-                           lambda cs: Slab(self, cs), check)
+                           lambda ptr, ns, cs: lib.wsync_pub_begin(ptr, ns, ctypes.byref(cs)),
+                           lambda cs, cell: Slab(self, cs, cell), check, True)
 
-    def _begin(self, timeout, ctype, call, make, checker):
+    def _begin(self, timeout, ctype, call, make, checker, follow):
         t = _timeout_s(timeout)
-        self._enter()
+        deadline = _deadline(t)
+        cell = self._call()
         try:
             with self._drive:
-                if self._slab is not None:
-                    raise WsyncError(_errno.EALREADY, "a slab is already begun",
-                                     "model '%s': commit or abort the begun slab first"
-                                     % self.model)
                 cs = ctype()
-                checker(_sliced(self, lambda ns: call(ns, cs), t, -_errno.EBUSY))
+                for _ in range(_MAX_MOVES):
+                    if self._slab is not None:
+                        raise WsyncError(_errno.EALREADY, "a slab is already begun",
+                                         "model '%s': commit or abort the begun slab first"
+                                         % self.model)
+                    c = cell
+                    rc = _sliced(self, lambda ns: call(c.ptr, ns, cs),
+                                 None if t is None else _left(deadline), -_errno.EBUSY)
+                    if rc != -_errno.ENOTCONN or not follow:
+                        break
+                    cell = self._recover(cell, rc, deadline, t)
+                checker(rc)
                 if not self._layout_final:
                     self._layout = _read_layout(cs.tensors, cs.n_tensors)
                     self._layout_final = True
-                slab = make(cs)
+                slab = make(cs, cell)
                 self._slab = slab
                 return slab
         finally:
-            self._leave()
+            self._leave(cell)
 
     def begin_gpu(self, device: Any, timeout: Optional[float] = None) -> DeviceSlab:
         """Grants a DeviceSlab for the next version: its memory on device
@@ -847,48 +920,70 @@ class Publisher(_Handle):
         step = _uint(step, "step")
         threads = _uint(threads, "threads", 32)
         src = _module.state_of(weights)
-        with self.begin(timeout) as slab:
-            if self.parts is not None:
-                slab.copy_parts(_shard.sources(self, src))   # a publisher_shard rank
-            else:
-                slab.copy_from(src, threads)
-            return commit(slab, step)
+        for attempt in range(3):
+            try:
+                with self.begin(timeout) as slab:
+                    if self.parts is not None:
+                        slab.copy_parts(_shard.sources(self, src))   # a publisher_shard rank
+                    else:
+                        slab.copy_from(src, threads)
+                    return commit(slab, step)
+            except NotConnectedError:
+                # the broker went away between begin and commit: the next
+                # begin follows it (the weights are still the caller's)
+                if not self.client.reconnect or self._closed or attempt == 2:
+                    raise
+
 
     def wait_readers(self, version: int, timeout: Optional[float] = None, n: int = 0) -> int:
         """Waits until n subscribers (0: every current one) have acquired
         version or a newer one; returns how many have. TimeoutError on time,
         naming the subscribers behind; a subscriber that exits stops
         counting. The synchronous mode of weight updates: publish, then
-        wait_readers(version)."""
+        wait_readers(version). Subscribers that acknowledge explicitly
+        (Subscriber.set_ack) count once they ack()."""
         version = _uint(version, "version")
         n = _uint(n, "n", 32)
         t = _timeout_s(timeout)
-        self._enter()
+        deadline = _deadline(t)
+        cell = self._call()
         try:
             have = ctypes.c_uint32()
-            ns = FOREVER if t is None else int(t * 1e9)
-            rc = lib.wsync_pub_wait_readers(self._ptr, version, n, ns, ctypes.byref(have))
+            for _ in range(_MAX_MOVES):
+                ns = FOREVER if t is None else int(_left(deadline) * 1e9)
+                rc = lib.wsync_pub_wait_readers(cell.ptr, version, n, ns, ctypes.byref(have))
+                if rc >= 0:
+                    break
+                cell = self._recover(cell, rc, deadline, t)
             check(rc)
             return have.value
         finally:
-            self._leave()
+            self._leave(cell)
 
     def wait_commit(self, timeout: Optional[float] = None) -> int:
         """Waits for the broker's confirmation of the last commit_async();
         returns its version. TimeoutError on time; WsyncError(ENOENT) if no
-        commit is outstanding."""
+        commit is outstanding; NotConnectedError if the broker went away
+        before it confirmed (a restarted broker has the version if it was
+        visible when the broker died)."""
         t = _timeout_s(timeout)
-        self._enter()
+        cell = self._enter()
         try:
             with self._drive:
+                if self._async_cell is not None and self._async_cell is not cell:
+                    self._async_cell = None
+                    raise NotConnectedError(_errno.ENOTCONN, "not connected",
+                                            "model '%s': the broker went away before it "
+                                            "confirmed the last commit_async" % self.model)
                 v = ctypes.c_uint64()
                 rc = _sliced(self, lambda ns: lib.wsync_pub_wait_commit(
-                    self._ptr, ns, ctypes.byref(v)), t, -_errno.ETIMEDOUT)
+                    cell.ptr, ns, ctypes.byref(v)), t, -_errno.ETIMEDOUT)
                 if rc < 0:
                     raise _fail(rc, t, "model '%s': no commit confirmation" % self.model)
+                self._async_cell = None
                 return v.value
         finally:
-            self._leave()
+            self._leave(cell)
 
     def _check_names(self, src):
         """KeyError unless mapping src holds exactly the model's tensors."""
@@ -908,17 +1003,29 @@ class Publisher(_Handle):
     def _finish(self, slab, call, step=_ABORT):
         if step is not _ABORT:
             step = _uint(step, "step")
-        self._enter()
+        cell = self._call()           # moves with the client: the slab may be lost
         try:
             with self._drive:
+                if slab._lost:
+                    # begun on a connection to a broker that went away
+                    slab._lost = False
+                    slab._retire()
+                    if step is _ABORT:
+                        return None
+                    raise NotConnectedError(
+                        _errno.ENOTCONN, "not connected",
+                        "model '%s': the broker went away while this slab was begun; the "
+                        "publisher is on a new connection now: begin again (this slab "
+                        "was not published)" % self.model)
                 if slab._done or self._slab is not slab:
                     raise ClosedError("wsync: this slab was already committed or aborted")
+                ptr = slab._cell.ptr
                 if step is _ABORT:
-                    rc = call(self._ptr)
+                    rc = call(ptr)
                     v = None
                 else:
                     out = ctypes.c_uint64()
-                    rc = call(self._ptr, step, ctypes.byref(out))
+                    rc = call(ptr, step, ctypes.byref(out))
                     v = out.value
                 # Success or failure, the library no longer treats the slab
                 # as begun (a failed commit drops it; it is read-only again).
@@ -927,9 +1034,11 @@ class Publisher(_Handle):
                 self._slab = None
                 if err is not None:
                     raise err
+                if call is lib.wsync_pub_commit_async:
+                    self._async_cell = slab._cell
                 return v
         finally:
-            self._leave()
+            self._leave(cell)
 
     def close(self):
         """Aborts a begun slab, if any, and stops publishing: no more
@@ -943,10 +1052,12 @@ class Publisher(_Handle):
             if slab._device and self._gen == self._gens[0]:
                 slab._sync_copies()
             if (_has_arrays(slab) or slab._device) and self._gen == self._gens[0]:
-                self._lib.wsync_pub_abort(self._ptr)   # now; the mapping stays
+                lib_abort = self._lib_abort
+                lib_abort(slab._cell.ptr)   # now; the mapping stays
             slab._retire()
-        self._free_if_done()
+        self._retire()
 
+    _lib_abort = lib.wsync_pub_abort
 
 class Slab(SlabLife):
     """A writable slab for the next version, from Publisher.begin().
@@ -959,17 +1070,19 @@ class Slab(SlabLife):
     _device = False
     _what = "slab"
 
-    def __init__(self, pub, cs):
+    def __init__(self, pub, cs, cell):
         self.publisher = pub
         self._c = cs
+        self._cell = cell          # the publisher's connection it was begun on
+        self._lost = False         # that connection is gone (Publisher._moved)
         self._done = False
         self._rawref = None
         self._arrays = []          # weakrefs to numpy arrays handed out
         self.nbytes = cs.bytes
         self._by_name = {s.name: s for s in pub._layout}
         self.version = None        # set by commit / commit_async
-        self._pinned = True        # holds pub's C handle (mappings) while arrays live
-        pub._pin()
+        self._pinned = True        # uses the C publisher (mappings) while arrays live
+        cell.use()
 
     def __repr__(self):
         return "<wsync.Slab of %r %s>" % (self.publisher.model,
@@ -1122,13 +1235,13 @@ class Slab(SlabLife):
 
     def _copy_call(self, call):
         pub = self.publisher
-        pub._enter()
+        cell = pub._enter()
         try:
             if self._done:
                 raise ClosedError("wsync: slab already committed or aborted")
             check(call())
         finally:
-            pub._leave()
+            pub._leave(cell)
 
     def commit(self, step: int) -> int:
         """Publishes this slab as the newest version, stamped with step (an
@@ -1164,8 +1277,28 @@ class Slab(SlabLife):
         _no_pickle("slab")
 
 
+_PLAIN_TORCH = []       # (torch.Tensor, nn.Parameter, {dtype name: torch dtype}) once torch is in
+
+
+def _plain_torch():
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    dts = {_dtypes.NAME[c]: _dtypes.torch_dtype(c) for c in _dtypes.NAME if _dtypes.torch_has(c)}
+    _PLAIN_TORCH.append(((torch.Tensor, torch.nn.Parameter), dts))
+    return _PLAIN_TORCH[0]
+
+
 def _source(spec, x):
     """(address, keep-alive object) of a source for tensor spec."""
+    plain = _PLAIN_TORCH[0] if _PLAIN_TORCH else _plain_torch()
+    if plain is not None and type(x) in plain[0]:
+        # the common case, cheaply: a contiguous CPU tensor of the layout's
+        # own dtype and shape is its own source (anything else below)
+        if (x.dtype is plain[1].get(spec.dtype) and x.is_cpu and x.is_contiguous() and
+                tuple(x.shape) == spec.shape):
+            return x.data_ptr(), x
     code = _dtypes.CODE[spec.dtype]
     if _dtypes.is_torch_tensor(x):
         t = x.detach()
@@ -1194,38 +1327,46 @@ def _source(spec, x):
     return a.__array_interface__["data"][0], a
 
 
+
 # ---- subscriber -------------------------------------------------------------
 
 
-class Subscriber(_Handle):
+class Subscriber(_Child):
     """A subscription to one model. acquire() and wait() may be called from
     several threads at once."""
 
     _what = "subscriber"
+    _free_name = "wsync_sub_close"
 
     def __init__(self, client, model):
-        self._init_handle(client)
-        self._ptr = None
-        self.client = client
+        self._init_child(client)
         self.model = model
+        self._bname = _enc(_model_name(model), "model")
         self._views = weakref.WeakSet()
-        self._layout = None
-        self._by_name = None
-        ptr = ctypes.c_void_p()
-        client._enter()
+        self._layout_seen = None   # the layout of the last view's connection
+        self._explicit_ack = False
+        self._acquired = 0         # the newest version a view of it had
+        self._notify = None        # fileno() of a client that follows restarts
         try:
-            rc = lib.wsync_sub_open(client._ptr, _enc(_model_name(model), "model"),
-                                    ctypes.byref(ptr))
-            if rc < 0:
-                self._closed = self._freed = True
-                raise error_from_rc(rc)
-            self._adopted(ptr.value)
-            client._adopt(self)
-        finally:
-            client._leave()
+            self._open_cell(lambda cptr, out: lib.wsync_sub_open(cptr, self._bname, out))
+        except BaseException:
+            self._closed = True
+            raise
+        client._adopt(self)
 
-    def _c_free(self, ptr):
-        self._lib.wsync_sub_close(ptr)
+    def _reopen(self, ccell):
+        ptr = ctypes.c_void_p()
+        rc = lib.wsync_sub_open(ccell.ptr, self._bname, ctypes.byref(ptr))
+        if rc < 0:
+            raise error_from_rc(rc)
+        return ptr.value
+
+    def _moved(self, old, new):
+        if self._explicit_ack:
+            check(lib.wsync_sub_set_ack(new.ptr, 1))
+        if self._notify is not None:
+            # readable at once if the new broker has a version: look again
+            self._notify.point(check(lib.wsync_sub_fd(new.ptr)))
 
     def ref(self):
         """A picklable ModelRef to this model (see Client.ref)."""
@@ -1234,47 +1375,86 @@ class Subscriber(_Handle):
     def __repr__(self):
         return "<wsync.Subscriber %r%s>" % (self.model, " closed" if self._closed else "")
 
-    def _learn_layout(self, tensors, n):
-        if self._layout is None:
-            self._layout = _read_layout(tensors, n)
-            self._by_name = {s.name: s for s in self._layout}
+    def _learn_layout(self, cell, tensors, n):
+        """cell's layout, read from a view of it the first time."""
+        layout = _read_layout(tensors, n)
+        if layout == self._layout_seen:
+            layout = self._layout_seen
+        with self._lock:
+            if cell.layout is None:
+                cell.by_name = {s.name: s for s in layout}
+                cell.layout = layout
+            self._layout_seen = cell.layout
 
-    def _view(self, cv):
-        self._learn_layout(cv.tensors, cv.n_tensors)
-        v = View(self, cv)      # pins this subscription until it is gone
+    def _view(self, cv, cell):
+        if cell.layout is None:
+            self._learn_layout(cell, cv.tensors, cv.n_tensors)
+        v = View(self, cv, cell)      # uses cell (the C subscription) until it is gone
         self._views.add(v)
+        if cv.version > self._acquired:
+            self._acquired = cv.version
         return v
 
     def acquire(self) -> "View":
         """The newest version as a View, zero copy, without waiting.
-        NoDataError if nothing was published yet, NotConnectedError after
-        the broker shut down, WsyncError(EAGAIN) if this client holds 63
-        views already."""
-        self._enter()
+        NoDataError if nothing was published yet, WsyncError(EAGAIN) if this
+        client holds 63 views already. After the broker shut down or
+        restarted: NotConnectedError (BrokerRestartedError), unless the
+        client follows restarts (reconnect=True), which then connects again
+        (waiting up to its reconnect_timeout) and returns the new broker's
+        newest version."""
+        cell = self._call()
         try:
             cv = CView()
-            check(lib.wsync_sub_acquire(self._ptr, ctypes.byref(cv)))
-            return self._view(cv)
+            rc = lib.wsync_sub_acquire(cell.ptr, ctypes.byref(cv))
+            if rc < 0:
+                for _ in range(_MAX_MOVES):
+                    cell = self._recover(cell, rc)
+                    rc = lib.wsync_sub_acquire(cell.ptr, ctypes.byref(cv))
+                    if rc >= 0:
+                        break
+                check(rc)
+            return self._view(cv, cell)
         finally:
-            self._leave()
+            self._leave(cell)
 
     def wait(self, after: Any = 0, timeout: Optional[float] = None) -> "View":
         """The newest version if it is newer than after (a version number or
         a View), waiting up to timeout seconds (None: forever) for one.
-        TimeoutError on time; NotConnectedError if the broker shuts down or
-        dies meanwhile (noticed within 200 ms)."""
+        TimeoutError on time. If the broker shuts down or dies meanwhile
+        (noticed within 200 ms): NotConnectedError, unless the client
+        follows restarts (reconnect=True), which then waits, within the
+        same timeout, for a broker to come back and for a version newer
+        than after from it (TimeoutError if none came)."""
         after, t = _after_timeout(after, timeout)
-        self._enter()
+        deadline = _deadline(t)
+        cell = self._call()
         try:
             cv = CView()
-            rc = _sliced(self, lambda ns: lib.wsync_sub_wait(self._ptr, after, ns,
-                                                             ctypes.byref(cv)),
-                         t, -_errno.ETIMEDOUT)
-            if rc < 0:
-                raise _fail(rc, t, "model '%s': no version after v%d" % (self.model, after))
-            return self._view(cv)
+            for _ in range(_MAX_MOVES):
+                c = cell
+                rc = _sliced(self, lambda ns: lib.wsync_sub_wait(c.ptr, after, ns,
+                                                                 ctypes.byref(cv)),
+                             None if t is None else _left(deadline), -_errno.ETIMEDOUT)
+                if rc >= 0:
+                    return self._view(cv, cell)
+                if rc != -_errno.ENOTCONN or not self.client.reconnect:
+                    raise _fail(rc, t, "model '%s': no version after v%d" % (self.model,
+                                                                             after))
+                cell = self._recover(cell, rc, deadline, t,
+                                     lambda e: self._no_broker_in(e, after, t))
+            raise _fail(rc, t)
         finally:
-            self._leave()
+            self._leave(cell)
+
+    def _no_broker_in(self, err, after, t):
+        """A wait's TimeoutError when the broker went away and none came
+        back within its timeout."""
+        return WsyncTimeoutError(_errno.ETIMEDOUT, "timed out",
+                                 "model '%s': no version after v%d within %s: the broker "
+                                 "went away (%s) and no broker answered at %s since"
+                                 % (self.model, after, _fmt_timeout(t), err.detail,
+                                    _reconnect.endpoint_text(self.client._bend)))
 
     def acquire_gpu(self, device: Any) -> DeviceView:
         """The newest version on device (a UUID, an ordinal, "cuda:N" or a
@@ -1299,31 +1479,91 @@ class Subscriber(_Handle):
         """The newest version as LatestVersion(version, step, published_ns)
         without taking a view (nothing is pinned, no system call).
         NoDataError if nothing was published yet, RemovedError if the model
-        was deleted."""
-        self._enter()
+        was deleted; after a restart as acquire()."""
+        cell = self._call()
         try:
             v, st, ns = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int64()
-            check(lib.wsync_sub_latest(self._ptr, ctypes.byref(v), ctypes.byref(st),
-                                       ctypes.byref(ns)))
+            for _ in range(_MAX_MOVES):
+                rc = lib.wsync_sub_latest(cell.ptr, ctypes.byref(v), ctypes.byref(st),
+                                          ctypes.byref(ns))
+                if rc >= 0:
+                    break
+                cell = self._recover(cell, rc)
+            check(rc)
             return LatestVersion(v.value, st.value, ns.value)
         finally:
-            self._leave()
+            self._leave(cell)
 
     def fileno(self) -> int:
-        """An eventfd that becomes readable when a version newer than the
+        """A descriptor that becomes readable when a version newer than the
         last one acquired through this subscription is committed; acquire()
-        and wait() drain it. Owned by the subscription: do not close it."""
-        self._enter()
+        and wait() drain it. Owned by the subscription: do not close it.
+        The subscription's eventfd; on a client that follows restarts, an
+        epoll descriptor watching it, which stays the same when the
+        subscription is opened again on a restarted broker (and is readable
+        right after that if the new broker has a version)."""
+        cell = self._call()
         try:
-            return check(lib.wsync_sub_fd(self._ptr))
+            if not self.client.reconnect:
+                return check(lib.wsync_sub_fd(cell.ptr))
+            with self._follow_lock:     # not moved meanwhile
+                if self._notify is None:
+                    efd = check(lib.wsync_sub_fd(self._cell.ptr))
+                    n = _reconnect.Notify()
+                    n.point(efd)
+                    self._notify = n
+            self.client._watch()
+            return self._notify.fileno()
         finally:
-            self._leave()
+            self._leave(cell)
+
+    def set_ack(self, explicit: bool = True) -> None:
+        """explicit=True: acquiring a version no longer counts for a
+        publisher's wait_readers; ack(version) does (wsync_sub_set_ack).
+        For "applied" rather than "taken": acquire, apply (load_into),
+        then ack. The count is per client and model: other subscriptions of
+        this client to the model still count when they acquire, so use a
+        client whose only subscription to it is this one."""
+        if not isinstance(explicit, bool):
+            raise TypeError("wsync: explicit must be True or False, not %s"
+                            % type(explicit).__name__)
+        cell = self._call()
+        try:
+            self._explicit_ack = explicit
+            check(lib.wsync_sub_set_ack(cell.ptr, 1 if explicit else 0))
+        finally:
+            self._leave(cell)
+
+    def ack(self, version: Any) -> None:
+        """Tells a publisher's wait_readers that this client has the version
+        (an int or a View) applied: one it acquired through this
+        subscription (WsyncError EINVAL for 0 or a newer one; RemovedError
+        after the model was deleted). With set_ack(True). After the client
+        followed a restarted broker, a version taken from the old one is
+        acknowledged on the new one when the new one has it (its newest
+        is that version or newer)."""
+        if isinstance(version, (View, DeviceView)):
+            version = version.version
+        version = _uint(version, "version")
+        cell = self._call()
+        try:
+            rc = lib.wsync_sub_ack(cell.ptr, version)
+            if rc == -_errno.EINVAL and 0 < version <= self._acquired:
+                # taken on a connection that is gone: take the new broker's
+                # newest (not counted), which is that version or newer
+                cv = CView()
+                if lib.wsync_sub_acquire(cell.ptr, ctypes.byref(cv)) == 0:
+                    lib.wsync_sub_release(cell.ptr, ctypes.byref(cv))
+                rc = lib.wsync_sub_ack(cell.ptr, version)
+            check(rc)
+        finally:
+            self._leave(cell)
 
     @property
     def layout(self):
         """The model's tensors as TensorSpec, once a version was acquired
         (None before)."""
-        return None if self._layout is None else list(self._layout)
+        return None if self._layout_seen is None else list(self._layout_seen)
 
     def close(self):
         """Ends the subscription: no more acquire() or wait(). Views whose
@@ -1338,7 +1578,9 @@ class Subscriber(_Handle):
                 v._on_close()
             elif not _has_arrays(v):
                 v.release()
-        self._free_if_done()
+        if self._notify is not None:
+            self._notify.close()
+        self._retire()
 
 
 def _after_timeout(after, timeout):
@@ -1363,14 +1605,19 @@ class View(ViewLife):
     garbage collector never releases a view while one of its arrays is
     alive."""
 
-    def __init__(self, sub, cv):
+    def __init__(self, sub, cv, cell):
         self.subscriber = sub
         self._c = cv
+        self._cell = cell          # the C subscription it was taken from
+        self._layout = cell.layout
+        self._by_name = cell.by_name
         self._released = False
         self._c_held = True        # the library's view is not released yet
-        self._pinned = True        # holds sub's C handle (mappings) until gone
+        self._pinned = True        # uses the C subscription (mappings) until gone
         self._rawref = None
-        sub._pin()
+        self._np_ref = None
+        self._range = (cv.base, cv.base + cv.bytes)   # the slab's addresses
+        cell.use()
         self.version = cv.version
         self.step = cv.step
         self.published_ns = cv.published_ns
@@ -1383,11 +1630,11 @@ class View(ViewLife):
 
     @property
     def tensors(self):
-        return [s.name for s in self.subscriber._layout]
+        return [s.name for s in self._layout]
 
     @property
     def layout(self):
-        return list(self.subscriber._layout)
+        return list(self._layout)
 
     @property
     def released(self):
@@ -1396,7 +1643,7 @@ class View(ViewLife):
     def _spec(self, name):
         self._check()
         try:
-            return self.subscriber._by_name[name]
+            return self._by_name[name]
         except KeyError:
             raise KeyError("wsync: model %r has no tensor %r"
                            % (self.subscriber.model, name)) from None
@@ -1404,12 +1651,25 @@ class View(ViewLife):
     def _buf(self):
         return _raw(self, self._c.base, self._c.bytes)
 
+    def _slot_cache(self):
+        c = self._c
+        return _views.slot_cache(self._cell, c.priv_slot, c.base, c.bytes)
+
     def numpy(self, name: str) -> np.ndarray:
         """A read-only numpy array over tensor name, zero copy (bf16 as
         uint16 bits, f8_e4m3fn and f8_e5m2 as uint8 bits). Writing raises
         ValueError."""
         spec = self._spec(name)
-        return _np_view(_ro(self._buf()), spec)
+        return _views.np_arrays(self, (spec,))[name]
+
+    def _np_whole(self):
+        """The slab as one read-only uint8 array (numpy()'s arrays are over
+        it), made once and kept while one of them lives."""
+        w = self._np_ref() if self._np_ref is not None else None
+        if w is None:
+            w = np.frombuffer(_ro(self._buf()), np.uint8)
+            self._np_ref = weakref.ref(w)
+        return w
 
     def torch(self, name: str) -> Any:
         """A torch tensor over tensor name, zero copy (bf16 as
@@ -1419,7 +1679,7 @@ class View(ViewLife):
         raise ReadOnlyError (the memory is mapped read-only) and whose use
         after release() raises ClosedError. Clone it to modify it."""
         spec = self._spec(name)
-        return _torch_ro_view(self, _rw(self._buf()), spec)
+        return _views.ro_tensors(self, (spec,))[name]
 
     def _check(self):
         if self._released:
@@ -1445,10 +1705,8 @@ class View(ViewLife):
             raise ValueError("wsync: kind must be 'numpy' or 'torch'")
         self._check()
         if kind == "numpy":
-            buf = _ro(self._buf())
-            return {s.name: _np_view(buf, s) for s in self.subscriber._layout}
-        buf = _rw(self._buf())
-        return {s.name: _torch_ro_view(self, buf, s) for s in self.subscriber._layout}
+            return _views.np_arrays(self, self._layout)
+        return _views.ro_tensors(self, self._layout)
 
     def verify(self) -> None:
         """Recomputes this version's slab checksum and compares it with the
@@ -1493,9 +1751,10 @@ class View(ViewLife):
                 raise ValueError("wsync: tp_rank must be in 0 .. tp_size - 1, not %d"
                                  % tp_rank)
             tp = (tp_rank, tp_size)
-        buf = _rw(self._buf())
-        return _module.load_into(self, module, strict, lambda s: _torch_view(buf, s), tp,
-                                 self._read_part)
+        base = self._c.base
+        return _module.load_into(self, module, strict,
+                                 lambda s: _views.plain_tensor(self, s), tp, self._read_part,
+                                 lambda s: base + s.offset, _views.copier.copy)
 
     def copy_to_device(self, dst: Any, offset: int = 0, nbytes: Optional[int] = None,
                        stream: Any = None) -> None:
@@ -1510,7 +1769,7 @@ class View(ViewLife):
 
     def _read_part(self, spec, dim, k, K, dst):
         import torch
-        i = self.subscriber._layout.index(spec)
+        i = self._layout.index(spec)
         sl = Slice()
         check(lib.wsync_tensor_part(ctypes.byref(self._c.tensors[i]), dim, k, K,
                                     ctypes.byref(sl)))
@@ -1542,9 +1801,11 @@ class View(ViewLife):
     def __reduce__(self):
         _no_pickle("view (copy its arrays, or pass a ModelRef)")
 
+    _lib_release = lib.wsync_sub_release
+
     def _release(self, keep_pin):
-        sub = self.subscriber
-        with sub._cond:
+        cell = self._cell
+        with cell.lock:
             self._released = True
             # The C view stays held while an array of it lives, so that
             # array never shows a later version's bytes.
@@ -1554,11 +1815,11 @@ class View(ViewLife):
             unpin = self._pinned and not keep_pin
             if unpin:
                 self._pinned = False
-        # The pin keeps sub's C handle alive: the release below is safe.
-        if release and sub._gen == sub._gens[0] and sub._ptr is not None:
-            sub._lib.wsync_sub_release(sub._ptr, self._byref(self._c))
+        # Our use keeps the C subscription alive: the release below is safe.
+        if release and cell.gen == cell.gens[0] and cell.ptr is not None:
+            self._lib_release(cell.ptr, self._byref(self._c))
         if unpin:
-            sub._unpin()
+            cell.unuse()
 
     def __del__(self):
         try:

@@ -66,8 +66,25 @@ def is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+_CODE_OF = {}            # torch and numpy dtype objects seen -> their code
+
+
 def code_of(dtype):
     """A dtype code from "f32"/"bf16"/..., a numpy dtype, or a torch dtype."""
+    try:
+        return _CODE_OF[dtype]
+    except (KeyError, TypeError):
+        pass
+    code = _code_of(dtype)
+    if not isinstance(dtype, (str, int)):
+        try:
+            _CODE_OF[dtype] = code
+        except TypeError:
+            pass
+    return code
+
+
+def _code_of(dtype):
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in NAME:
         return dtype
     if isinstance(dtype, str):

@@ -6,14 +6,15 @@ from ._errors import ClosedError, WsyncError
 
 
 class SlabLife:
-    """Needs publisher, _done, _pinned, abort() and _what ("slab")."""
+    """Needs publisher, _cell (the C publisher it uses), _done, _pinned,
+    abort() and _what ("slab")."""
 
     def _unpin(self):
-        pub = self.publisher
-        with pub._cond:
+        cell = self._cell
+        with cell.lock:
             unpin, self._pinned = self._pinned, False
         if unpin:
-            pub._unpin()
+            cell.unuse()
 
     def __enter__(self):
         return self

@@ -40,6 +40,16 @@ class NotConnectedError(WsyncError, builtins.ConnectionError):
     readable; close the client and connect again."""
 
 
+class BrokerRestartedError(NotConnectedError):
+    """-ENOTCONN after the broker restarted: a new broker took the models
+    over, and this client's connection belongs to the generation that
+    crashed (the detail, the library's, says so). A client opened with
+    reconnect=False raises it from every call from then on; connect again
+    (the versions go on above the old ones). With reconnect=True (the
+    default) the client follows the new broker by itself, and this is
+    raised only when no broker answers in time."""
+
+
 class NoDataError(WsyncError):
     """-ENODATA: nothing was published on this model yet."""
 
@@ -121,6 +131,8 @@ def error_from_rc(rc, what=None):
     text = (lib.wsync_strerror(rc) or b"").decode("utf-8", "replace")
     if what and not detail:
         detail = what
+    if -rc == _errno.ENOTCONN and "broker restarted" in detail:
+        return BrokerRestartedError(-rc, text, detail)
     return _BY_ERRNO.get(-rc, WsyncError)(-rc, text, detail)
 
 

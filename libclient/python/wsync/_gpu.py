@@ -386,9 +386,11 @@ class DeviceSlab(SlabLife):
     _what = "device slab"
     _rawref = None
 
-    def __init__(self, pub, cs, device):
+    def __init__(self, pub, cs, device, cell):
         self.publisher = pub
         self._c = cs
+        self._cell = cell                 # the C publisher it was begun on
+        self._lost = False
         self.device = device              # the GPU's UUID
         self.base = cs.base
         self.nbytes = cs.bytes
@@ -397,7 +399,7 @@ class DeviceSlab(SlabLife):
         self._streams = []                # CUstreams of copy_from's copies, the last last
         self._by_name = {s.name: s for s in pub._layout}
         self._pinned = True
-        pub._pin()                        # the publisher's mappings outlive this object
+        cell.use()                        # the publisher's mappings outlive this object
 
     def __repr__(self):
         return "<wsync.DeviceSlab of %r on %s %s>" % (self.publisher.model, self.device,
@@ -458,13 +460,13 @@ class DeviceSlab(SlabLife):
             keep.append(obj)
             srcs[i] = ptr if spec.nbytes else 0
         h = stream_handle(stream, self.device)
-        pub._enter()
+        cell = pub._enter()
         try:
             self._check()
             gpu_check(lib.wsync_dslab_copy_from_device(ctypes.byref(self._c), srcs,
                                                        len(layout), h))
         finally:
-            pub._leave()
+            pub._leave(cell)
         if h in self._streams:
             self._streams.remove(h)
         self._streams.append(h)
@@ -513,8 +515,8 @@ def begin_gpu(pub, device, timeout):
     uuid = gpu_uuid(device)
     b = uuid.encode()
     return pub._begin(timeout, CDSlab,
-                      lambda ns, cs: lib.wsync_pub_begin_gpu(pub._ptr, b, ns, ctypes.byref(cs)),
-                      lambda cs: DeviceSlab(pub, cs, uuid), gpu_check)
+                      lambda ptr, ns, cs: lib.wsync_pub_begin_gpu(ptr, b, ns, ctypes.byref(cs)),
+                      lambda cs, cell: DeviceSlab(pub, cs, uuid, cell), gpu_check, False)
 
 
 def publish_gpu(pub, weights, step, device, stream, timeout):
@@ -553,24 +555,26 @@ class DeviceView(ViewLife):
 
     _rawref = None
 
-    def __init__(self, sub, cv, device):
+    def __init__(self, sub, cv, device, cell):
         self.subscriber = sub
         self._c = cv
+        self._cell = cell                # the C subscription it was taken from
+        self._layout, self._by_name = cell.layout, cell.by_name
         self.device = device
         self.version, self.step, self.published_ns = cv.version, cv.step, cv.published_ns
         self.base, self.nbytes = cv.base, cv.bytes
         self._released = False
         self._copy_streams = []          # streams of copy_to_device, for release()
         self._pinned = True
-        sub._pin()                       # the subscription's mappings outlive this object
+        cell.use()                       # the subscription's mappings outlive this object
 
     def __repr__(self):
         return "<wsync.DeviceView %r v%d step %d on %s%s>" % (
             self.subscriber.model, self.version, self.step, self.device,
             " released" if self._released else "")
 
-    tensors = property(lambda self: [s.name for s in self.subscriber._layout])
-    layout = property(lambda self: list(self.subscriber._layout))
+    tensors = property(lambda self: [s.name for s in self._layout])
+    layout = property(lambda self: list(self._layout))
     released = property(lambda self: self._released)
 
     def _check(self):
@@ -585,7 +589,7 @@ class DeviceView(ViewLife):
 
     def _spec(self, name):
         self._check()
-        return _spec_of(self.subscriber._by_name, self.subscriber.model, name)
+        return _spec_of(self._by_name, self.subscriber.model, name)
 
     def cuda_array(self, name: str) -> DeviceArray:
         """Tensor name as a read-only DeviceArray (__cuda_array_interface__)."""
@@ -610,7 +614,7 @@ class DeviceView(ViewLife):
             raise ValueError("wsync: kind must be 'torch' or 'cuda_array'")
         if kind == "torch":
             torch_cuda()
-        return {s.name: get(s.name) for s in self.subscriber._layout}
+        return {s.name: get(s.name) for s in self._layout}
 
     def copy_to_device(self, dst, offset: int = 0, nbytes=None, stream=None) -> None:
         """Copies nbytes at offset of this version into dst (a device pointer,
@@ -634,7 +638,7 @@ class DeviceView(ViewLife):
         does not divide the dim or dst is too small."""
         from ._core import _uint
         spec = self._spec(name)
-        i = self.subscriber._layout.index(spec)
+        i = self._layout.index(spec)
         sl = Slice()
         rc = lib.wsync_tensor_part(ctypes.byref(self._c.tensors[i]), _uint(dim, "dim", 32),
                                    _uint(part, "part", 32), _uint(parts, "parts", 32),
@@ -649,13 +653,13 @@ class DeviceView(ViewLife):
                              % (n, size))
         h = stream_handle(stream, self.device)
         sub = self.subscriber
-        sub._enter()
+        cell = sub._enter()
         try:
             self._check()
             gpu_check(lib.wsync_dview_slice_read(ctypes.byref(self._c), ctypes.byref(sl),
                                                  ptr, h))
         finally:
-            sub._leave()
+            sub._leave(cell)
         if h not in self._copy_streams:
             self._copy_streams.append(h)
         return n
@@ -702,14 +706,16 @@ class DeviceView(ViewLife):
     def _release(self, streams):
         """Synchronises streams (handles, None = the NULL stream), the
         first through wsync_sub_release_gpu, and releases."""
-        sub = self.subscriber
-        with sub._cond:
+        cell = self._cell
+        with cell.lock:
             held, self._released = not self._released, True
-        if held and sub._gen == sub._gens[0] and sub._ptr is not None:
+        if held and cell.gen == cell.gens[0] and cell.ptr is not None:
             for h in streams[1:]:
                 stream_sync(h)
-            sub._lib.wsync_sub_release_gpu(sub._ptr, ctypes.byref(self._c),
-                                           _to_sync(streams[0]) if streams else STREAM_NONE)
+            self._lib_release(cell.ptr, ctypes.byref(self._c),
+                              _to_sync(streams[0]) if streams else STREAM_NONE)
+
+    _lib_release = lib.wsync_sub_release_gpu
 
     def __reduce__(self):
         raise TypeError("wsync: a device view cannot be pickled or sent to another process "
@@ -721,11 +727,11 @@ class DeviceView(ViewLife):
         except Exception:
             pass
         try:
-            sub = self.subscriber
-            with sub._cond:
+            cell = self._cell
+            with cell.lock:
                 unpin, self._pinned = self._pinned, False
             if unpin:
-                sub._unpin()
+                cell.unuse()
         except Exception:
             pass
 
@@ -751,13 +757,13 @@ def acquire_gpu(sub, device, wait, after, timeout):
     from ._core import _fail, _sliced
     uuid = gpu_uuid(device)
     b = uuid.encode()
-    sub._enter()
+    cell = sub._call()
     try:
         cv = CDView()
         if not wait:
-            gpu_check(lib.wsync_sub_acquire_gpu(sub._ptr, b, ctypes.byref(cv)))
+            gpu_check(lib.wsync_sub_acquire_gpu(cell.ptr, b, ctypes.byref(cv)))
         else:
-            rc = _sliced(sub, lambda ns: lib.wsync_sub_wait_gpu(sub._ptr, b, after, ns,
+            rc = _sliced(sub, lambda ns: lib.wsync_sub_wait_gpu(cell.ptr, b, after, ns,
                                                                 ctypes.byref(cv)),
                          timeout, -_errno.ETIMEDOUT)
             if rc == -_errno.ETIMEDOUT:
@@ -765,12 +771,13 @@ def acquire_gpu(sub, device, wait, after, timeout):
                                                                                after))
             if rc < 0:
                 raise gpu_error_from_rc(rc)
-        sub._learn_layout(cv.tensors, cv.n_tensors)
-        v = DeviceView(sub, cv, uuid)
+        if cell.layout is None:
+            sub._learn_layout(cell, cv.tensors, cv.n_tensors)
+        v = DeviceView(sub, cv, uuid, cell)
         sub._views.add(v)                # Subscriber.close releases it
         return v
     finally:
-        sub._leave()
+        sub._leave(cell)
 
 
 def copy_out(view, call, dst, offset, nbytes, h):
@@ -779,10 +786,10 @@ def copy_out(view, call, dst, offset, nbytes, h):
     handle h; returns h."""
     ptr, size, off, n = _copy_args(view, dst, offset, nbytes)
     sub = view.subscriber
-    sub._enter()
+    cell = sub._enter()
     try:
         view._check()
         gpu_check(call(ctypes.byref(view._c), off, ptr, n, h))
     finally:
-        sub._leave()
+        sub._leave(cell)
     return h

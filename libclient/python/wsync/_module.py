@@ -83,18 +83,29 @@ def _tp_dim(shape, full, tp_size):
     return None
 
 
-def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
-    """View.load_into: check everything, then copy_ each distinct target
-    once from a zero-copy tensor of the view. With tp=(rank, size), a
-    target whose shape is 1/size of the view's along dim 0 or 1 gets part
-    rank of size of it (read_part(spec, dim, dst))."""
+def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None, src_addr=None,
+              copy_many=None):
+    """View.load_into: check everything, then copy each distinct target
+    once from the view. With tp=(rank, size), a target whose shape is
+    1/size of the view's along dim 0 or 1 gets part rank of size of it
+    (read_part(spec, dim, dst)).
+
+    Targets that are plain contiguous CPU tensors (parameters, buffers) are
+    copied by copy_many([(dst address, src_addr(spec), nbytes), ...]) in
+    one go (the library's copy, split across threads), then marked written
+    as torch's copy_ marks them (an in-place op on an empty view of each:
+    autograd's version counter moves); the others with copy_ from a
+    zero-copy tensor of the view (plain_tensor(spec))."""
     import torch
     tp_rank, tp_size = tp if tp is not None else (None, None)
     targets = targets_of(dest)
-    by_name = view.subscriber._by_name
+    by_name = view._by_name
     missing = [k for k in targets if k not in by_name]
     unexpected = [k for k in by_name if k not in targets]
     mismatched = []
+    plan = []                     # (tensor, spec, its shape) of every distinct target
+    seen = set()
+    code_of = _torch_code
     for name, t in targets.items():
         spec = by_name.get(name)
         if spec is None:
@@ -102,31 +113,65 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None):
         if not isinstance(t, torch.Tensor):
             mismatched.append((name, "type", type(t).__name__, "a tensor"))
             continue
-        if tuple(t.shape) != spec.shape and _tp_dim(tuple(t.shape), spec.shape,
-                                                     tp_size) is None:
-            mismatched.append((name, "shape", tuple(t.shape), spec.shape))
-        code = _dtypes.code_of(t.dtype) if _known_dtype(t.dtype) else None
-        if code != _dtypes.CODE[spec.dtype]:
+        shape = tuple(t.shape)
+        if shape != spec.shape and _tp_dim(shape, spec.shape, tp_size) is None:
+            mismatched.append((name, "shape", shape, spec.shape))
+        want = _dtypes.CODE[spec.dtype]
+        if code_of(t.dtype) != want:
             mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
-                               _dtypes.torch_name(_dtypes.CODE[spec.dtype])))
+                               _dtypes.torch_name(want)))
+        if id(t) not in seen:     # tied weights: one tensor under two names
+            seen.add(id(t))
+            plan.append((t, spec, shape))
     if mismatched or (strict and (missing or unexpected)):
         where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
                                                    type(dest).__name__)
         raise MismatchError(where, missing if strict else [], unexpected if strict else [],
                             mismatched)
-    done = set()
+    fast, slow = [], []
+    plain = (torch.Tensor, torch.nn.Parameter)
+    for t, spec, shape in plan:
+        if shape != spec.shape:
+            slow.append((t, spec, shape))
+        elif (copy_many is not None and spec.nbytes and type(t) in plain and t.is_cpu and
+              t.is_contiguous()):
+            fast.append((t.data_ptr(), src_addr(spec), spec.nbytes, t))
+        else:
+            slow.append((t, spec, shape))
+    if fast and _overlap(fast):   # aliased targets: in order, as copy_ would
+        slow = [(t, spec, spec.shape) for t, spec, _ in plan]
+        fast = []
     with torch.no_grad():
-        for name, t in targets.items():
-            if name not in by_name or id(t) in done:
-                continue
-            done.add(id(t))
-            spec = by_name[name]
-            if tuple(t.shape) == spec.shape:
+        if fast:
+            copy_many([f[:3] for f in fast])
+            for f in fast:
+                f[3].view(-1)[:0].zero_()
+        for t, spec, shape in slow:
+            if shape == spec.shape:
                 _copy_bits(t, plain_tensor(spec), _dtypes.CODE[spec.dtype])
             else:
-                read_part(spec, _tp_dim(tuple(t.shape), spec.shape, tp_size), tp_rank,
-                          tp_size, t)
+                read_part(spec, _tp_dim(shape, spec.shape, tp_size), tp_rank, tp_size, t)
     return LoadResult(missing, unexpected)
+
+
+_TORCH_CODES = {}
+
+
+def _torch_code(dt):
+    """The wsync code of torch dtype dt, None for one wsync lacks (cached)."""
+    try:
+        return _TORCH_CODES[dt]
+    except KeyError:
+        pass
+    code = _dtypes.code_of(dt) if _known_dtype(dt) else None
+    _TORCH_CODES[dt] = code
+    return code
+
+
+def _overlap(segs):
+    """True if two destination ranges of segs overlap."""
+    r = sorted((s[0], s[0] + s[2]) for s in segs)
+    return any(r[i][1] > r[i + 1][0] for i in range(len(r) - 1))
 
 
 def _copy_bits(dst, src, code):

@@ -147,8 +147,23 @@ class ReadOnlyTensor(torch.Tensor):
     tensor; writes raise ReadOnlyError; any use after the view's release
     raises ClosedError. clone() it to get a writable copy."""
 
-    _wsync_view = None
-    _wsync_range = (0, 0)
+    # A host view's tensor holds the view's raw memory (_wsync_keep), which
+    # keeps the view's version held while the tensor lives and names the
+    # view (one attribute to set per tensor made); a device view's holds the
+    # view and its address range themselves.
+    _wsync_keep = None
+    _wsync_v = None
+    _wsync_r = (0, 0)
+
+    @property
+    def _wsync_view(self):
+        keep = self._wsync_keep
+        return self._wsync_v if keep is None else keep._wsync_owner
+
+    @property
+    def _wsync_range(self):
+        keep = self._wsync_keep
+        return self._wsync_r if keep is None else keep._wsync_owner._range
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -203,7 +218,7 @@ class ReadOnlyTensor(torch.Tensor):
         (clone() first)."""
         if isinstance(cls, type) and issubclass(cls, ReadOnlyTensor):
             w = torch.Tensor.as_subclass(self, cls)
-            w._wsync_view, w._wsync_range = self._wsync_view, self._wsync_range
+            w._wsync_keep, w._wsync_v, w._wsync_r = self._wsync_keep, self._wsync_v, self._wsync_r
             return w
         _refuse_export("as_subclass", "a %s over it would be writable"
                        % getattr(cls, "__name__", cls))
@@ -224,8 +239,7 @@ def _wrap_alias(r, ro):
     lo, hi = ro._wsync_range
     if type(r) is torch.Tensor and r.numel() and lo <= r.data_ptr() < hi:
         w = r.as_subclass(ReadOnlyTensor)
-        w._wsync_view = ro._wsync_view
-        w._wsync_range = ro._wsync_range
+        w._wsync_keep, w._wsync_v, w._wsync_r = ro._wsync_keep, ro._wsync_v, ro._wsync_r
         return w
     return r
 
@@ -233,6 +247,6 @@ def _wrap_alias(r, ro):
 def read_only(t, view, lo, hi):
     """t (a plain tensor over view's memory lo .. hi) as a ReadOnlyTensor."""
     w = t.as_subclass(ReadOnlyTensor)
-    w._wsync_view = view
-    w._wsync_range = (lo, hi)
+    w._wsync_v = view
+    w._wsync_r = (lo, hi)
     return w

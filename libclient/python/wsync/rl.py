@@ -242,14 +242,17 @@ def _model_of(context, model_id):
 class _SenderEnd:
     """The trainer's connection: one publisher serving every worker."""
 
-    def __init__(self, endpoint, name, slots, client_name):
+    def __init__(self, endpoint, name, slots, client_name, workers=None):
         self.client = Client(endpoint, client_name)
         self.name = name
+        self.workers = workers or 0    # how many the scheme registered, if it knows
         self.slots = slots
         self.publisher = None
         self.version = 0
         self.step = 0
         self.lock = threading.Lock()
+        self.readers = 0           # workers the last synchronous send waited for
+        self.reconnects = 0        # the client's, at that send
 
     def publish(self, flat, timeout):
         with self.lock:
@@ -261,45 +264,68 @@ class _SenderEnd:
             return self.version
 
     def wait_applied(self, version, timeout):
-        """Returns when every current subscriber (each worker's two sessions)
-        has taken version or a newer one; a worker takes it on its ack
-        session only after applying it."""
+        """Returns when every current subscriber (each worker's session)
+        has acknowledged version or a newer one, which a worker does only
+        once it applied it."""
         if self.publisher is None:
             return 0
         # in slices, so that Ctrl-C and close() are noticed while waiting
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self.client.reconnects != self.reconnects:
+            self._await_returning(deadline)
         while True:
             left = _SLICE_S if deadline is None else \
                 max(0.0, min(_SLICE_S, deadline - time.monotonic()))
             try:
-                return self.publisher.wait_readers(version, left, 0)
+                self.readers = self.publisher.wait_readers(version, left, 0)
+                return self.readers
             except WsyncTimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
+
+    def _await_returning(self, deadline):
+        """The broker restarted since the last synchronous send: "every
+        current subscriber" of the new one is only the workers that have
+        reconnected so far. Waits (until deadline, and at most the
+        client's reconnect_timeout) for as many as the last send counted,
+        or as the scheme registered; a worker that died meanwhile stops
+        counting after that."""
+        t = self.client.reconnect_timeout
+        if t is not None:
+            end = time.monotonic() + t
+            deadline = end if deadline is None else min(deadline, end)
+        while True:
+            have = {m.name: m.subscribers for m in self.client.models()}.get(self.name, 0)
+            if have >= max(self.readers, self.workers) or (deadline is not None and
+                                        time.monotonic() >= deadline):
+                break
+            time.sleep(0.01)
+        self.reconnects = self.client.reconnects
 
     def close(self):
         self.client.close()
 
 
 class _ReceiverEnd:
-    """A worker's connection: a subscriber it loads versions from, and an
-    acknowledging session that takes a version only once it is applied (the
-    broker counts taken versions per session, so a synchronous sender that
-    waits for every session waits for the applications)."""
+    """A worker's connection: one subscription it loads versions from, which
+    acknowledges them explicitly (Subscriber.set_ack): the broker counts a
+    version for the sender's wait_readers only when ack() says the worker
+    applied it, not when it was taken. So a synchronous send() returns
+    exactly when every worker applied the version."""
 
     def __init__(self, endpoint, name, client_name):
         self.client = Client(endpoint, client_name)
         try:
-            self.ack_client = Client(endpoint, client_name + "-ack")
+            self.sub = self.client.subscriber(name)
+            self.sub.set_ack(True)
         except BaseException:
             self.client.close()
             raise
-        self.sub = self.client.subscriber(name)
-        self.ack_sub = self.ack_client.subscriber(name)
         self.version = 0
         self.step = 0
         self.published_ns = 0
         self.received = 0
+        self.acked_moves = 0       # sub.moves when the applied version was acked
 
     def resubscribe(self):
         """Subscribes again after the model was deleted or replaced (a new
@@ -307,24 +333,26 @@ class _ReceiverEnd:
         old ones, so the version applied stays a valid floor."""
         name = self.sub.model
         self.sub.close()
-        self.ack_sub.close()
         self.sub = self.client.subscriber(name)
-        self.ack_sub = self.ack_client.subscriber(name)
+        self.sub.set_ack(True)
 
     def acknowledge(self, version):
-        """Takes version on the ack session, unless a newer one is already
-        there: taking that would say it is applied too (the loop applies and
-        acknowledges it next)."""
+        """Says version is applied (a synchronous send() waiting for it, or
+        an older one, may return)."""
         try:
-            if self.ack_sub.latest().version != version:
-                return
-            with self.ack_sub.wait(after=version - 1, timeout=0):
-                pass
+            self.sub.ack(version)
+            self.acked_moves = self.sub.moves
         except (WsyncError, ClosedError) as e:
             _log.debug("wsync.rl: acknowledging v%d: %s", version, e)
 
+    def reacknowledge(self):
+        """After the client followed a restarted broker, the new broker
+        counts nothing of this worker yet: the version applied is
+        acknowledged there again (the new broker has it, or a newer one)."""
+        if self.version and self.sub.moves != self.acked_moves:
+            self.acknowledge(self.version)
+
     def close(self):
-        self.ack_client.close()
         self.client.close()
 
 
@@ -727,7 +755,7 @@ class WsyncWeightSyncScheme(_Base):
     def _connect_sender(self, weights):
         if self._end is None:
             self._end = _SenderEnd(self.endpoint, self.wsync_name, self.slots,
-                                   "torchrl-sender-%s" % self.wsync_name)
+                                   "torchrl-sender-%s" % self.wsync_name, self.num_workers)
         self._synchronized_on_sender = True
         try:
             first = weights if weights is not None else self._init_weights
@@ -864,6 +892,7 @@ class WsyncWeightSyncScheme(_Base):
         if model is None:
             raise ValueError("wsync.rl: no model registered")
         with self._lock:
+            end.reacknowledge()
             try:
                 try:
                     view = end.sub.wait(after=end.version, timeout=timeout)
