@@ -298,6 +298,31 @@ def test_copy_from_checks_then_copies(client, pub):
         assert all(np.array_equal(r.numpy(k), good[k]) for k in good)
 
 
+def test_checksums_by_default_and_writes_after_a_copy(client):
+    """Every host version carries a checksum unless checksum=False; bytes
+    written through slab.numpy()/torch() after copy_from (which hashed them
+    as it copied) are hashed again at commit, never a false mismatch."""
+    w = procs.numpy_weights(1)
+    name = next(k for k, a in w.items() if a.dtype == np.float32 and a.size > 1)
+    default = client.publisher_like("summed", w)
+    with default.begin(timeout=WAIT_S) as slab:
+        slab.copy_from(w)
+        slab.numpy(name).flat[0] += 1.0        # written after the copy hashed it
+        slab.commit(1)
+    with client.subscriber("summed").acquire() as view:
+        view.verify()                          # a mismatch would raise ChecksumError
+        assert view.numpy(name).flat[0] == w[name].flat[0] + 1.0
+    plain = client.publisher_like("plain", w, checksum=False)
+    with plain.begin(timeout=WAIT_S) as slab:
+        slab.copy_from(w)
+        slab.commit(1)
+    with client.subscriber("plain").acquire() as view:
+        with pytest.raises(wsync.NoDataError):
+            view.verify()
+    with pytest.raises(TypeError, match="checksum"):
+        client.publisher_like("bad", w, checksum="yes")
+
+
 def test_copy_from_torch_including_bf16(client):
     torch = pytest.importorskip("torch")
     w = procs.torch_weights(5)

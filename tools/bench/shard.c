@@ -105,6 +105,10 @@ static int sh_rank_main(void *arg)
 		}
 		atomic_fetch_add(&sh->done, 1);
 	}
+	/* stay until the parent has seen every rank's last sample: a rank that
+	 * exits first would look to it like one that died */
+	while (atomic_load(&sh->go) <= rk->samples && !atomic_load(&sh->failed))
+		sleep_ns(100 * NS_PER_US);
 	wsync_close(c);
 	warm_free(src, sh_bytes / SH_RANKS);
 	return atomic_load(&sh->failed);
@@ -171,15 +175,19 @@ int bench_shard(struct bench *b)
 	for (int i = 1; i <= samples; i++) {
 		atomic_store(&sh->end_ns, 0);
 		atomic_store(&sh->go, i);
-		if (wait_counter(&sh->done, i * SH_RANKS, 60 * NS_PER_S, pids, SH_RANKS) ||
-		    atomic_load(&sh->failed)) {
-			row_skip("shard", "4 ranks x 64 MiB", "a rank failed: %s", sh->error);
+		int rc = wait_counter(&sh->done, i * SH_RANKS, 60 * NS_PER_S, pids, SH_RANKS);
+
+		if (rc || atomic_load(&sh->failed)) {
+			row_skip("shard", "4 ranks x 64 MiB", "a rank failed: %s",
+			         sh->error[0] ? sh->error : rc == -ECHILD ? "a rank exited"
+			         : "no commit within 60 s");
 			goto out_kill;
 		}
 		if (i > 1)
 			group[n++] = (double)(atomic_load(&sh->end_ns) -
 			                      atomic_load(&sh->start_ns)) / NS_PER_MS;
 	}
+	atomic_store(&sh->go, samples + 1);     /* the ranks may go */
 	for (int r = 0; r < SH_RANKS; r++)
 		child_reap(pids[r], 10000);
 

@@ -398,7 +398,7 @@ class Client(Handle):
             self._leave(cell)
 
     def publisher(self, model: str, tensors: Any, slots: int = 0, guard: bool = False,
-                  flags: int = 0, replace: bool = False, checksum: bool = False,
+                  flags: int = 0, replace: bool = False, checksum: Optional[bool] = None,
                   unguarded: bool = False, devices: Any = None,
                   host_mirror: bool = False) -> "Publisher":
         """Declares model's layout and becomes its publisher.
@@ -412,9 +412,11 @@ class Client(Handle):
         costs about one more copy of the slab per publish, hence off by
         default); replace=True sets PUB_REPLACE (a model of that name with
         another layout and no publisher is deleted and created again; its
-        readers get RemovedError and subscribe again); checksum=True sets
-        PUB_CHECKSUM (every version carries an XXH3-64 of its slab;
-        View.verify checks it); unguarded=True says PUB_UNGUARDED, the
+        readers get RemovedError and subscribe again); every version of a
+        host model carries a checksum of its slab (hashed while it is
+        copied in; View.verify checks it): checksum=False sets
+        PUB_NO_CHECKSUM (none), checksum=True sets PUB_CHECKSUM (also for a
+        device model with host_mirror); unguarded=True says PUB_UNGUARDED, the
         default, explicitly; flags, more wsync_model_flags bits, ORed in.
 
         devices makes a device model (docs/GPU.md): the GPUs every version
@@ -428,18 +430,22 @@ class Client(Handle):
         layout or other devices (and not replace), BusyError if it has
         another publisher, NoDeviceError if the broker cannot put it on
         those GPUs."""
-        if not isinstance(checksum, bool) or not isinstance(unguarded, bool):
-            raise TypeError("wsync: checksum and unguarded must be True or False")
+        if checksum is not None and not isinstance(checksum, bool):
+            raise TypeError("wsync: checksum must be True, False or None (the default)")
+        if not isinstance(unguarded, bool):
+            raise TypeError("wsync: unguarded must be True or False")
         if guard and unguarded:
             raise ValueError("wsync: guard=True and unguarded=True contradict each other")
         opts = _model_opts(slots, guard, flags, replace)
-        opts.flags |= (_PUB_CHECKSUM if checksum else 0) | (_PUB_UNGUARDED if unguarded else 0)
+        opts.flags |= ({True: _PUB_CHECKSUM, False: PUB_NO_CHECKSUM, None: 0}[checksum] |
+                       (_PUB_UNGUARDED if unguarded else 0))
         descs = _make_descs(tensors)
         uuids = _gpu.device_opts(opts, devices, host_mirror)
         return Publisher(self, model, descs, opts, devices=uuids)
 
     def publisher_like(self, model: str, state_dict: Any, slots: int = 0, guard: bool = False,
-                       flags: int = 0, replace: bool = False, checksum: bool = False,
+                       flags: int = 0, replace: bool = False,
+                       checksum: Optional[bool] = None,
                        unguarded: bool = False, devices: Any = None,
                        host_mirror: bool = False) -> "Publisher":
         """publisher() with the layout of a dict of numpy arrays or torch
@@ -519,6 +525,7 @@ PUB_UNGUARDED = 1 << 0      # enum wsync_model_flags (the default)
 PUB_CHECKSUM = 1 << 1
 PUB_GUARDED = 1 << 2
 PUB_REPLACE = 1 << 3
+PUB_NO_CHECKSUM = 1 << 4
 _PUB_UNGUARDED, _PUB_CHECKSUM = PUB_UNGUARDED, PUB_CHECKSUM
 
 
@@ -1119,6 +1126,7 @@ class Slab(SlabLife):
         made read-only, and writing through anything derived from it kills
         the process with SIGSEGV."""
         spec = self._spec(name)
+        self._written(name)
         arr = _np_view(_rw(self._buf()), spec)
         self._arrays.append(weakref.ref(arr))
         return arr
@@ -1129,7 +1137,14 @@ class Slab(SlabLife):
         to it after that kills the process with SIGSEGV (torch tensors
         cannot be made read-only)."""
         spec = self._spec(name)
+        self._written(name)
         return _torch_view(_rw(self._buf()), spec)
+
+    def _written(self, name):
+        """Tells the library this tensor is written through a pointer
+        (wsync_slab_tensor): its bytes are hashed at commit, also after a
+        copy_from that hashed them as it copied."""
+        check(lib.wsync_slab_tensor(ctypes.byref(self._c), name.encode(), None, None))
 
     def state_dict(self, kind: str = "numpy") -> Dict[str, Any]:
         """{name: writable array} for every tensor, in layout order."""
@@ -1710,7 +1725,8 @@ class View(ViewLife):
 
     def verify(self) -> None:
         """Recomputes this version's slab checksum and compares it with the
-        one its publisher stored (a model published with checksum=True).
+        one its publisher stored (every version of a host model carries
+        one, unless it was published with checksum=False).
         Returns None if they match; raises WsyncError with errno EBADMSG on
         a mismatch, NoDataError if the version has no checksum."""
         self._check()
