@@ -258,8 +258,10 @@ PYTHON ?= /usr/bin/python3
 # tmux: the wsync-top test drives the interactive screen in a real terminal.
 # python3-venv, python3-pip: the wheel test builds the wheel and installs it
 # into a fresh venv. iproute2: the relay's tests shape a link between two
-# network namespaces.
-PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip iproute2
+# network namespaces. python3-prometheus-client: the metrics test parses the
+# exposition with the Prometheus project's own parser too.
+PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip iproute2 \
+	python3-prometheus-client
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \

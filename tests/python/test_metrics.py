@@ -85,6 +85,15 @@ def get(samples, family, **labels):
     raise KeyError("%s %s not in the exposition" % (family, labels))
 
 
+def official_parse(text):
+    """The same {(name, labels): value} through the Prometheus project's
+    own Python parser (Debian's python3-prometheus-client), so the strict
+    parser above is not the only judge of the format."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return {(smp.name, frozenset(smp.labels.items())): smp.value
+            for fam in text_string_to_metric_families(text) for smp in fam.samples}
+
+
 def scrape(url, timeout=WAIT_S):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         assert r.status == 200
@@ -130,7 +139,9 @@ def test_metrics_known_state(broker, server):
         s = wait_mirrored(broker, lambda s: ("wsync_collector_lag_commits" in
                                              samples_families(s)))
         # the same figures over HTTP, scraped by a real client
-        h = parse_exposition(scrape(server))
+        text = scrape(server)
+        h = parse_exposition(text)
+        assert official_parse(text) == h
         for got in (s, h):
             b = broker.name
             assert get(got, "wsync_up", broker=b) == 1
