@@ -543,7 +543,10 @@ def test_damaged_versions_are_never_published(nodes):
             rdst.events("committed")))
         assert [(e["origin_version"], e["mode"]) for e in got] == [
             (vs[0], "full"), (vs[1], "full"), (vs[2], "full"), (vs[3], "delta")]
-        sent = rsrc.events("sent")
+        # the source logs a version's "sent" once its ack is back, which can
+        # be after the destination's "committed" line was read
+        sent = wait_for("7 sends", lambda: (lambda es: es if len(es) >= 7 else None)(
+            rsrc.events("sent")))
         assert [(e["version"], e["mode"], e["ack"]) for e in sent] == [
             (vs[0], "full", "ok"), (vs[1], "delta", "failed"), (vs[1], "full", "ok"),
             (vs[2], "delta", "failed"), (vs[2], "full", "failed"), (vs[2], "full", "ok"),
