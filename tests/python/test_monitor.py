@@ -270,7 +270,7 @@ def test_top_screen_fits_scrolls_sorts(broker, sixty, cols, rows):
         lines = s.splitlines()
         assert len(lines) <= rows and all(len(ln) <= cols for ln in lines)
         title = [ln for ln in lines if ln.lstrip().startswith("MODEL")][0].split()
-        for col in ("VERSION", "RATE", "SLOTS", "COLL", "LAG", "BEHIND"):
+        for col in ("VERSION", "RATE", "PINNED", "COLL", "LAG", "BEHIND"):
             assert col in title, (col, title)
         stitle = [ln for ln in lines if "PID" in ln and "NAME" in ln][0]
         assert "LAG v" in stitle                  # the sort column, descending
