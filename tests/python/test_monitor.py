@@ -21,6 +21,7 @@ from conftest import ROOT, WAIT_S
 BUILD = os.environ.get("BUILD") or "build"
 CTL = os.path.join(ROOT, BUILD, "bin", "wsyncctl")
 TOP = os.path.join(ROOT, BUILD, "bin", "wsync-top")
+DEMO = os.path.join(ROOT, BUILD, "bin", "wsync-demo")
 LAYOUT = [("w", "f32", (16,))]
 
 
@@ -88,6 +89,14 @@ def test_ping_and_status_say_which(broker):
         assert "not responding: heartbeat" in run(CTL, "status").stdout
         r = run(TOP, "-b", "-n", 1)
         assert r.returncode == 0 and "not responding: heartbeat" in r.stdout, r
+        r = run(TOP, "-b", "-n", 1, "--timeout", "1")  # the tools' common flag
+        assert r.returncode == 0 and "not responding: heartbeat" in r.stdout, r
+        # the demo roles give up within their --timeout, saying why
+        for role in (["trainer", "--mib", "1"], ["collector"]):
+            r = run(DEMO, *role, "--endpoint", broker.sock, "--timeout", "1")
+            assert r.returncode == 1 and r.seconds < 1 + 4, (role, r.seconds, r)
+            assert "no answer from %s within 1 s: it is not responding" % broker.sock \
+                in r.stderr, (role, r.stderr)
         # commands that need the broker fail fast, saying why
         for args in (["rm", "x"], ["wait", "x"], ["verify", "x"]):
             r = run(CTL, "--timeout", "1", *args)

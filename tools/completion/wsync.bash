@@ -72,9 +72,9 @@ _wsync_top()
 	case $prev in
 	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
 	--endpoint) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-	-d|-n) return ;;
+	-d|-n|--timeout) return ;;
 	esac
-	COMPREPLY=($(compgen -W "--name --endpoint -d -n -b --json --help --version" -- "$cur"))
+	COMPREPLY=($(compgen -W "--name --endpoint -d -n -b --json --timeout --help --version" -- "$cur"))
 }
 
 _wsyncd()
@@ -98,13 +98,14 @@ _wsync_demo()
 	case $prev in
 	--wsyncd|--endpoint) COMPREPLY=($(compgen -f -- "$cur")); return ;;
 	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
-	--seconds|--collectors|--mib|--hz|--tensors|--id|--model) return ;;
+	--seconds|--collectors|--mib|--hz|--tensors|--id|--model|--timeout) return ;;
 	esac
 	case ${COMP_WORDS[1]} in
-	trainer) COMPREPLY=($(compgen -W "--name --endpoint --model --mib --hz --tensors --help" -- "$cur")) ;;
-	collector) COMPREPLY=($(compgen -W "--name --endpoint --model --id --help" -- "$cur")) ;;
+	trainer) COMPREPLY=($(compgen -W "--name --endpoint --model --mib --hz --tensors --timeout
+		--help" -- "$cur")) ;;
+	collector) COMPREPLY=($(compgen -W "--name --endpoint --model --id --timeout --help" -- "$cur")) ;;
 	*) COMPREPLY=($(compgen -W "trainer collector --wsyncd --seconds --collectors --mib --hz
-		--tensors --model --help --version" -- "$cur")) ;;
+		--tensors --model --timeout --help --version" -- "$cur")) ;;
 	esac
 }
 

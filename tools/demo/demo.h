@@ -43,6 +43,7 @@
 #define NS_PER_S         1000000000ll
 #define NS_PER_MS        1000000ll
 #define MAX_COLLECTORS   64
+#define DEMO_TIMEOUT_S   2.0    /* default --timeout: connect and round trips */
 
 /* ---- demo_util.c ---- */
 
@@ -65,6 +66,15 @@ double  mib_of(uint64_t bytes);
 /* A decimal in lo..hi for option --opt; -EINVAL (and a message) if not. */
 int     parse_count(const char *opt, const char *s, uint64_t lo, uint64_t hi,
                     uint64_t *out);
+/* Seconds in 0..3600 for option --opt; -EINVAL (and a message) if not. */
+int     parse_seconds(const char *opt, const char *s, double *out);
+/* Bounds the library's connect and every round trip without a timeout of
+ * its own by s seconds ($WSYNC_REPLY_TIMEOUT_MS, read at connect); s < 0:
+ * DEMO_TIMEOUT_S unless the environment already says. */
+void    bound_round_trips(double s);
+/* say_wsync_error for a failed connect, saying plainly when the broker
+ * took no answer within the timeout (stopped, e.g. by SIGSTOP). */
+void    say_connect_error(const char *endpoint, int err);
 /* SIGTERM and SIGINT set g_stop and interrupt sleeps. */
 void    catch_stop_signals(void);
 
@@ -127,6 +137,7 @@ int  result_parse_collector(const char *line, struct collector_result *r);
 
 struct driver_opts {
 	const char *wsyncd, *model;
+	const char *timeout;            /* --timeout, passed to the roles; NULL none */
 	uint64_t seconds, collectors, mib, hz, tensors;
 };
 
