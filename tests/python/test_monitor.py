@@ -110,6 +110,20 @@ def test_ping_and_status_say_which(broker):
     while run(CTL, "ping").returncode != 0:
         assert time.monotonic() < deadline, "ping never healthy again"
         time.sleep(0.1)
+    # Resumed, the broker answers the demo roles' HELLOs: they are gone, the
+    # send fails (EPIPE/ECONNRESET). A client that exited is the usual end,
+    # logged at debug: nothing at info says "Connection reset by peer".
+    while True:
+        st = status()
+        if st["sessions_total"] >= 2 and st["sessions"] == 0:
+            break
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+    time.sleep(0.2)
+    with open(broker.log, errors="replace") as f:
+        noisy = [ln for ln in f if " info: " in ln and
+                 ("Connection reset" in ln or "Broken pipe" in ln or "disconnected" in ln)]
+    assert noisy == [], noisy
 
     broker.kill()                            # its segment stays, its process goes
     r = run(CTL, "ping")
