@@ -25,7 +25,8 @@ static const char *const show_usage[] = {
 	"usage: wsyncctl models [OPTIONS]\n"
 	"\n"
 	"One row per model: state, latest version and step, its age, slab size,\n"
-	"slots in use/total, commits, collectors, the worst collector lag (commits\n"
+	"slots pinned by collectors' views/total (PINNED), slots holding a\n"
+	"version/total (USED), commits, collectors, the worst collector lag (commits\n"
 	"not taken, and how long ago the version they read was superseded), the\n"
 	"publisher's pid, the latest version's checksum ('-' if it has none) and\n"
 	"the checksum mismatches its collectors found (SUMFAIL).\n\n",
