@@ -102,7 +102,7 @@ MAN_PAGES := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 # The service: systemd user units (wsyncd.service, wsyncd@.service), made at
 # install time, since they name PREFIX/bin/wsyncd.
 UNITS     := $(patsubst tools/service/%.in,%,$(wildcard tools/service/*.in))
-COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench
+COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench wsync-relay
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
         tests tools man layering test-gpu bench-gpu

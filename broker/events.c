@@ -121,12 +121,18 @@ static void on_send_failed(void *ctx, struct conn *c, int res)
 	struct broker *b = ctx;
 	struct session *s = session_of_conn(c);
 
-	if (res == -EAGAIN)
+	if (res == -EAGAIN) {
 		session_doom(b, s, "its socket buffer is full: it does not read its replies");
-	else if (res < 0)
+	} else if (res == -EPIPE || res == -ECONNRESET) {
+		/* a client that exited while a reply was on its way: the usual
+		 * end, as on the receive path, logged at debug */
+		s->normal_end = true;
+		session_doom(b, s, "the client closed its socket before a reply reached it");
+	} else if (res < 0) {
 		session_doom(b, s, strerror(-res));
-	else
+	} else {
 		session_doom(b, s, "short send");
+	}
 }
 
 static void on_released(void *ctx, struct conn *c)

@@ -14,16 +14,18 @@
  * How lag is counted. A version's place among commits is its point in the
  * model's history: the commits counter right after it was committed. A
  * session reading version v is (commits now) - (count of v) commits behind,
- * and has been behind since the commit that followed v. With stats_commit()
- * called at every commit each point is known. Without it the tick adds a
- * point for the latest version (exact: the counter and `latest` move
- * together in the broker's thread) and for versions still in slots; a
- * version between two points a < v < b then has the count a.count + (v -
- * a.version) exactly when no version number between a and b was skipped
- * (b.version - a.version == b.count - a.count; before the first point, when
- * the commits counter equals the latest version, as no version was ever
- * skipped), and that as an estimate,
- * kept inside (a.count, b.count), otherwise. The time it was superseded is
+ * and has been behind since the commit that followed v. monitor_commit()
+ * (broker/monitor.c, called by publish_book at every commit this broker
+ * books) records each point, so every version of the last STATS_HISTORY
+ * commits has one. For the others (versions adopted at start, or older
+ * than the ring) the tick adds a point for the latest version (exact: the
+ * counter and `latest` move together in the broker's thread) and for
+ * versions still in slots; a version between two points a < v < b then
+ * has the count a.count + (v - a.version) exactly when no version number
+ * between a and b was skipped (b.version - a.version == b.count - a.count;
+ * before the first point, when the commits counter equals the latest
+ * version, as no version was ever skipped), and that as an estimate, kept
+ * inside (a.count, b.count), otherwise. The time it was superseded is
  * exact when the next point is its successor (count + 1); otherwise the next
  * point's commit time is used, which makes lag_ms a lower bound.
  *

@@ -121,7 +121,7 @@ def test_make_install_service_man_completion(tmp, broker):
               clean_env(MANPAGER="cat", PAGER="cat", MANWIDTH="80"), tmp)
     assert "serve-metrics" in out and "EXIT STATUS" in out
     comp = os.path.join(prefix, "share", "bash-completion", "completions")
-    for prog in ("wsyncctl", "wsync-top", "wsyncd", "wsync-demo", "wsync-bench"):
+    for prog in ("wsyncctl", "wsync-top", "wsyncd", "wsync-demo", "wsync-bench", "wsync-relay"):
         assert os.path.exists(os.path.join(comp, prog)), prog
     # completion of a command and of the broker's models
     with wsync.connect(broker.sock, "t") as c:

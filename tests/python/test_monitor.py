@@ -9,6 +9,7 @@ scripted trainer whose truth is known; wsync-top's screen fits 80x24 and
 terminal."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -21,6 +22,7 @@ from conftest import ROOT, WAIT_S
 BUILD = os.environ.get("BUILD") or "build"
 CTL = os.path.join(ROOT, BUILD, "bin", "wsyncctl")
 TOP = os.path.join(ROOT, BUILD, "bin", "wsync-top")
+DEMO = os.path.join(ROOT, BUILD, "bin", "wsync-demo")
 LAYOUT = [("w", "f32", (16,))]
 
 
@@ -88,6 +90,14 @@ def test_ping_and_status_say_which(broker):
         assert "not responding: heartbeat" in run(CTL, "status").stdout
         r = run(TOP, "-b", "-n", 1)
         assert r.returncode == 0 and "not responding: heartbeat" in r.stdout, r
+        r = run(TOP, "-b", "-n", 1, "--timeout", "1")  # the tools' common flag
+        assert r.returncode == 0 and "not responding: heartbeat" in r.stdout, r
+        # the demo roles give up within their --timeout, saying why
+        for role in (["trainer", "--mib", "1"], ["collector"]):
+            r = run(DEMO, *role, "--endpoint", broker.sock, "--timeout", "1")
+            assert r.returncode == 1 and r.seconds < 1 + 4, (role, r.seconds, r)
+            assert "no answer from %s within 1 s: it is not responding" % broker.sock \
+                in r.stderr, (role, r.stderr)
         # commands that need the broker fail fast, saying why
         for args in (["rm", "x"], ["wait", "x"], ["verify", "x"]):
             r = run(CTL, "--timeout", "1", *args)
@@ -101,6 +111,20 @@ def test_ping_and_status_say_which(broker):
     while run(CTL, "ping").returncode != 0:
         assert time.monotonic() < deadline, "ping never healthy again"
         time.sleep(0.1)
+    # Resumed, the broker answers the demo roles' HELLOs: they are gone, the
+    # send fails (EPIPE/ECONNRESET). A client that exited is the usual end,
+    # logged at debug: nothing at info says "Connection reset by peer".
+    while True:
+        st = status()
+        if st["sessions_total"] >= 2 and st["sessions"] == 0:
+            break
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+    time.sleep(0.2)
+    with open(broker.log, errors="replace") as f:
+        noisy = [ln for ln in f if " info: " in ln and
+                 ("Connection reset" in ln or "Broken pipe" in ln or "disconnected" in ln)]
+    assert noisy == [], noisy
 
     broker.kill()                            # its segment stays, its process goes
     r = run(CTL, "ping")
@@ -270,7 +294,7 @@ def test_top_screen_fits_scrolls_sorts(broker, sixty, cols, rows):
         lines = s.splitlines()
         assert len(lines) <= rows and all(len(ln) <= cols for ln in lines)
         title = [ln for ln in lines if ln.lstrip().startswith("MODEL")][0].split()
-        for col in ("VERSION", "RATE", "SLOTS", "COLL", "LAG", "BEHIND"):
+        for col in ("VERSION", "RATE", "PINNED", "COLL", "LAG", "BEHIND"):
             assert col in title, (col, title)
         stitle = [ln for ln in lines if "PID" in ln and "NAME" in ln][0]
         assert "LAG v" in stitle                  # the sort column, descending
@@ -327,3 +351,44 @@ def test_top_n_and_no_term_in_tmux(broker):
         assert "no terminal" in open(out + ".err").read()
     finally:
         tmux(sock, "kill-server")
+
+
+def test_top_selected_model_past_the_cut_and_slot_map_cut(broker):
+    """At 80x24 with 12 models only some fit: selecting the last one brings
+    it on screen, highlighted, with a line saying how many are above and
+    below; its 8-slot map, cut short, ends in a line saying how many slots
+    are not shown."""
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
+        pytest.skip("no tmux")
+    with wsync.connect(broker.sock, "trainer") as c:
+        pubs = [c.publisher("m%02d" % i, LAYOUT, slots=8 if i == 11 else 0)
+                for i in range(12)]
+        for p in pubs:
+            publish(p, 1)
+        sock = "wsync-mon-sel-%d" % os.getpid()
+        r = tmux(sock, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24",
+                 "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
+        assert r.returncode == 0, r.stderr
+        try:
+            s = wait_screen(sock, lambda s: "more models" in s, "the 'more models' line")
+            assert " m11 " not in s, s                # past the cut before it is selected
+            tmux(sock, "send-keys", "-t", "top", "M")     # the last model
+            s = wait_screen(sock, lambda s: "PINNED BY" in s, "the slot map")
+            lines = s.splitlines()
+            assert len(lines) <= 24 and all(len(ln) <= 80 for ln in lines)
+            assert "model: m11" in s, s
+            rows = [ln for ln in lines if ln.startswith("m11 ")]
+            assert len(rows) == 1, s
+            more = [ln for ln in lines if "more models" in ln][0]
+            assert "above, 0 below" in more, more
+            # highlighted: its row is drawn bold (and underlined)
+            esc = tmux(sock, "capture-pane", "-p", "-e", "-t", "top").stdout
+            row = [ln for ln in esc.splitlines() if "m11 " in ln and "model:" not in ln][0]
+            assert "\x1b[1m" in row or "\x1b[1;" in row or ";1m" in row, repr(row)
+            # the slot map, cut short, says how much is not shown
+            slots = [ln for ln in lines if re.match(r"\s+\d+ (free|old|latest|writing) ", ln)]
+            cut = [ln for ln in lines if "more slots" in ln]
+            assert len(cut) == 1 and len(slots) < 8, s
+            assert int(cut[0].split("... ")[1].split()[0]) == 8 - len(slots), cut
+        finally:
+            tmux(sock, "kill-server")

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import Broker, _PKG, _pdeathsig
+from conftest import ROOT, Broker, _PKG, _pdeathsig
 
 import wsync
 
@@ -632,11 +632,16 @@ def test_command_line_contract(tmp_path):
     rc, out, _ = _relay_cmd(["--version", "--json"])
     doc = json.loads(out)
     assert rc == 0 and doc["ok"] is True and doc["relay"] == wsync.__version__, out
-    # Errors: one JSON object on stdout with --json, a named reason otherwise.
+    # Errors follow the tools' contract (docs/TOOLS.md): one line on stderr,
+    # and with --json one JSON object on stdout with the same fields.
     rc, out, err = _relay_cmd(["--json", "--bogus"])
     assert rc == 2 and out.count("\n") == 1, out
     doc = json.loads(out)
-    assert doc == {"ok": False, "error": "unrecognized arguments: --bogus", "exit": 2}, doc
+    msg = "unknown option '--bogus' (try 'wsync-relay --help')"
+    assert doc == {"ok": False, "error": msg, "reason": "usage", "exit": 2}, doc
+    assert err == "wsync-relay: %s\n" % msg, err
+    rc, out, err = _relay_cmd(["--bogus"])
+    assert rc == 2 and out == "" and err == "wsync-relay: %s\n" % msg, (out, err)
     rc, out, err = _relay_cmd(["--model", "m", "--name", "x", "--endpoint", "y"])
     assert rc == 2 and "not allowed with argument" in err, err
     group = ["--model", "m", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
@@ -644,6 +649,20 @@ def test_command_line_contract(tmp_path):
     rc, out, err = _relay_cmd(group + ["--json"])
     doc = json.loads(out)
     assert rc == 2 and doc["ok"] is False and "no secret" in doc["error"], out
+    assert doc["reason"] == "usage" and doc["exit"] == 2 and doc["error"] in err, (doc, err)
+    # no broker: exit 3 and reason no_broker, as wsyncctl says it
+    sock = str(tmp_path / "no-broker.sock")
+    rc, out, err = _relay_cmd(group + ["--insecure", "--json", "--endpoint", sock])
+    doc = json.loads(out)
+    assert rc == 3 and doc["ok"] is False and doc["exit"] == 3, (rc, out, err)
+    assert doc["reason"] == "no_broker" and "no broker at %s" % sock in doc["error"], doc
+    assert "[Errno" not in doc["error"] and "wsync-relay: " + doc["error"] in err, (doc, err)
+    ctl = os.path.join(ROOT, os.environ.get("BUILD") or "build", "bin", "wsyncctl")
+    p = subprocess.run([ctl, "--json", "--endpoint", sock, "wait", "m", "--timeout", "1"],
+                       capture_output=True, text=True, timeout=DEADLINE_S)
+    tool = json.loads(p.stdout)
+    assert p.returncode == rc and tool["reason"] == doc["reason"], (p, doc)
+    assert set(tool) == set(doc), (tool, doc)
     secret = tmp_path / "secret"
     secret.write_text("0123456789abcdef0123\n")
     os.chmod(secret, 0o644)

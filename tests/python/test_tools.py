@@ -189,11 +189,14 @@ def test_status_models_sessions(broker):
         assert len(m["checksum"]) == 16 and m["checksum_failures"] == 0
         assert m["publisher_pid"] == os.getpid()
         assert m["slots"] == 4 and m["slots_used"] >= 2 and m["bytes"] >= 64 * 64 * 4
+        assert m["slots_pinned"] == 1        # the reader's view pins one slot
         assert m["pages"] == "4k"            # test brokers run --huge-pages off
         r = ctl("models")
         lines = r.stdout.splitlines()
         assert lines[0].split()[:4] == ["MODEL", "STATE", "VERSION", "STEP"]
         assert lines[1].split()[:4] == ["pol", "ready", str(m["version"]), "13"]
+        col = lines[0].split().index("PINNED")
+        assert lines[1].split()[col] == "1/4"
         r = ctl("sessions")
         row = [ln for ln in r.stdout.splitlines() if " reader " in ln][0].split()
         assert row[3:7] == ["sub", "pol", "%d*" % view.version, "1"]
@@ -201,6 +204,14 @@ def test_status_models_sessions(broker):
         st = ctl_json("status")
         assert st["models"] == 1 and st["publishers"] == 1 and st["subscribers"] == 1
         assert st["sessions"] == 2 and st["health"] == "ok" and st["ok"] is True
+        # idle: versions fill the slots, but nobody pins one
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            m = ctl_json("models")["models"][0]
+            if m["slots_pinned"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert m["slots_pinned"] == 0 and m["slots_used"] >= 2
 
 
 def test_wait(broker):

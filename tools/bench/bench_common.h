@@ -248,7 +248,7 @@ int bench_hostile(struct bench *b);
  * (tools/bench/python.c, tools/bench/python_bench.py). */
 int bench_python(struct bench *b);
 /* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
- * and 2 GiB, on 4 KiB and on huge pages (tools/bench_scale.c). */
+ * and 2 GiB, on 4 KiB and on huge pages (tools/bench/scale.c). */
 int bench_scale(struct bench *b);
 /* Writes back the nr_hugepages that scale changed, if it did (signal-safe). */
 void scale_restore_pages(void);

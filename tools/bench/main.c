@@ -53,13 +53,17 @@ static const char usage_text[] =
 	"                       wake, sustained, peers, shard, checksum, e2e, scale,\n"
 	"                       gpu, hostile, python (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
-	"  --json FILE          also write the rows as JSON\n"
+	"  --json FILE          also write the report (machine, mode, rows) as a JSON\n"
+	"                       document to FILE; unlike the other tools' --json it\n"
+	"                       takes a file and leaves stdout (the table) as it is\n"
 	"  --python PATH        interpreter for the torch peers and the python scenario\n"
 	"                       (default /usr/bin/python3)\n"
 	"  --peers-script PATH  the peers script (default: tools/bench/torch_peers.py\n"
 	"                       of the source tree this program was built in, else\n"
 	"                       PREFIX/share/wsync/torch_peers.py of an installed one)\n"
-	"  -h, --help           this text;  --version  the version\n";
+	"  -h, --help           this text;  --version  the version\n"
+	"\n"
+	"exit codes: 0 done, 1 a scenario or the broker failed, 2 usage.\n";
 
 static const struct {
 	const char *name;

@@ -94,8 +94,6 @@ static const struct { const char *name, *type, *help; } model_families[M_N] = {
 
 static double model_figure(const struct snap *s, const struct snap_model *m, int k)
 {
-	uint32_t pinned = 0;
-
 	switch (k) {
 	case M_VERSION: return (double)m->version;
 	case M_STEP:    return (double)m->step;
@@ -105,11 +103,7 @@ static double model_figure(const struct snap *s, const struct snap_model *m, int
 	case M_BYTES:   return (double)m->bytes;
 	case M_SLOTS:   return m->n_slots;
 	case M_USED:    return m->slots_used;
-	case M_PINNED:
-		for (uint32_t i = 0; i < s->n_sessions; i++)
-			if (s->sessions[i].view_model == m->id && s->sessions[i].slot >= 0)
-				pinned |= UINT32_C(1) << s->sessions[i].slot;
-		return __builtin_popcount(pinned);
+	case M_PINNED:  return m->slots_pinned;
 	case M_COLL:    return m->collectors;
 	case M_AGE:     return m->version ? (double)(s->now_ns - m->commit_ns) / 1e9 : 0;
 	case M_LAG:     return (double)m->worst_lag;

@@ -93,10 +93,13 @@ static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_ses
 	s->lag_ms = LOAD(e->stats.lag_ms);
 }
 
-/* Collector counts, worst lags and publisher pids, once models and
- * sessions are copied. */
+/* Collector counts, pinned slots, worst lags and publisher pids, once
+ * models and sessions are copied. A slot pinned by several collectors
+ * counts once. */
 static void snap_derive(struct snap *s)
 {
+	uint64_t pinned[WSYNC_MAX_MODELS] = { 0 };
+
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
 		const struct snap_session *e = &s->sessions[i];
 
@@ -105,6 +108,8 @@ static void snap_derive(struct snap *s)
 
 			if (!m->publisher_pid && m->publisher == e->id)
 				m->publisher_pid = e->pid;
+			if (e->view_model == m->id && e->slot >= 0 && e->slot < 64)
+				pinned[j] |= UINT64_C(1) << e->slot;
 			if (!(e->models & (UINT64_C(1) << m->id)) || !(e->roles & WSYNC_ROLE_SUB))
 				continue;
 			m->collectors++;
@@ -119,6 +124,8 @@ static void snap_derive(struct snap *s)
 				m->worst_lag_ms = e->lag_ms;
 		}
 	}
+	for (uint32_t j = 0; j < s->n_models; j++)
+		s->models[j].slots_pinned = (uint32_t)__builtin_popcountll(pinned[j]);
 }
 
 static void snap_copy_sessions(const struct wsync_ctl_header *h, struct snap *out)
@@ -270,7 +277,7 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 {
 	char cs[32];
 	json_t *o = json_pack("{s:s, s:I, s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-	                      "s:o, s:o, s:I, s:o}",
+	                      "s:I, s:o, s:o, s:I, s:o}",
 	                      "name", m->name,
 	                      "id", (json_int_t)m->id,
 	                      "state", snap_model_state_name(m->state),
@@ -280,6 +287,7 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 	                      "tensors", (json_int_t)m->n_tensors,
 	                      "slots", (json_int_t)m->n_slots,
 	                      "slots_used", (json_int_t)m->slots_used,
+	                      "slots_pinned", (json_int_t)m->slots_pinned,
 	                      "commits", (json_int_t)m->commits,
 	                      "aborts", (json_int_t)m->aborts,
 	                      "busy", (json_int_t)m->busy,

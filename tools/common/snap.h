@@ -24,7 +24,9 @@
 #include "wsync.h"
 
 struct snap_model {
-	uint32_t id, state, n_tensors, n_slots, slots_used;
+	uint32_t id, state, n_tensors, n_slots;
+	uint32_t slots_used;             /* slots holding a version or being written */
+	uint32_t slots_pinned;           /* slots a collector's view pins, at the tick */
 	char     name[WSYNC_NAME_MAX];
 	uint64_t bytes, version, hwm, commits, aborts, busy, step;
 	int64_t  commit_ns;

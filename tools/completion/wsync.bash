@@ -1,4 +1,5 @@
-# bash completion for wsyncctl, wsync-top, wsyncd, wsync-demo and wsync-bench.
+# bash completion for wsyncctl, wsync-top, wsyncd, wsync-demo, wsync-bench and
+# wsync-relay.
 # make install puts it in PREFIX/share/bash-completion/completions under each
 # command's name; source it by hand elsewhere.
 
@@ -71,9 +72,9 @@ _wsync_top()
 	case $prev in
 	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
 	--endpoint) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-	-d|-n) return ;;
+	-d|-n|--timeout) return ;;
 	esac
-	COMPREPLY=($(compgen -W "--name --endpoint -d -n -b --json --help --version" -- "$cur"))
+	COMPREPLY=($(compgen -W "--name --endpoint -d -n -b --json --timeout --help --version" -- "$cur"))
 }
 
 _wsyncd()
@@ -97,13 +98,14 @@ _wsync_demo()
 	case $prev in
 	--wsyncd|--endpoint) COMPREPLY=($(compgen -f -- "$cur")); return ;;
 	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
-	--seconds|--collectors|--mib|--hz|--tensors|--id|--model) return ;;
+	--seconds|--collectors|--mib|--hz|--tensors|--id|--model|--timeout) return ;;
 	esac
 	case ${COMP_WORDS[1]} in
-	trainer) COMPREPLY=($(compgen -W "--name --endpoint --model --mib --hz --tensors --help" -- "$cur")) ;;
-	collector) COMPREPLY=($(compgen -W "--name --endpoint --model --id --help" -- "$cur")) ;;
+	trainer) COMPREPLY=($(compgen -W "--name --endpoint --model --mib --hz --tensors --timeout
+		--help" -- "$cur")) ;;
+	collector) COMPREPLY=($(compgen -W "--name --endpoint --model --id --timeout --help" -- "$cur")) ;;
 	*) COMPREPLY=($(compgen -W "trainer collector --wsyncd --seconds --collectors --mib --hz
-		--tensors --model --help --version" -- "$cur")) ;;
+		--tensors --model --timeout --help --version" -- "$cur")) ;;
 	esac
 }
 
@@ -112,7 +114,16 @@ _wsync_bench()
 	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
 	case $prev in
 	--wsyncd|--json|--python|--peers-script) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-	--only) COMPREPLY=($(compgen -W "publish acquire fanout wake sustained peers shard checksum scale gpu" -- "$cur")); return ;;
+	--only)
+		# the scenarios wsync-bench --help lists (tools/bench/main.c), comma-separated
+		local names
+		names=$(wsync-bench --help 2>/dev/null | sed -n '/--only LIST/,/(default: all)/p' |
+			sed -e 's/.*comma-separated://' -e 's/(default: all)//' -e 's/^ *--only.*//' | tr -d ',')
+		names=${names:-publish acquire wake sustained peers shard checksum e2e scale gpu hostile python}
+		local prefix=""
+		[[ $cur == *,* ]] && prefix=${cur%,*},
+		COMPREPLY=($(compgen -P "$prefix" -W "$names" -- "${cur##*,}"))
+		return ;;
 	--repeats) return ;;
 	esac
 	COMPREPLY=($(compgen -W "--wsyncd --quick --only --repeats --json --python --peers-script
@@ -123,4 +134,24 @@ complete -F _wsyncctl wsyncctl
 complete -F _wsync_top wsync-top
 complete -F _wsyncd wsyncd
 complete -F _wsync_demo wsync-demo
+_wsync_relay()
+{
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+	case $prev in
+	--name) COMPREPLY=($(compgen -W "$(_wsync_instances)" -- "$cur")); return ;;
+	--endpoint|--secret-file|--metrics|--log) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	--model) COMPREPLY=($(compgen -W "$(_wsync_models)" -- "$cur")); return ;;
+	--backend) COMPREPLY=($(compgen -W "auto gloo nccl" -- "$cur")); return ;;
+	--delta) COMPREPLY=($(compgen -W "auto on off" -- "$cur")); return ;;
+	--iface) COMPREPLY=($(compgen -W "$(ls /sys/class/net 2>/dev/null)" -- "$cur")); return ;;
+	--client-name|--master-addr|--master-port|--rank|--world-size|--bind|--device|--level|\
+	--threads|--timeout|--heartbeat|--connect-timeout|--slots) return ;;
+	esac
+	COMPREPLY=($(compgen -W "--model --endpoint --name --client-name --master-addr
+		--master-port --rank --world-size --bind --secret-file --insecure --backend --device
+		--iface --delta --level --threads --metrics --timeout --heartbeat --connect-timeout
+		--slots --log --quiet --staging --json --help --version" -- "$cur"))
+}
+
 complete -F _wsync_bench wsync-bench
+complete -F _wsync_relay wsync-relay

@@ -32,7 +32,7 @@ static const char usage_text[] =
 	"  wait MODEL [--after V]         waits for a version of MODEL newer than V\n"
 	"  dump MODEL -o FILE [--version N]\n"
 	"                                 writes the latest version as a .safetensors file\n"
-	"  load FILE --model NAME [--step S] [--checksum]\n"
+	"  load FILE --model NAME [--step S] [--no-checksum]\n"
 	"                                 publishes a .safetensors file as a new version\n"
 	"  verify MODEL [--version N]     recomputes the latest version's checksum\n"
 	"  rm MODEL...                    deletes models that have no publisher\n"

@@ -25,7 +25,8 @@ static const char *const show_usage[] = {
 	"usage: wsyncctl models [OPTIONS]\n"
 	"\n"
 	"One row per model: state, latest version and step, its age, slab size,\n"
-	"slots in use/total, commits, collectors, the worst collector lag (commits\n"
+	"slots pinned by collectors' views/total (PINNED), slots holding a\n"
+	"version/total (USED), commits, collectors, the worst collector lag (commits\n"
 	"not taken, and how long ago the version they read was superseded), the\n"
 	"publisher's pid, the latest version's checksum ('-' if it has none) and\n"
 	"the checksum mismatches its collectors found (SUMFAIL).\n\n",
@@ -80,15 +81,16 @@ static int name_width(const struct snap *s, bool models, int min)
 
 static void print_models(const struct snap *s)
 {
-	char sz[32], age[32], cs[32], slots[16], lag[24], ms[32], pid[16];
+	char sz[32], age[32], cs[32], slots[16], pinned[16], lag[24], ms[32], pid[16];
 	int w = name_width(s, true, 5);
 
-	printf("%-*s %-8s %8s %8s %8s %10s %7s %8s %5s %6s %8s %8s %-16s %7s\n", w, "MODEL",
-	       "STATE", "VERSION", "STEP", "AGE", "SLAB", "SLOTS", "COMMITS", "COLL", "LAG",
+	printf("%-*s %-8s %8s %8s %8s %10s %6s %6s %8s %5s %6s %8s %8s %-16s %7s\n", w, "MODEL",
+	       "STATE", "VERSION", "STEP", "AGE", "SLAB", "PINNED", "USED", "COMMITS", "COLL", "LAG",
 	       "BEHIND", "PUB", "CHECKSUM", "SUMFAIL");
 	for (uint32_t i = 0; i < s->n_models; i++) {
 		const struct snap_model *m = &s->models[i];
 
+		snprintf(pinned, sizeof(pinned), "%" PRIu32 "/%" PRIu32, m->slots_pinned, m->n_slots);
 		snprintf(slots, sizeof(slots), "%" PRIu32 "/%" PRIu32, m->slots_used, m->n_slots);
 		{
 			struct snap_session worst = { .lag_known = m->worst_known,
@@ -99,11 +101,11 @@ static void print_models(const struct snap *s)
 			fmt_lag_ms(ms, sizeof(ms), &worst);
 		}
 		snprintf(pid, sizeof(pid), m->publisher_pid ? "%" PRIu32 : "-", m->publisher_pid);
-		printf("%-*s %-8s %8" PRIu64 " %8" PRIu64 " %8s %10s %7s %8" PRIu64 " %5" PRIu32
+		printf("%-*s %-8s %8" PRIu64 " %8" PRIu64 " %8s %10s %6s %6s %8" PRIu64 " %5" PRIu32
 		       " %6s %8s %8s %-16s %7" PRIu64 "\n", w, m->name,
 		       snap_model_state_name(m->state), m->version, m->step,
 		       m->version ? fmt_age(age, sizeof(age), s->now_ns - m->commit_ns) : "-",
-		       fmt_bytes(sz, sizeof(sz), m->bytes), slots, m->commits, m->collectors,
+		       fmt_bytes(sz, sizeof(sz), m->bytes), pinned, slots, m->commits, m->collectors,
 		       lag, ms, pid, fmt_checksum(cs, sizeof(cs), m), m->checksum_failures);
 	}
 }

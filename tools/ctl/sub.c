@@ -30,9 +30,10 @@ static const char verify_usage[] =
 	"usage: wsyncctl verify MODEL [--version N] [OPTIONS]\n"
 	"\n"
 	"Recomputes the XXH3-64 checksum of MODEL's latest version and compares it\n"
-	"with the one its publisher stored at commit (models published with\n"
-	"WSYNC_PUB_CHECKSUM, or wsyncctl load --checksum). --version N fails unless\n"
-	"N is the latest version.\n"
+	"with the one its publisher stored at commit (every version carries one\n"
+	"unless its publisher opened the model with WSYNC_PUB_NO_CHECKSUM, or\n"
+	"wsyncctl load --no-checksum). --version N fails unless N is the latest\n"
+	"version.\n"
 	"\n"
 	"exit codes: 0 the checksum matches, 1 mismatch, 2 usage, 3 no broker, no such\n"
 	"model, no checksum, or another error.\n\n";

@@ -16,6 +16,7 @@
 
 static const char collector_usage_text[] =
 	"usage: wsync-demo collector [--name NAME | --endpoint E] [--model M] [--id K]\n"
+	"                            [--timeout S]\n"
 	"\n"
 	"Subscribes to model M (default '" MODEL_NAME "'; it need not exist yet),\n"
 	"waits for each newer version and checks every byte of it against its\n"
@@ -27,7 +28,11 @@ static const char collector_usage_text[] =
 	"  --name NAME       the broker instance (default: $WSYNC_ENDPOINT, else\n"
 	"                    'default'); --endpoint E: a socket path or instance name\n"
 	"  --model M         the model to read (default " MODEL_NAME ")\n"
-	"  --id K            number shown in messages and results (default 0)\n";
+	"  --id K            number shown in messages and results (default 0)\n"
+	"  --timeout S       how long the broker gets to answer the connect and each\n"
+	"                    round trip (default 2); a broker that does not (stopped)\n"
+	"                    ends the collector with exit 1 and says so. Waiting for\n"
+	"                    a new version has no limit.\n";
 
 struct collector_stats {
 	struct collector_result r;              /* what the driver gets */
@@ -174,7 +179,8 @@ static int collector_loop(wsync_sub *sub, struct collector_stats *st)
 	return 0;
 }
 
-static int collector_run(const char *endpoint, const char *model, unsigned id)
+static int collector_run(const char *endpoint, const char *model, unsigned id,
+                         double timeout_s)
 {
 	struct collector_stats st = { .r.id = id, .logs_left = MAX_FAILURE_LOGS };
 	wsync_client *client = NULL;
@@ -183,9 +189,10 @@ static int collector_run(const char *endpoint, const char *model, unsigned id)
 	int err;
 
 	snprintf(name, sizeof name, "wsync-demo-collector-%u", id);
+	bound_round_trips(timeout_s);
 	err = wsync_connect(endpoint, name, &client);
 	if (err) {
-		say_wsync_error("connect to the broker", err);
+		say_connect_error(endpoint, err);
 		return 1;
 	}
 	err = wsync_sub_open(client, model, &sub);
@@ -212,11 +219,13 @@ int collector_main(int argc, char **argv)
 		{ "name",     required_argument, NULL, 'e' },
 		{ "model",    required_argument, NULL, 'M' },
 		{ "id",       required_argument, NULL, 'i' },
+		{ "timeout",  required_argument, NULL, 'T' },
 		{ "help",     no_argument,       NULL, 'h' },
 		{ 0 },
 	};
 	const char *endpoint = NULL, *model = MODEL_NAME;
 	uint64_t id = 0;
+	double timeout_s = -1;
 	int c, bad = 0;
 
 	snprintf(g_role, sizeof g_role, "collector: ");
@@ -226,6 +235,7 @@ int collector_main(int argc, char **argv)
 		case 'e': endpoint = optarg; break;
 		case 'M': bad |= !model_name_ok(optarg); model = optarg; break;
 		case 'i': bad |= parse_count("id", optarg, 0, 1000000, &id); break;
+		case 'T': bad |= parse_seconds("timeout", optarg, &timeout_s); break;
 		case 'h': fputs(collector_usage_text, stdout); return 0;
 		default:  bad = say_bad_option(argv); break;
 		}
@@ -235,5 +245,5 @@ int collector_main(int argc, char **argv)
 	snprintf(g_role, sizeof g_role, "collector %u: ", (unsigned)id);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	catch_stop_signals();
-	return collector_run(endpoint, model, (unsigned)id);
+	return collector_run(endpoint, model, (unsigned)id, timeout_s);
 }

@@ -1,15 +1,15 @@
 /*
  * tools/demo/demo.h — what the files of wsync-demo share.
  *
- *   demo.c            main, and the driver: starts a private wsyncd, the
+ *   main.c            main, and the driver: starts a private wsyncd, the
  *                     trainer and the collectors, stops them in order
- *   demo_child.c      the driver's child processes: spawn, output, results
- *   demo_summary.c    the driver's summary and verdict
- *   demo_trainer.c    the trainer role
- *   demo_collector.c  the collector role
- *   demo_result.c     the result line each role prints at exit
- *   demo_model.c      the synthetic model: its layout and its byte pattern
- *   demo_util.c       messages, clocks, option values, stop signals
+ *   child.c           the driver's child processes: spawn, output, results
+ *   summary.c         the driver's summary and verdict
+ *   trainer.c         the trainer role
+ *   collector.c       the collector role
+ *   result.c          the result line each role prints at exit
+ *   model.c           the synthetic model: its layout and its byte pattern
+ *   util.c            messages, clocks, option values, stop signals
  *
  * The pattern: byte b of a slab holds byte (b % 8) of the little-endian word
  * step * GOLDEN ^ (b / 8), b counted from the start of the slab. A collector
@@ -43,8 +43,9 @@
 #define NS_PER_S         1000000000ll
 #define NS_PER_MS        1000000ll
 #define MAX_COLLECTORS   64
+#define DEMO_TIMEOUT_S   2.0    /* default --timeout: connect and round trips */
 
-/* ---- demo_util.c ---- */
+/* ---- util.c ---- */
 
 extern char g_role[32];                 /* message prefix: "trainer: ", ... */
 extern volatile sig_atomic_t g_stop;    /* trainer, collector: SIGTERM seen */
@@ -65,10 +66,19 @@ double  mib_of(uint64_t bytes);
 /* A decimal in lo..hi for option --opt; -EINVAL (and a message) if not. */
 int     parse_count(const char *opt, const char *s, uint64_t lo, uint64_t hi,
                     uint64_t *out);
+/* Seconds in 0..3600 for option --opt; -EINVAL (and a message) if not. */
+int     parse_seconds(const char *opt, const char *s, double *out);
+/* Bounds the library's connect and every round trip without a timeout of
+ * its own by s seconds ($WSYNC_REPLY_TIMEOUT_MS, read at connect); s < 0:
+ * DEMO_TIMEOUT_S unless the environment already says. */
+void    bound_round_trips(double s);
+/* say_wsync_error for a failed connect, saying plainly when the broker
+ * took no answer within the timeout (stopped, e.g. by SIGSTOP). */
+void    say_connect_error(const char *endpoint, int err);
 /* SIGTERM and SIGINT set g_stop and interrupt sleeps. */
 void    catch_stop_signals(void);
 
-/* ---- demo_model.c ---- */
+/* ---- model.c ---- */
 
 /* Fills `bytes` bytes at p, which lies at byte `offset` (a multiple of 8) of
  * the slab, with the pattern of `step`. */
@@ -96,7 +106,7 @@ bool     model_name_ok(const char *name);
 int trainer_main(int argc, char **argv);
 int collector_main(int argc, char **argv);
 
-/* ---- demo_result.c: the line a role prints at exit for the driver ---- */
+/* ---- result.c: the line a role prints at exit for the driver ---- */
 
 struct trainer_result {
 	uint64_t commits;               /* versions published */
@@ -127,6 +137,7 @@ int  result_parse_collector(const char *line, struct collector_result *r);
 
 struct driver_opts {
 	const char *wsyncd, *model;
+	const char *timeout;            /* --timeout, passed to the roles; NULL none */
 	uint64_t seconds, collectors, mib, hz, tensors;
 };
 
@@ -166,7 +177,7 @@ struct demo {
 	struct child *collectors;
 };
 
-/* demo_child.c */
+/* child.c */
 
 /* Starts argv with stdout and stderr to log_path, or, if log_path is NULL,
  * stdout to a pipe the driver reads and stderr shared with the driver.
@@ -178,7 +189,7 @@ void child_read_output(struct child *ch);
 void child_describe_status(const struct child *ch, char *buf, size_t len);
 bool child_exited_cleanly(const struct child *ch);
 
-/* demo_summary.c */
+/* summary.c */
 
 void     summary_print(const struct demo *d);
 /* Prints what went wrong; returns the number of problems. */

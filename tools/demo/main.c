@@ -21,9 +21,10 @@
 
 static const char usage_text[] =
 	"usage: wsync-demo [--wsyncd PATH] [--seconds N] [--collectors N] [--mib N]\n"
-	"                  [--hz N] [--tensors N]\n"
+	"                  [--hz N] [--tensors N] [--model M] [--timeout S]\n"
 	"       wsync-demo trainer [--name NAME] [--model M] [--mib N] [--hz N] [--tensors N]\n"
-	"       wsync-demo collector [--name NAME] [--model M] [--id K]\n"
+	"                          [--timeout S]\n"
+	"       wsync-demo collector [--name NAME] [--model M] [--id K] [--timeout S]\n"
 	"       wsync-demo --version\n"
 	"\n"
 	"Without a role, starts a private wsyncd, one trainer and N collectors, lets\n"
@@ -39,6 +40,8 @@ static const char usage_text[] =
 	"  --hz N            versions published per second (default 10)\n"
 	"  --tensors N       tensors in the model (default 8)\n"
 	"  --model M         the model's name (default " MODEL_NAME ")\n"
+	"  --timeout S       the roles' --timeout: how long the broker gets to answer\n"
+	"                    each connect and round trip (default 2)\n"
 	"  -h, --help        this text\n"
 	"\n"
 	"Run 'wsync-demo trainer --help' or 'wsync-demo collector --help' for the\n"
@@ -370,7 +373,8 @@ static int demo_start_trainer(struct demo *d)
 {
 	char mib[24], hz[24], tensors[24];
 	char *argv[] = { d->self, "trainer", "--endpoint", d->socket, "--mib", mib,
-	                 "--hz", hz, "--tensors", tensors, "--model", (char *)d->o.model, NULL };
+	                 "--hz", hz, "--tensors", tensors, "--model", (char *)d->o.model,
+	                 d->o.timeout ? "--timeout" : NULL, (char *)d->o.timeout, NULL };
 	int err;
 
 	snprintf(mib, sizeof mib, "%" PRIu64, d->o.mib);
@@ -386,7 +390,8 @@ static int demo_start_collector(struct demo *d, struct child *ch, unsigned id)
 {
 	char ids[16];
 	char *argv[] = { d->self, "collector", "--endpoint", d->socket, "--id", ids,
-	                 "--model", (char *)d->o.model, NULL };
+	                 "--model", (char *)d->o.model,
+	                 d->o.timeout ? "--timeout" : NULL, (char *)d->o.timeout, NULL };
 	int err;
 
 	snprintf(ids, sizeof ids, "%u", id);
@@ -513,6 +518,7 @@ static int driver_main(int argc, char **argv)
 		{ "hz",         required_argument, NULL, 'z' },
 		{ "tensors",    required_argument, NULL, 't' },
 		{ "model",      required_argument, NULL, 'M' },
+		{ "timeout",    required_argument, NULL, 'T' },
 		{ "help",       no_argument,       NULL, 'h' },
 		{ 0 },
 	};
@@ -520,12 +526,17 @@ static int driver_main(int argc, char **argv)
 		.o = { .model = MODEL_NAME, .seconds = 10, .collectors = 4, .mib = 32, .hz = 10,
 		       .tensors = 8 },
 	};
+	double timeout_s = -1;
 	int c, bad = 0;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w': d.o.wsyncd = optarg; break;
+		case 'T':
+			bad |= parse_seconds("timeout", optarg, &timeout_s);
+			d.o.timeout = optarg;
+			break;
 		case 's': bad |= parse_count("seconds", optarg, 1, 86400, &d.o.seconds); break;
 		case 'c': bad |= parse_count("collectors", optarg, 1, MAX_COLLECTORS,
 		                             &d.o.collectors); break;
@@ -539,6 +550,7 @@ static int driver_main(int argc, char **argv)
 	}
 	if (bad || optind < argc)
 		return say_usage_error(bad ? NULL : argv[optind], "wsync-demo");
+	bound_round_trips(timeout_s);   /* the driver's own connects too */
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return demo_run(&d);
 }

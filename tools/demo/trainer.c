@@ -13,7 +13,7 @@
 
 static const char trainer_usage_text[] =
 	"usage: wsync-demo trainer [--name NAME | --endpoint E] [--model M] [--mib N]\n"
-	"                          [--hz N] [--tensors N]\n"
+	"                          [--hz N] [--tensors N] [--timeout S]\n"
 	"\n"
 	"Declares model M (default '" MODEL_NAME "': an embedding, weight matrices and biases)\n"
 	"and publishes a new version at N Hz, each filled with a pattern derived from\n"
@@ -25,11 +25,15 @@ static const char trainer_usage_text[] =
 	"  --model M         the model to publish (default " MODEL_NAME ")\n"
 	"  --mib N           model size in MiB (default 32)\n"
 	"  --hz N            versions per second (default 10)\n"
-	"  --tensors N       tensors in the model (default 8)\n";
+	"  --tensors N       tensors in the model (default 8)\n"
+	"  --timeout S       how long the broker gets to answer the connect and each\n"
+	"                    round trip (default 2); a broker that does not (stopped)\n"
+	"                    ends the trainer with exit 1 and says so\n";
 
 struct trainer_opts {
 	const char *endpoint, *model;
 	uint64_t mib, hz, tensors;
+	double timeout_s;                       /* -1: the default */
 };
 
 struct publish_times {
@@ -126,9 +130,10 @@ static int trainer_run(const struct trainer_opts *o)
 		return 1;
 	}
 	model_describe(tensors, o->tensors, o->mib);
+	bound_round_trips(o->timeout_s);
 	err = wsync_connect(o->endpoint, "wsync-demo-trainer", &client);
 	if (err) {
-		say_wsync_error("connect to the broker", err);
+		say_connect_error(o->endpoint, err);
 		goto out_free;
 	}
 	err = wsync_pub_open(client, o->model, tensors, o->tensors, NULL, &pub);
@@ -160,10 +165,12 @@ int trainer_main(int argc, char **argv)
 		{ "mib",      required_argument, NULL, 'm' },
 		{ "hz",       required_argument, NULL, 'z' },
 		{ "tensors",  required_argument, NULL, 't' },
+		{ "timeout",  required_argument, NULL, 'T' },
 		{ "help",     no_argument,       NULL, 'h' },
 		{ 0 },
 	};
-	struct trainer_opts o = { .model = MODEL_NAME, .mib = 32, .hz = 10, .tensors = 8 };
+	struct trainer_opts o = { .model = MODEL_NAME, .mib = 32, .hz = 10, .tensors = 8,
+	                          .timeout_s = -1 };
 	int c, bad = 0;
 
 	snprintf(g_role, sizeof g_role, "trainer: ");
@@ -175,6 +182,7 @@ int trainer_main(int argc, char **argv)
 		case 'm': bad |= parse_count("mib", optarg, 1, 65536, &o.mib); break;
 		case 'z': bad |= parse_count("hz", optarg, 1, 10000, &o.hz); break;
 		case 't': bad |= parse_count("tensors", optarg, 1, 1024, &o.tensors); break;
+		case 'T': bad |= parse_seconds("timeout", optarg, &o.timeout_s); break;
 		case 'h': fputs(trainer_usage_text, stdout); return 0;
 		default:  bad = say_bad_option(argv); break;
 		}

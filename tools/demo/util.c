@@ -94,6 +94,54 @@ int parse_count(const char *opt, const char *s, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
+int parse_seconds(const char *opt, const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0) || v > 3600) {
+		say_error("--%s: expected seconds in 0..3600, got '%s'", opt, s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static double g_timeout_s = DEMO_TIMEOUT_S;
+
+void bound_round_trips(double s)
+{
+	char ms[32];
+	const char *env = getenv("WSYNC_REPLY_TIMEOUT_MS");
+
+	if (s < 0 && env && *env) {
+		g_timeout_s = strtod(env, NULL) / 1e3;
+		return;
+	}
+	if (s < 0)
+		s = DEMO_TIMEOUT_S;
+	g_timeout_s = s;
+	/* a floor, so that --timeout 0 still lets a healthy broker answer */
+	snprintf(ms, sizeof ms, "%lld", (long long)(s * 1e3 > 100 ? s * 1e3 : 100));
+	setenv("WSYNC_REPLY_TIMEOUT_MS", ms, 1);
+}
+
+void say_connect_error(const char *endpoint, int err)
+{
+	if (err == -ETIMEDOUT) {
+		say_error("connect to the broker: no answer from %s within %g s: it is not "
+		          "responding (stopped, e.g. by SIGSTOP, or overloaded; "
+		          "'wsyncctl ping' says which); --timeout S waits longer",
+		          endpoint && *endpoint ? endpoint :
+		          getenv("WSYNC_ENDPOINT") && *getenv("WSYNC_ENDPOINT") ?
+		          getenv("WSYNC_ENDPOINT") : "'default'", g_timeout_s);
+		return;
+	}
+	say_wsync_error("connect to the broker", err);
+}
+
 static void on_stop_signal(int sig)
 {
 	(void)sig;

@@ -3,7 +3,7 @@
  * format for the screen and for batch mode, so both show the same figures.
  *
  * Columns have a priority: a screen shows the most important ones that fit
- * (an 80-column terminal keeps the model's version, rate, slots, collectors
+ * (an 80-column terminal keeps the model's version, rate, pinned slots, collectors
  * and lag, the session's pid, name, version and lag), in their fixed order,
  * and the name column takes what room is left, up to the longest name.
  * Batch mode shows every column and whole names.
@@ -24,7 +24,7 @@ const struct top_col top_model_cols[MC_N] = {
 	[MC_RATE]     = { "RATE",      6,  2, false },
 	[MC_BW]       = { "BW",       11,  9, false },
 	[MC_SLAB]     = { "SLAB",     10, 10, false },
-	[MC_SLOTS]    = { "SLOTS",     5,  3, false },
+	[MC_SLOTS]    = { "PINNED",    6,  3, false },
 	[MC_COLL]     = { "COLL",      4,  4, false },
 	[MC_LAG]      = { "LAG",       6,  5, false },
 	[MC_BEHIND]   = { "BEHIND",    7,  6, false },
@@ -200,7 +200,7 @@ void top_model_cells(const struct top_view *v, uint32_t i, char (*c)[TOP_CELL])
 	fmt_rate(c[MC_RATE], TOP_CELL, v, v->rate_hz[i], false);
 	fmt_rate(c[MC_BW], TOP_CELL, v, v->bandwidth[i], true);
 	fmt_bytes(c[MC_SLAB], TOP_CELL, m->bytes);
-	snprintf(c[MC_SLOTS], TOP_CELL, "%" PRIu32 "/%" PRIu32, m->slots_used, m->n_slots);
+	snprintf(c[MC_SLOTS], TOP_CELL, "%" PRIu32 "/%" PRIu32, m->slots_pinned, m->n_slots);
 	snprintf(c[MC_COLL], TOP_CELL, "%" PRIu32, m->collectors);
 	{
 		struct snap_session worst = { .lag_known = m->worst_known, .lag = m->worst_lag,

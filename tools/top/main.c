@@ -4,6 +4,7 @@
  * clients (version held, lag, waits, timeouts).
  *
  *   wsync-top [--name NAME | --endpoint E] [-d SECONDS] [-n N] [-b | --json]
+ *             [--timeout S]
  *
  * It maps the broker's control segment without a session: a refresh asks
  * the broker for nothing (top.h). A broker that is stopped, dead or gone is
@@ -19,6 +20,7 @@
 
 static const char usage_text[] =
 	"usage: wsync-top [--name NAME | --endpoint E] [-d SECONDS] [-n N] [-b | --json]\n"
+	"                 [--timeout S]\n"
 	"\n"
 	"A live view of a wsync broker: models, publish rates, slots, collectors and\n"
 	"their lag, read from its control segment (it never connects).\n"
@@ -29,6 +31,8 @@ static const char usage_text[] =
 	"  -n N           stop after N refreshes (in every mode)\n"
 	"  -b             batch mode: plain text every interval, like top -b\n"
 	"  --json         batch mode printing one JSON object per refresh and line\n"
+	"  --timeout S    accepted as by every wsync tool; wsync-top never waits on\n"
+	"                 the broker (a refresh reads its segment), so it bounds nothing\n"
 	"  -h, --help     this text;  --version  the version\n"
 	"\n"
 	"keys: q quit, up/down scroll the sessions, m/M select a model (its slot map),\n"
@@ -69,6 +73,7 @@ int main(int argc, char **argv)
 		{ "endpoint", required_argument, NULL, 'E' },
 		{ "name",     required_argument, NULL, 'N' },
 		{ "json",     no_argument,       NULL, 'j' },
+		{ "timeout",  required_argument, NULL, 'T' },
 		{ "help",     no_argument,       NULL, 'h' },
 		{ "version",  no_argument,       NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -106,6 +111,15 @@ int main(int argc, char **argv)
 				return report_usage(NULL, "-d wants seconds from 0.1 to 3600, not '%s'",
 				                    optarg);
 			break;
+		case 'T': {
+			/* the tools' common flag: checked, then nothing to bound */
+			double s = strtod(optarg, &end);
+
+			if (end == optarg || *end || !(s >= 0) || s > 1e9)
+				return report_usage(NULL, "--timeout wants seconds (0 or more), not '%s'",
+				                    optarg);
+			break;
+		}
 		case 'h':
 			fputs(usage_text, stdout);
 			return 0;

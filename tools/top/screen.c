@@ -87,7 +87,7 @@ static int draw_models(struct screen *sc, int y, int sel, int room)
 	char cells[TOP_COLS_MAX][TOP_CELL], line[TOP_LINE];
 	struct top_layout l;
 	uint32_t n = v->snap->n_models;
-	int shown = (int)n <= room ? (int)n : room - 1;
+	int shown = (int)n <= room ? (int)n : room - 1, first = 0;
 
 	top_layout_make(top_model_cols, MC_N, COLS, MC_NAME, top_name_need(v, true), &l);
 	top_title_cells(top_model_cols, MC_N, -1, false, cells);
@@ -95,13 +95,22 @@ static int draw_models(struct screen *sc, int y, int sel, int room)
 	put_line(y++, line, A_REVERSE);
 	if (shown < 0)
 		shown = 0;
-	for (int i = 0; i < shown; i++) {
+	/* the selected model is always among those shown, highlighted */
+	if (shown > 0 && sel >= shown)
+		first = sel - shown + 1;
+	for (int i = first; i < first + shown; i++) {
 		top_model_cells(v, (uint32_t)i, cells);
 		top_row_render(&l, top_model_cols, cells, line, sizeof(line));
 		put_line(y++, line, i == sel ? A_BOLD | A_UNDERLINE : 0);
 	}
 	if (shown < (int)n) {
-		snprintf(line, sizeof(line), "  ... %u more models (m selects one)", n - shown);
+		int below = (int)n - first - shown;
+
+		if (first)
+			snprintf(line, sizeof(line), "  ... %u more models (%d above, %d below; "
+			         "m selects one)", n - shown, first, below);
+		else
+			snprintf(line, sizeof(line), "  ... %u more models (m selects one)", n - shown);
 		put_line(y++, line, A_DIM);
 	}
 	return y;
@@ -116,10 +125,33 @@ static int draw_extras(struct screen *sc, int y, int sel, int bottom)
 	if (sel >= 0 && y + 3 < bottom) {
 		int n = top_fmt_slots(v, (uint32_t)sel, slots, SLOT_LINES_MAX);
 
-		snprintf(line, sizeof(line), "%s  of %s", top_slots_title, v->snap->models[sel].name);
+		const struct snap_model *m = &v->snap->models[sel];
+		int room, shown;
+
+		snprintf(line, sizeof(line), "%s  of %s", top_slots_title, m->name);
 		put_line(y++, line, A_REVERSE);
-		for (int i = 0; i < n && y < bottom - 2; i++)
+		room = bottom - 2 - y;
+		shown = n <= room ? n : room - 1;
+		if (shown < 0)
+			shown = 0;
+		for (int i = 0; i < shown; i++)
 			put_line(y++, slots[i], 0);
+		if (shown < n) {
+			/* cut short: say how many slots are not shown, and how many of
+			 * those are pinned (wsync-top -b shows them all) */
+			int pinned = 0;
+
+			for (int k = shown; k < n; k++)
+				for (uint32_t j = 0; j < v->snap->n_sessions; j++)
+					if (v->snap->sessions[j].slot == k &&
+					    v->snap->sessions[j].view_model == m->id) {
+						pinned++;
+						break;
+					}
+			snprintf(line, sizeof(line), "  ... %d more slots, %d of them pinned "
+			         "(-b shows all)", n - shown, pinned);
+			put_line(y++, line, A_DIM);
+		}
 	}
 	for (uint32_t i = 0, titled = 0; i < v->snap->n_models && y < bottom - 3; i++) {
 		if (!top_fmt_group(v, i, line, sizeof(line)))

@@ -94,7 +94,7 @@ void top_session_cells(const struct top_view *v, const struct snap_session *e,
 /* The longest model / session name of the view, for the name column. */
 int  top_name_need(const struct top_view *v, bool models);
 
-/* ---- top_sample.c: attaching, refreshing, figures, order ---------------- */
+/* ---- sample.c: attaching, refreshing, figures, order ---------------- */
 
 void top_state_init(struct top_state *t, const struct top_opts *o);
 void top_state_free(struct top_state *t);
@@ -108,7 +108,7 @@ uint32_t top_session_order(const struct top_view *v, int sort, bool desc, int mo
 /* Whether a session column can be sorted on. */
 bool top_sortable(int col);
 
-/* ---- top_format.c: lines both the screen and batch mode print ---------- */
+/* ---- format.c: lines both the screen and batch mode print ---------- */
 
 void top_fmt_header(const struct top_view *v, char *l1, char *l2, size_t len);
 /* A publisher group's progress: its ranks, which committed the version
@@ -128,7 +128,7 @@ int  top_fmt_slots(const struct top_view *v, uint32_t i, char (*lines)[TOP_LINE]
 void top_print_text(const struct top_view *v);
 int  top_print_json(const struct top_view *v);
 
-/* top_screen.c: the interactive screen. Returns the exit code. */
+/* screen.c: the interactive screen. Returns the exit code. */
 int  top_interactive(struct top_state *t);
 
 #endif

@@ -29,6 +29,7 @@ view.state_dict() without it, for load_state_dict.
 Run:  wsync-relay --help   (or python3 -m wsync.relay; see docs/MULTINODE.md)
 """
 import argparse
+import errno
 import json
 import os
 import signal
@@ -117,10 +118,11 @@ $WSYNC_RELAY_SECRET; rank 0 refuses a peer that cannot prove it has them,
 and the others refuse a rank 0 that cannot. --insecure admits anyone who
 reaches the port. See docs/MULTINODE.md for what is exposed.
 
-Exit status: 0 on SIGTERM/SIGINT, 2 on a bad option, address or secret
-(said on stderr), 1 on another error. With --json, one JSON object on
-stdout at the end: {"ok": true, ...counters} or {"ok": false, "error": ...,
-"exit": N}.
+Exit status, as every wsync tool: 0 on SIGTERM/SIGINT, 2 on a bad option,
+address or secret, 3 on another error (no local broker, a broker gone, the
+codec library missing); an error is one line on stderr. With --json, also
+one JSON object on stdout at the end: {"ok": true, ...counters} or
+{"ok": false, "error": ..., "reason": KEYWORD, "exit": N}.
 """)
     p.add_argument("--version", action="store_true",
                    help="print the relay's, libwsync's and the codec's versions")
@@ -391,24 +393,48 @@ def _serve(a, result, log, stop, stopping):
             server.close()
 
 
+# The tools' exit codes and error keywords (tools/common/report.h): 2 usage,
+# 3 another error (no broker, a broker gone, the codec missing, ...).
+EXIT_FAILED = 3
+
+_REASONS = {errno.ENOENT: "no_broker", errno.ECONNREFUSED: "no_broker",
+            errno.ENOTCONN: "broker_gone", errno.EPIPE: "broker_gone",
+            errno.ECONNRESET: "broker_gone", errno.ETIMEDOUT: "timeout",
+            errno.EPERM: "refused", errno.EACCES: "refused", errno.EBUSY: "busy",
+            errno.EEXIST: "layout_clash", errno.EINVAL: "invalid", errno.ENOSPC: "no_space",
+            errno.EBADMSG: "mismatch", errno.ENODATA: "no_data", errno.EPROTO: "protocol",
+            errno.EIDRM: "deleted"}
+
+
+def _usage_text(msg):
+    """argparse's message in the tools' words: the option named, --help pointed at."""
+    if msg.startswith("unrecognized arguments: "):
+        msg = "unknown option '%s'" % msg.split(": ", 1)[1].split()[0]
+    return "%s (try 'wsync-relay --help')" % msg
+
+
+def _wsync_text(e):
+    """The library's detail when it has one, else the error's name: said once."""
+    return e.detail or e.strerror or str(e)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = "--json" in argv
     result = {}
 
-    def fail(code, msg):
+    def fail(code, reason, msg):
+        # one line on stderr always; with --json also the error object on stdout
+        print("wsync-relay: %s" % msg, file=sys.stderr, flush=True)
         if as_json:
-            print(json.dumps({"ok": False, "error": msg, "exit": code}))
-        else:
-            print("wsync-relay: %s" % msg, file=sys.stderr)
+            print(json.dumps({"ok": False, "error": msg, "reason": reason, "exit": code}),
+                  flush=True)
         return code
 
     try:
         a = parse_args(argv)
     except UsageError as e:
-        if not as_json:
-            make_parser().print_usage(sys.stderr)
-        return fail(EXIT_USAGE, str(e))
+        return fail(EXIT_USAGE, "usage", _usage_text(str(e)))
     if a.version:
         v = version_text()
         if as_json:
@@ -420,11 +446,12 @@ def main(argv=None):
     try:
         code = run(a, result)
     except UsageError as e:
-        return fail(EXIT_USAGE, str(e))
+        return fail(EXIT_USAGE, "usage", str(e))
     except wsync.WsyncError as e:
-        return fail(1, "local broker: %s" % e)
+        return fail(EXIT_FAILED, _REASONS.get(e.errno, "error"),
+                    "local broker: %s" % _wsync_text(e))
     except ImportError as e:
-        return fail(1, str(e))
+        return fail(EXIT_FAILED, "error", str(e))
     if as_json:
         print(json.dumps(dict(ok=True, **result)))
     return code
