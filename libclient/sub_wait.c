@@ -20,6 +20,7 @@
  * deadline first, so a wait returns by it whatever the page does.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -37,13 +38,18 @@
 
 static int wait_timed_out(struct wsync_sub *s, uint64_t after, int64_t timeout_ns)
 {
+	/* people read these: whole milliseconds as such, anything finer in ns */
+	bool ms = timeout_ns % 1000000 == 0;
+	long long shown = ms ? timeout_ns / 1000000 : timeout_ns;
+	const char *unit = ms ? "ms" : "ns";
+
 	atomic_fetch_add_explicit(&s->c->session->timeouts, 1, memory_order_relaxed);
 	if (atomic_load_explicit(&s->entry->state, memory_order_acquire) != WSYNC_MODEL_READY)
-		return wsync_fail(-ETIMEDOUT, "model '%s': no version within %lld ns: the "
+		return wsync_fail(-ETIMEDOUT, "model '%s': no version within %lld %s: the "
 		                  "model has never been published (no publisher opened it; "
-		                  "is the name right?)", s->model, (long long)timeout_ns);
-	return wsync_fail(-ETIMEDOUT, "model '%s': no version after v%llu within %lld ns",
-	                  s->model, (unsigned long long)after, (long long)timeout_ns);
+		                  "is the name right?)", s->model, shown, unit);
+	return wsync_fail(-ETIMEDOUT, "model '%s': no version after v%llu within %lld %s",
+	                  s->model, (unsigned long long)after, shown, unit);
 }
 
 int wsync_sub_set_spin(wsync_sub *s, int64_t spin_ns)
