@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -180,6 +181,70 @@ def test_a_synchronous_send_waits_for_workers_and_names_the_late(sender):
             assert torch.all(rx.model[0].weight == float(value))   # applied on return
         with pytest.raises(ValueError, match="not registered"):
             sender.send(worker_ids=[3])
+    finally:
+        rx.shutdown()
+
+
+def test_the_lock_is_free_while_the_background_thread_waits(sender):
+    """The background receiver waits for versions without scheme.lock: a
+    rollout step taking it is not stalled (it used to wait up to 0.25 s,
+    the thread's wait slice). Versions are still applied under the lock:
+    none lands while a step holds it."""
+    policy = net(2)
+    rx = receiver_of(sender, policy)            # background thread on
+    rx.connect()
+    try:
+        time.sleep(0.3)                         # the thread is in its wait now
+        waits = []
+        for _ in range(50):
+            t0 = time.monotonic()
+            with rx.lock:
+                waits.append(time.monotonic() - t0)
+                time.sleep(0.002)               # a rollout step
+            time.sleep(0.003)
+        slow = [w for w in waits if w > 0.02]
+        # (one slow acquisition is left to the scheduler of a loaded machine)
+        assert len(slow) <= 1 and max(waits) < 0.1, \
+            "scheme.lock waits (ms): %s" % ", ".join("%.1f" % (w * 1e3) for w in waits)
+        # a version that comes while a step holds the lock waits for it
+        with rx.lock:
+            before = policy[0].weight.clone()
+            step(sender.trainer, 6.0)
+            v = sender.send_async()
+            time.sleep(0.3)
+            assert torch.equal(policy[0].weight, before) and rx.version < v
+        sender.wait_async(timeout=WAIT_S)       # applied once the step let go
+        assert rx.version == v and torch.all(policy[0].weight == 6.0)
+        # and sends keep being applied with steps taking the lock in between
+        for value in (7.0, 8.0, 9.0):
+            step(sender.trainer, value)
+            sender.send()
+            with rx.lock:
+                assert torch.all(policy[0].weight == value)
+        assert rx.last_error is None
+    finally:
+        rx.shutdown()
+
+
+def test_receive_and_the_background_thread_apply_each_version_once(sender):
+    """A receive() beside the background thread: each version is applied by
+    one of them, and a receive(timeout=0) with nothing new returns None at
+    once."""
+    policy = net(2)
+    rx = receiver_of(sender, policy)
+    rx.connect()
+    try:
+        got = rx.received
+        for value in range(1, 6):
+            step(sender.trainer, float(value))
+            v = sender.send_async()
+            rx.receive(timeout=0.05)            # races the background thread
+            sender.wait_async(timeout=WAIT_S)
+            assert rx.version == v and torch.all(policy[0].weight == float(value))
+        assert rx.received == got + 5
+        t0 = time.monotonic()
+        assert rx.receive(timeout=0) is None
+        assert time.monotonic() - t0 < 0.1
     finally:
         rx.shutdown()
 

@@ -326,15 +326,22 @@ class _ReceiverEnd:
         self.published_ns = 0
         self.received = 0
         self.acked_moves = 0       # sub.moves when the applied version was acked
+        self.sub_lock = threading.Lock()   # resubscribe() against itself
 
-    def resubscribe(self):
+    def resubscribe(self, old=None):
         """Subscribes again after the model was deleted or replaced (a new
         job's trainer with another layout): its versions go on above the
-        old ones, so the version applied stays a valid floor."""
-        name = self.sub.model
-        self.sub.close()
-        self.sub = self.client.subscriber(name)
-        self.sub.set_ack(True)
+        old ones, so the version applied stays a valid floor. old is the
+        subscription that raised RemovedError: if another thread already
+        replaced it, nothing is done."""
+        with self.sub_lock:
+            if old is not None and self.sub is not old:
+                return
+            name = self.sub.model
+            self.sub.close()
+            sub = self.client.subscriber(name)
+            sub.set_ack(True)
+            self.sub = sub
 
     def acknowledge(self, version):
         """Says version is applied (a synchronous send() waiting for it, or
@@ -601,10 +608,11 @@ class WsyncWeightSyncScheme(_Base):
             # the new one gets the version applied so far at once
             _check_target(model, "the model")
             end = self._end
+            sub = end.sub
             try:
-                view = end.sub.acquire()
+                view = sub.acquire()
             except RemovedError:
-                end.resubscribe()
+                end.resubscribe(sub)
                 view = end.sub.acquire()
             with self._lock, view:
                 view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
@@ -772,11 +780,13 @@ class WsyncWeightSyncScheme(_Base):
         end = self._end = _ReceiverEnd(self.endpoint, self.wsync_name, who)
         self._synchronized_on_receiver = True
         try:
-            if self._receive(self.connect_timeout, initial=True) is None:
+            try:
+                self._receive(self.connect_timeout, initial=True)
+            except WsyncTimeoutError:
                 raise WsyncTimeoutError(_errno.ETIMEDOUT, "timed out",
                                         "model '%s': no weights within %s of connect(): is "
                                         "the sender connected, and the name right?"
-                                        % (self.wsync_name, _fmt(self.connect_timeout)))
+                                        % (self.wsync_name, _fmt(self.connect_timeout))) from None
         except BaseException:
             self._synchronized_on_receiver = False
             self._end = None
@@ -886,28 +896,56 @@ class WsyncWeightSyncScheme(_Base):
             raise RuntimeError("wsync.rl: connect() before receive()")
         return self._receive(_timeout_s(timeout))
 
-    def _receive(self, timeout, initial=False):
+    def _receive(self, timeout, initial=False, notify=True):
+        """Waits up to timeout (None: forever) for a version newer than the
+        one applied, applies it and returns the weights, or None on time.
+        The wait is made without scheme.lock: a rollout step holding it is
+        never stalled by a receiver waiting on the broker; the lock is taken
+        only to apply a version that came (and to note it as applied).
+        notify: tell the context (update_policy_weights_) and acknowledge
+        (TorchRL's scheme does both; its transports leave them to it).
+        initial: connect()'s first wait, whose TimeoutError is raised."""
         end = self._end
         model = self.model
         if model is None:
             raise ValueError("wsync.rl: no model registered")
-        with self._lock:
-            end.reacknowledge()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        end.reacknowledge()
+        while True:
+            sub = end.sub
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                try:
-                    view = end.sub.wait(after=end.version, timeout=timeout)
-                except RemovedError:
-                    end.resubscribe()
-                    view = end.sub.wait(after=end.version, timeout=timeout)
+                view = sub.wait(after=end.version, timeout=left)
+            except RemovedError:
+                end.resubscribe(sub)
+                continue
             except WsyncTimeoutError:
+                if initial:
+                    raise
                 return None
+            except ClosedError:
+                if end.sub is not sub:      # another thread subscribed again
+                    continue
+                raise
             with view:
-                view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
-                end.version, end.step = view.version, view.step
-                end.published_ns = view.published_ns
-            end.received += 1
-            version = end.version
+                with self._lock:
+                    # another thread (the background one, or a receive())
+                    # may have applied this version or a newer one meanwhile
+                    fresh = view.version > end.version
+                    if fresh:
+                        view.load_into(_destination(model, set(view.tensors)),
+                                       strict=self.strict)
+                        end.version, end.step = view.version, view.step
+                        end.published_ns = view.published_ns
+                        end.received += 1
+                        version = end.version
+            if fresh:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
         weights = self._strategy.extract_weights(model)
+        if not notify:
+            return weights
         ctx = self.context
         if not initial and ctx is not None and callable(getattr(ctx, "update_policy_weights_",
                                                                 None)):
