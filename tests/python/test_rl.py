@@ -331,10 +331,17 @@ def test_a_replaced_model_is_followed(sender, broker):
 
 
 def test_connect_without_a_sender_says_so(broker):
+    """The library's hint (the model was never published: is the name
+    right?) survives, with connect()'s own part after it."""
     s = rl.WsyncWeightSyncScheme(name="polcy", endpoint=broker.sock, connect_timeout=0.2)
     s.init_on_receiver(model_id="policy", model=net(0), worker_idx=3)
-    with pytest.raises(wsync.WsyncTimeoutError, match="no weights within 0.2 s"):
+    with pytest.raises(wsync.WsyncTimeoutError) as e:
         s.connect()
+    msg = str(e.value)
+    assert "model 'polcy'" in msg and "never been published" in msg, msg
+    assert "is the name right?" in msg and "within 0.2 s" in msg, msg
+    assert "worker 3 got no weights within 0.2 s of connect()" in msg, msg
+    assert msg.index("never been published") < msg.index("connect()"), msg
     assert not s.synchronized_on_receiver
 
 

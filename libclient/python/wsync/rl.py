@@ -26,7 +26,6 @@ counting at once: it never stalls a send. See docs/PYTHON.md.
 The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
 they still work (WeightSender, WeightReceiver).
 """
-import errno as _errno
 import logging
 import math
 import re
@@ -782,11 +781,16 @@ class WsyncWeightSyncScheme(_Base):
         try:
             try:
                 self._receive(self.connect_timeout, initial=True)
-            except WsyncTimeoutError:
-                raise WsyncTimeoutError(_errno.ETIMEDOUT, "timed out",
-                                        "model '%s': no weights within %s of connect(): is "
-                                        "the sender connected, and the name right?"
-                                        % (self.wsync_name, _fmt(self.connect_timeout))) from None
+            except WsyncTimeoutError as e:
+                # the library's detail stays (e.g. "the model has never been
+                # published ... is the name right?"); connect() adds its part
+                raise WsyncTimeoutError(
+                    e.errno, e.strerror,
+                    "%s; wsync.rl: worker %s got no weights within %s of connect(): is "
+                    "the sender connected, and the name right?"
+                    % (e.detail or "model '%s'" % self.wsync_name,
+                       "?" if self._worker_idx is None else self._worker_idx,
+                       _fmt(self.connect_timeout))) from None
         except BaseException:
             self._synchronized_on_receiver = False
             self._end = None
