@@ -8,8 +8,10 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
+import numpy as np
 import pytest
 
 import wsync
@@ -184,6 +186,70 @@ def test_a_synchronous_send_waits_for_workers_and_names_the_late(sender):
         rx.shutdown()
 
 
+def test_the_lock_is_free_while_the_background_thread_waits(sender):
+    """The background receiver waits for versions without scheme.lock: a
+    rollout step taking it is not stalled (it used to wait up to 0.25 s,
+    the thread's wait slice). Versions are still applied under the lock:
+    none lands while a step holds it."""
+    policy = net(2)
+    rx = receiver_of(sender, policy)            # background thread on
+    rx.connect()
+    try:
+        time.sleep(0.3)                         # the thread is in its wait now
+        waits = []
+        for _ in range(50):
+            t0 = time.monotonic()
+            with rx.lock:
+                waits.append(time.monotonic() - t0)
+                time.sleep(0.002)               # a rollout step
+            time.sleep(0.003)
+        slow = [w for w in waits if w > 0.02]
+        # (one slow acquisition is left to the scheduler of a loaded machine)
+        assert len(slow) <= 1 and max(waits) < 0.1, \
+            "scheme.lock waits (ms): %s" % ", ".join("%.1f" % (w * 1e3) for w in waits)
+        # a version that comes while a step holds the lock waits for it
+        with rx.lock:
+            before = policy[0].weight.clone()
+            step(sender.trainer, 6.0)
+            v = sender.send_async()
+            time.sleep(0.3)
+            assert torch.equal(policy[0].weight, before) and rx.version < v
+        sender.wait_async(timeout=WAIT_S)       # applied once the step let go
+        assert rx.version == v and torch.all(policy[0].weight == 6.0)
+        # and sends keep being applied with steps taking the lock in between
+        for value in (7.0, 8.0, 9.0):
+            step(sender.trainer, value)
+            sender.send()
+            with rx.lock:
+                assert torch.all(policy[0].weight == value)
+        assert rx.last_error is None
+    finally:
+        rx.shutdown()
+
+
+def test_receive_and_the_background_thread_apply_each_version_once(sender):
+    """A receive() beside the background thread: each version is applied by
+    one of them, and a receive(timeout=0) with nothing new returns None at
+    once."""
+    policy = net(2)
+    rx = receiver_of(sender, policy)
+    rx.connect()
+    try:
+        got = rx.received
+        for value in range(1, 6):
+            step(sender.trainer, float(value))
+            v = sender.send_async()
+            rx.receive(timeout=0.05)            # races the background thread
+            sender.wait_async(timeout=WAIT_S)
+            assert rx.version == v and torch.all(policy[0].weight == float(value))
+        assert rx.received == got + 5
+        t0 = time.monotonic()
+        assert rx.receive(timeout=0) is None
+        assert time.monotonic() - t0 < 0.1
+    finally:
+        rx.shutdown()
+
+
 def test_one_session_per_worker_acknowledges_exactly(sender):
     """A worker holds one broker session, whose subscription counts a
     version for send() only once the worker acknowledged it (applied)."""
@@ -266,10 +332,17 @@ def test_a_replaced_model_is_followed(sender, broker):
 
 
 def test_connect_without_a_sender_says_so(broker):
+    """The library's hint (the model was never published: is the name
+    right?) survives, with connect()'s own part after it."""
     s = rl.WsyncWeightSyncScheme(name="polcy", endpoint=broker.sock, connect_timeout=0.2)
     s.init_on_receiver(model_id="policy", model=net(0), worker_idx=3)
-    with pytest.raises(wsync.WsyncTimeoutError, match="no weights within 0.2 s"):
+    with pytest.raises(wsync.WsyncTimeoutError) as e:
         s.connect()
+    msg = str(e.value)
+    assert "model 'polcy'" in msg and "never been published" in msg, msg
+    assert "is the name right?" in msg and "within 0.2 s" in msg, msg
+    assert "worker 3 got no weights within 0.2 s of connect()" in msg, msg
+    assert msg.index("never been published") < msg.index("connect()"), msg
     assert not s.synchronized_on_receiver
 
 
@@ -336,3 +409,130 @@ def test_the_deprecated_helpers_still_work(broker):
         tx.send_weights()
         assert rx.receive(timeout=WAIT_S) is True and same(policy, trainer)
         assert rx.lag().versions_behind == 0
+
+
+@pytest.fixture
+def three(broker):
+    """A sender with three registered workers, each a receiver with its own
+    session (background threads on)."""
+    trainer = net(1)
+    s = rl.WsyncWeightSyncScheme("state_dict", name="three", endpoint=broker.sock,
+                                 timeout=WAIT_S)
+    s.init_on_sender(model_id="policy", model=trainer, num_workers=3)
+    s.connect()
+    s.trainer = trainer
+    rxs = []
+    try:
+        for i in range(3):
+            r = pickle.loads(pickle.dumps(s))
+            r.init_on_receiver(model_id="policy", model=net(10 + i), worker_idx=i)
+            r.connect()
+            rxs.append(r)
+        yield s, rxs
+    finally:
+        for r in rxs:
+            r.shutdown()
+        s.shutdown()
+
+
+def test_sender_transports_share_one_version(three):
+    """TorchRL's loop over the per-worker transports (send_weights_async
+    with the same prepared weights on each, then wait_ack on each)
+    publishes one version and waits for it once; a loop of send_weights
+    likewise. Weights changed in place, another object, a transport
+    sending again or a send() in between: a new version."""
+    s, rxs = three
+    ts = [s.sender_transports[i] for i in range(3)]
+    assert [t.worker_idx for t in ts] == [0, 1, 2] and all(t.role == "sender" for t in ts)
+    v0 = s.version
+    # TorchRL's WeightSyncScheme.send, over the transports
+    step(s.trainer, 2.0)
+    prepared = s.prepare_weights(None)
+    vs = [t.send_weights_async(prepared) for t in ts]
+    assert vs == [v0 + 1] * 3 and s.version == v0 + 1        # published once
+    for t in ts:
+        t.wait_ack()
+    assert all(torch.all(r.model[0].weight == 2.0) and r.version == v0 + 1 for r in rxs)
+    # a synchronous send_weights per transport: one version; the first
+    # wait covers every worker (wsync counts acknowledgements per model)
+    step(s.trainer, 3.0)
+    prepared = s.prepare_weights(None)
+    assert ts[0].send_weights(prepared) == v0 + 2
+    assert all(torch.all(r.model[0].weight == 3.0) for r in rxs)   # applied on return
+    assert [t.send_weights(prepared) for t in ts[1:]] == [v0 + 2] * 2
+    assert s.version == v0 + 2
+    # the same module, trained in place between two transports: republished
+    assert ts[0].send_weights(s.trainer) == v0 + 3
+    step(s.trainer, 4.0)
+    assert ts[1].send_weights(s.trainer) == v0 + 4
+    assert all(torch.all(r.model[0].weight == 4.0) for r in rxs)
+    # a state_dict's tensors share the parameters' version counters
+    sd = s.trainer.state_dict()
+    assert ts[0].send_weights(sd) == v0 + 5
+    step(s.trainer, 5.0)
+    assert ts[1].send_weights(sd) == v0 + 6
+    assert all(torch.all(r.model[0].weight == 5.0) for r in rxs)
+    # the same transport again, or another weights object: a new version
+    assert ts[1].send_weights(sd) == v0 + 7
+    assert ts[2].send_weights(s.trainer.state_dict()) == v0 + 8
+    # a scheme.send() in between: the transports' version is not joined
+    sd = s.trainer.state_dict()
+    assert ts[0].send_weights(sd) == v0 + 9
+    s.send()
+    assert ts[1].send_weights(sd) == v0 + 11
+    # weights whose changes cannot be told (numpy arrays) are never joined
+    assert s._fingerprint({"w": np.zeros(3)})[1] is None
+    assert all(r.last_error is None for r in rxs)
+
+
+def test_transport_checks(three):
+    s, rxs = three
+    tx, rt = s.sender_transports[0], rxs[0].receiver_transport
+    assert rt.role == "receiver" and rt.worker_idx == 0
+    with pytest.raises(RuntimeError, match="receiver's transport"):
+        rt.send_weights(s.trainer)
+    with pytest.raises(RuntimeError, match="sender's transport"):
+        tx.receive_weights(timeout=0)
+    for bad, exc in ((-1, ValueError), (float("nan"), ValueError), ("1", TypeError),
+                     (True, TypeError)):
+        with pytest.raises(exc, match="timeout"):
+            rt.receive_weights(timeout=bad)
+        with pytest.raises(exc, match="timeout"):
+            tx.wait_ack(timeout=bad)
+    with pytest.raises(ValueError, match="worker_idx"):
+        s.create_transport(worker_idx=-1)
+    with pytest.raises(TypeError, match="worker_idx"):
+        s.create_transport(worker_idx="0")
+    with pytest.raises(ValueError, match="role"):
+        s.create_transport(role="both")
+    assert s.create_transport(worker_idx=5).role == "sender"
+    assert rxs[0].create_transport().role == "receiver"
+    # set-up through every transport (TorchRL's base class does): once
+    v = s.version
+    for t in s.sender_transports.values():
+        t.setup_connection_and_weights_on_sender()
+    assert s.version == v and rt.setup_connection_and_weights_on_receiver(worker_idx=0) is None
+    assert tx.check_connection()
+
+
+def test_receive_weights_leaves_the_ack_to_send_ack(sender):
+    """TorchRL's transport protocol: receive_weights applies and returns
+    (model_id, weights) or None; the scheme (or its caller) cascades and
+    acknowledges with send_ack, which lets a synchronous send return."""
+    policy = net(2)
+    rx = receiver_of(sender, policy, background=False)
+    rx.connect()
+    try:
+        rt = rx.receiver_transport
+        assert rt.receive_weights(timeout=0) is None
+        step(sender.trainer, 3.0)
+        v = sender.send_async()
+        got = rt.receive_weights(timeout=WAIT_S)
+        assert got is not None and got[0] == "policy"
+        assert torch.equal(got[1]["0.weight"], policy[0].weight) and rx.version == v
+        with pytest.raises(TimeoutError):
+            sender.wait_async(timeout=0.3)      # applied, not acknowledged yet
+        rt.send_ack()
+        sender.wait_async(timeout=WAIT_S)
+    finally:
+        rx.shutdown()

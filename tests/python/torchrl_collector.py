@@ -254,6 +254,16 @@ def main():
         # no sleep, no retry: send() returned, so every worker has applied them
         check(all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
               "send() %d returned after every worker applied it (%.1f ms)" % (rnd, dt * 1e3))
+    # TorchRL's base class's send(): the same prepared weights through every
+    # worker's transport, then every transport's wait_ack: one version
+    train_step(policy, opt)
+    v = scheme.version
+    WeightSyncScheme.send(scheme)
+    sends += 1
+    check(scheme.version == v + 1 and
+          all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
+          "TorchRL's send() over %d per-worker transports published one version (v%d), "
+          "applied by every worker on return" % (n, scheme.version))
     x = torch.linspace(-1, 1, 16 * 8).reshape(16, 8)
     with torch.no_grad():
         want = policy(x)

@@ -26,7 +26,6 @@ counting at once: it never stalls a send. See docs/PYTHON.md.
 The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
 they still work (WeightSender, WeightReceiver).
 """
-import errno as _errno
 import logging
 import math
 import re
@@ -326,15 +325,22 @@ class _ReceiverEnd:
         self.published_ns = 0
         self.received = 0
         self.acked_moves = 0       # sub.moves when the applied version was acked
+        self.sub_lock = threading.Lock()   # resubscribe() against itself
 
-    def resubscribe(self):
+    def resubscribe(self, old=None):
         """Subscribes again after the model was deleted or replaced (a new
         job's trainer with another layout): its versions go on above the
-        old ones, so the version applied stays a valid floor."""
-        name = self.sub.model
-        self.sub.close()
-        self.sub = self.client.subscriber(name)
-        self.sub.set_ack(True)
+        old ones, so the version applied stays a valid floor. old is the
+        subscription that raised RemovedError: if another thread already
+        replaced it, nothing is done."""
+        with self.sub_lock:
+            if old is not None and self.sub is not old:
+                return
+            name = self.sub.model
+            self.sub.close()
+            sub = self.client.subscriber(name)
+            sub.set_ack(True)
+            self.sub = sub
 
     def acknowledge(self, version):
         """Says version is applied (a synchronous send() waiting for it, or
@@ -357,50 +363,115 @@ class _ReceiverEnd:
 
 
 class WsyncTransport:
-    """A transport of the scheme (TorchRL's TransportBackend): a sender's
-    per-worker handle on the one publication that serves every worker, or a
-    worker's receiving end. Made by the scheme (create_transport)."""
+    """A transport of the scheme (TorchRL's TransportBackend), made by
+    create_transport: a sender's handle for one worker
+    (scheme.sender_transports[i]), or a worker's receiving end
+    (scheme.receiver_transport).
+
+    One publication serves every worker, so a sender's transports share
+    versions: the first of them to send given weights publishes a version,
+    and each other transport that sends the same weights object, unchanged
+    (no tensor of it written in place since, by torch's version counters),
+    joins that version instead of publishing again. TorchRL's loop (every
+    transport's send_weights_async with the same prepared weights, then
+    every transport's wait_ack) so publishes once and waits once. A
+    transport sending again, or sending other or changed weights, publishes
+    a new version. A wait (send_weights with sync=True, wait_ack) is for
+    the version the transport sent or joined, and returns once every
+    worker applied it: the broker counts acknowledgements per model, not
+    per worker, so the first wait of a round covers the others, which
+    return at once."""
 
     def __init__(self, scheme, role, worker_idx=None):
         self._scheme = weakref.ref(scheme)
         self.role = role
         self.worker_idx = worker_idx
+        self.version = 0           # sender: the version this transport sent or joined
 
-    def _s(self):
+    def _s(self, role):
         s = self._scheme()
         if s is None:
             raise ClosedError("wsync.rl: the scheme of this transport is gone")
+        if role != self.role:
+            raise RuntimeError("wsync.rl: %r is a %s's transport: it does not %s"
+                               % (self, self.role,
+                                  "send" if role == "sender" else "receive"))
         return s
 
     # sender side
-    def send_weights(self, weights):
-        """Publishes weights (every worker gets them) and, for a
-        synchronous scheme, waits until every worker applied them."""
-        s = self._s()
-        v = s._publish(weights)
+    def send_weights(self, weights: Any) -> int:
+        """Sends weights to this transport's worker (every worker gets the
+        version) and, for a synchronous scheme, returns once they applied
+        it (TimeoutError after the scheme's timeout, naming the late).
+        Returns the version."""
+        s = self._s("sender")
+        v = self.send_weights_async(weights)
         if s.sync:
             s._end.wait_applied(v, s.timeout)
         return v
 
-    def send_weights_async(self, weights, model_id=None):
-        return self._s()._publish(weights)
+    def send_weights_async(self, weights: Any, model_id: Optional[str] = None) -> int:
+        """Publishes weights (or joins the version another transport just
+        published of the same, unchanged, weights) without waiting; returns
+        the version."""
+        s = self._s("sender")
+        s._check_sender()
+        self.version = s._publish_shared(weights, self)
+        return self.version
 
-    def wait_ack(self, timeout=None):
-        return self._s().wait_async(timeout)
+    def wait_ack(self, timeout: Optional[float] = None) -> int:
+        """Waits until the workers applied the version this transport sent
+        (up to timeout, by default the scheme's); returns how many sessions
+        have. Returns 0 at once if it sent none."""
+        s = self._s("sender")
+        t = s.timeout if timeout is None else _timeout_s(timeout)
+        s._check_sender()
+        if not self.version:
+            return 0
+        return s._end.wait_applied(self.version, t)
 
-    def setup_connection_and_weights_on_sender(self):
-        self._s()._connect_sender(None)
+    def setup_connection_and_weights_on_sender(self) -> None:
+        """Connects the sender and publishes the first weights, once for all
+        transports (TorchRL calls it on each)."""
+        s = self._s("sender")
+        if not s._synchronized_on_sender:
+            s._connect_sender(None)
+
+    def check_connection(self) -> bool:
+        s = self._scheme()
+        return s is not None and s._end is not None and not s._end.client._closed
 
     # receiver side
-    def receive_weights(self, timeout=None, *, weights=None, model=None, strategy=None):
-        return self._s()._receive(timeout)
+    def receive_weights(self, timeout: Optional[float] = None, *, weights: Any = None,
+                        model: Any = None, strategy: Any = None) -> Optional[tuple]:
+        """Applies the newest weights if newer than the applied ones,
+        waiting up to timeout seconds (None: until they come; 0: only
+        look); returns (model_id, weights), or None if none came in time.
+        As TorchRL's transports, it leaves the context's cascade and the
+        acknowledgement to the caller (scheme.receive() does both; a
+        synchronous send waits for send_ack()). weights, model and strategy
+        are accepted for TorchRL's call and not used: the scheme's model is
+        the one updated."""
+        t = _timeout_s(timeout)
+        s = self._s("receiver")
+        s._check_receiver("receive_weights")
+        if not s._synchronized_on_receiver:
+            raise RuntimeError("wsync.rl: connect() before receive_weights()")
+        got = s._receive(t, notify=False)
+        return None if got is None else (s._model_id or "policy", got)
 
     def setup_connection_and_weights_on_receiver(self, *, worker_idx=None, weights=None,
                                                  model=None, strategy=None):
-        return self._s()._connect_receiver(worker_idx)
+        """Connects the worker and applies the first weights (once);
+        returns None (they are applied already)."""
+        s = self._s("receiver")
+        if not s._synchronized_on_receiver:
+            s._connect_receiver(worker_idx)
+        return None
 
-    def send_ack(self, message="updated"):
-        s = self._s()
+    def send_ack(self, message: str = "updated") -> None:
+        """Acknowledges the version applied: a synchronous send may return."""
+        s = self._s("receiver")
         if s._end is not None:
             s._end.acknowledge(s._end.version)
 
@@ -417,7 +488,7 @@ _Base = _TorchRLScheme if _TorchRLScheme is not None else object
 # to the process's own objects).
 _RUNTIME = ("_end", "_lock", "_thread", "_stop", "_context_ref", "_model_ref",
             "_sender_transports", "_receiver_transport", "_background_thread", "_stop_event",
-            "_init_weights")
+            "_init_weights", "_shared", "_send_lock")
 
 
 class WsyncWeightSyncScheme(_Base):
@@ -499,6 +570,8 @@ class WsyncWeightSyncScheme(_Base):
         self._background_thread = None
         self._stop_event = None
         self._init_weights = None
+        self._shared = None        # (version, weights, fingerprint) transports may join
+        self._send_lock = threading.Lock()
         self._initialized_on_sender = False
         self._initialized_on_receiver = False
         self._synchronized_on_sender = False
@@ -601,10 +674,11 @@ class WsyncWeightSyncScheme(_Base):
             # the new one gets the version applied so far at once
             _check_target(model, "the model")
             end = self._end
+            sub = end.sub
             try:
-                view = end.sub.acquire()
+                view = sub.acquire()
             except RemovedError:
-                end.resubscribe()
+                end.resubscribe(sub)
                 view = end.sub.acquire()
             with self._lock, view:
                 view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
@@ -729,6 +803,8 @@ class WsyncWeightSyncScheme(_Base):
             role = "receiver" if self._initialized_on_receiver else "sender"
         if role not in ("sender", "receiver"):
             raise ValueError("wsync.rl: role must be 'sender' or 'receiver', not %r" % (role,))
+        if worker_idx is not None:
+            worker_idx = _uint(worker_idx, "worker_idx", 32)
         return WsyncTransport(self, role, worker_idx)
 
     def connect(self, *, worker_idx: Optional[int] = None, weights: Any = None) -> None:
@@ -772,11 +848,18 @@ class WsyncWeightSyncScheme(_Base):
         end = self._end = _ReceiverEnd(self.endpoint, self.wsync_name, who)
         self._synchronized_on_receiver = True
         try:
-            if self._receive(self.connect_timeout, initial=True) is None:
-                raise WsyncTimeoutError(_errno.ETIMEDOUT, "timed out",
-                                        "model '%s': no weights within %s of connect(): is "
-                                        "the sender connected, and the name right?"
-                                        % (self.wsync_name, _fmt(self.connect_timeout)))
+            try:
+                self._receive(self.connect_timeout, initial=True)
+            except WsyncTimeoutError as e:
+                # the library's detail stays (e.g. "the model has never been
+                # published ... is the name right?"); connect() adds its part
+                raise WsyncTimeoutError(
+                    e.errno, e.strerror,
+                    "%s; wsync.rl: worker %s got no weights within %s of connect(): is "
+                    "the sender connected, and the name right?"
+                    % (e.detail or "model '%s'" % self.wsync_name,
+                       "?" if self._worker_idx is None else self._worker_idx,
+                       _fmt(self.connect_timeout))) from None
         except BaseException:
             self._synchronized_on_receiver = False
             self._end = None
@@ -824,7 +907,52 @@ class WsyncWeightSyncScheme(_Base):
     def _publish(self, weights):
         if self._end is None or not isinstance(self._end, _SenderEnd):
             raise RuntimeError("wsync.rl: connect() the sender before sending")
+        self._shared = None
         return self._end.publish(self._flat(weights), self.timeout)
+
+    def _fingerprint(self, weights):
+        """(the object weights come from, a fingerprint of its tensors: each
+        one's identity and torch version counter, which an in-place write
+        raises), or (obj, None) where that cannot be told (numpy arrays)."""
+        src = weights
+        if src is None:
+            src = self.model if self.model is not None else self._init_weights
+        elif isinstance(src, str) and self.context is not None:
+            src = _model_of(self.context, src)
+        if _is_module(src):
+            tensors = _module_tensors(src)
+        elif isinstance(src, Mapping) or _is_tensordict(src):
+            tensors = _flatten(src)
+        else:
+            return src, None
+        fp = []
+        for name, t in tensors.items():
+            ver = getattr(t, "_version", None)
+            if not isinstance(ver, int):
+                return src, None
+            fp.append((name, id(t), ver))
+        return src, tuple(fp)
+
+    def _publish_shared(self, weights, transport):
+        """A sender transport's send: joins the version the last transport
+        published when it was of the same weights object, unchanged since,
+        and this transport has not sent it yet; else publishes a version."""
+        with self._send_lock:
+            end = self._end
+            key, fp = self._fingerprint(weights)
+            last = self._shared
+            if last is not None and fp is not None and last[1] is key and last[2] == fp \
+                    and last[0] == end.version and transport.version < last[0]:
+                v = last[0]
+            else:
+                v = self._publish(weights)
+                if fp is not None:
+                    self._shared = (v, key, fp)
+            transport.version = v
+            if self._shared is not None and all(
+                    t.version >= v for t in (self._sender_transports or {}).values()):
+                self._shared = None        # every worker's transport has it: let go
+            return v
 
     def _check_workers(self, worker_ids):
         if worker_ids is None:
@@ -886,28 +1014,56 @@ class WsyncWeightSyncScheme(_Base):
             raise RuntimeError("wsync.rl: connect() before receive()")
         return self._receive(_timeout_s(timeout))
 
-    def _receive(self, timeout, initial=False):
+    def _receive(self, timeout, initial=False, notify=True):
+        """Waits up to timeout (None: forever) for a version newer than the
+        one applied, applies it and returns the weights, or None on time.
+        The wait is made without scheme.lock: a rollout step holding it is
+        never stalled by a receiver waiting on the broker; the lock is taken
+        only to apply a version that came (and to note it as applied).
+        notify: tell the context (update_policy_weights_) and acknowledge
+        (TorchRL's scheme does both; its transports leave them to it).
+        initial: connect()'s first wait, whose TimeoutError is raised."""
         end = self._end
         model = self.model
         if model is None:
             raise ValueError("wsync.rl: no model registered")
-        with self._lock:
-            end.reacknowledge()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        end.reacknowledge()
+        while True:
+            sub = end.sub
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                try:
-                    view = end.sub.wait(after=end.version, timeout=timeout)
-                except RemovedError:
-                    end.resubscribe()
-                    view = end.sub.wait(after=end.version, timeout=timeout)
+                view = sub.wait(after=end.version, timeout=left)
+            except RemovedError:
+                end.resubscribe(sub)
+                continue
             except WsyncTimeoutError:
+                if initial:
+                    raise
                 return None
+            except ClosedError:
+                if end.sub is not sub:      # another thread subscribed again
+                    continue
+                raise
             with view:
-                view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
-                end.version, end.step = view.version, view.step
-                end.published_ns = view.published_ns
-            end.received += 1
-            version = end.version
+                with self._lock:
+                    # another thread (the background one, or a receive())
+                    # may have applied this version or a newer one meanwhile
+                    fresh = view.version > end.version
+                    if fresh:
+                        view.load_into(_destination(model, set(view.tensors)),
+                                       strict=self.strict)
+                        end.version, end.step = view.version, view.step
+                        end.published_ns = view.published_ns
+                        end.received += 1
+                        version = end.version
+            if fresh:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
         weights = self._strategy.extract_weights(model)
+        if not notify:
+            return weights
         ctx = self.context
         if not initial and ctx is not None and callable(getattr(ctx, "update_policy_weights_",
                                                                 None)):

@@ -11,9 +11,13 @@ interface (TorchRL 0.11 to 0.15):
   side, delegating to the _setup_connection_and_weights_on_*_impl hooks;
 - create_transport(**kwargs) is abstract; transports are per worker on the
   sender (_sender_transports) and one on a receiver;
-- send(weights=None, worker_ids=None) returns once the workers applied the
-  weights; receive(timeout=None) returns the weights or None; apply_weights
-  applies given weights to the model;
+- send(weights=None, worker_ids=None) prepares the weights once, sends them
+  through each worker's transport (send_weights_async, else send_weights)
+  and then waits on each transport's wait_ack: it returns once the workers
+  applied the weights; receive(timeout=None) takes (model_id, weights) or
+  None from the receiver transport's receive_weights, cascades to the
+  context's update_policy_weights_, acknowledges with send_ack and returns
+  the weights or None; apply_weights applies given weights to the model;
 - context, model_id, worker_idx, model, weights, strategy properties;
   pickling drops references and resets the initialisation flags; shutdown()
   is idempotent and called by __del__.
@@ -180,11 +184,52 @@ class WeightSyncScheme(metaclass=abc.ABCMeta):
             self._receiver_transport.setup_connection_and_weights_on_receiver(
                 worker_idx=worker_idx)
 
+    def _iterate_transports(self, worker_ids=None):
+        transports = self.sender_transports or {}
+        if worker_ids is None:
+            return [transports[k] for k in sorted(transports)]
+        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+        for i in ids:
+            if i not in transports:
+                raise ValueError("Worker %s not registered" % i)
+        return [transports[i] for i in ids]
+
     def send(self, weights=None, worker_ids=None):
-        raise NotImplementedError
+        # the weights prepared once, sent through every worker's transport
+        # (asynchronously where it can), then every transport's ack awaited
+        if not self.initialized_on_sender:
+            raise RuntimeError("Must be initialized on sender before sending weights")
+        if not self.synchronized_on_sender:
+            raise RuntimeError("Must be synchronized on sender before sending weights")
+        prepared = self.prepare_weights(weights=weights, model_id=self._model_id,
+                                        strategy=self._strategy, context=self.context)
+        transports = self._iterate_transports(worker_ids)
+        if not transports:
+            raise RuntimeError("No transports available.")
+        for t in transports:
+            if hasattr(t, "send_weights_async"):
+                t.send_weights_async(prepared)
+            else:
+                t.send_weights(prepared)
+        for t in transports:
+            if hasattr(t, "wait_ack"):
+                t.wait_ack()
 
     def receive(self, timeout=None):
-        return self._receiver_transport.receive_weights(timeout, model=self.model)
+        # the transport applies and returns (model_id, weights) or None;
+        # the scheme cascades to the context, then acknowledges
+        if self._receiver_transport is None:
+            return None
+        result = self._receiver_transport.receive_weights(
+            timeout=timeout, weights=self.weights, model=self.model, strategy=self._strategy)
+        if result is None:
+            return None
+        model_id, weights = result
+        if self.context is not None and hasattr(self.context, "update_policy_weights_"):
+            self.context.update_policy_weights_(model_id=model_id, policy_or_weights=weights)
+        if hasattr(self._receiver_transport, "send_ack"):
+            self._receiver_transport.send_ack("updated")
+        return weights
 
     def apply_weights(self, weights, inplace=True):
         raise NotImplementedError
