@@ -276,6 +276,20 @@ static void session_count_verify_failures(struct broker *b, struct peer *p, uint
 		                          memory_order_relaxed);
 }
 
+uint32_t session_awaited(const struct broker *b, const struct session *s)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		const struct model *m = b->models[i];
+
+		if ((s->p.models & (UINT64_C(1) << i)) && s->p.m[i].subs && m &&
+		    model_awaited(m))
+			n++;
+	}
+	return n;
+}
+
 void session_release_model(struct broker *b, struct session *s, struct model *m)
 {
 	struct peer_model *sm = &s->p.m[m->id];
