@@ -1,6 +1,15 @@
 /*
  * broker/loop.c — one thread, one io_uring, no polling (see loop.h).
  *
+ * Invariant 9 (DESIGN.md section 4, docs/INVARIANTS.md section 9): one
+ * teardown point, no re-entry. Whatever notices that a session must go only
+ * marks it; its teardown runs once, in session_settle, which this loop calls
+ * (ops->settle) after each completion, outside every callback and scan. This
+ * file's part is to never call up except from the completion loop: loop_send,
+ * loop_conn_close, loop_notify and loop_timer_in only queue SQEs, and
+ * sqe_get sets completions aside rather than dispatch them. The argument why
+ * no path re-enters a teardown is in broker/session.c.
+ *
  * Ops in flight and what they point at (user_data = pointer | kind):
  *   accept    multishot on the listening socket, re-armed when it stops
  *   signal    a read of the signalfd (the signals are blocked)
