@@ -126,6 +126,7 @@ struct loop {
 	struct cqe_copy *backlog;
 	uint32_t backlog_head, backlog_tail, backlog_cap;
 	bool     backlog_logged;         /* one line per spell */
+	bool     submit_refused;         /* injected: -EBUSY until the CQ is reaped */
 };
 
 static const uint64_t eventfd_one = 1;
@@ -148,6 +149,7 @@ static bool backlog_fill(struct loop *l)
 	struct io_uring_cqe *cqe;
 	bool moved = false;
 
+	l->submit_refused = false;       /* the peek flushes the overflow */
 	while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
 		if (l->backlog_tail == l->backlog_cap) {
 			uint32_t cap = l->backlog_cap ? 2 * l->backlog_cap : LOOP_CQ_ENTRIES;
@@ -182,8 +184,11 @@ static struct io_uring_sqe *sqe_get(struct loop *l)
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 
 	while (!sqe) {
-		int ret = io_uring_submit(&l->ring);
+		int ret;
 
+		if (!l->submit_refused && fault_hit(FAULT_SUBMIT, "sqe_get"))
+			l->submit_refused = true;
+		ret = l->submit_refused ? -EBUSY : io_uring_submit(&l->ring);
 		if (ret == -EBUSY || ret == -EAGAIN) {
 			if (!l->backlog_logged)
 				log_warn("io_uring_submit: %s: completions set aside until the "
