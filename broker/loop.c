@@ -151,9 +151,17 @@ static bool backlog_fill(struct loop *l)
 
 	l->submit_refused = false;       /* the peek flushes the overflow */
 	while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+		if (l->backlog_tail == l->backlog_cap && l->backlog_head) {
+			/* what was dispatched meanwhile makes room */
+			l->backlog_tail -= l->backlog_head;
+			memmove(l->backlog, l->backlog + l->backlog_head,
+			        l->backlog_tail * sizeof(*l->backlog));
+			l->backlog_head = 0;
+		}
 		if (l->backlog_tail == l->backlog_cap) {
 			uint32_t cap = l->backlog_cap ? 2 * l->backlog_cap : LOOP_CQ_ENTRIES;
-			struct cqe_copy *b = fault_realloc(l->backlog, cap * sizeof(*b));
+			struct cqe_copy *b = cap > l->backlog_cap ?
+			        fault_realloc(l->backlog, (size_t)cap * sizeof(*b)) : NULL;
 
 			if (!b)
 				break;
