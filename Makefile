@@ -371,7 +371,7 @@ FUZZ_BIN   := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
 # The tests whose processes or threads race on shared memory and sockets.
 TSAN_INTEG ?= pubsub_basic no_torn_reads wake_all wait_timeout shutdown_wakes busy \
               kill_collector kill_trainer broker_restart sub_fd fault_eintr fault_soak_short \
-              hostile_waits hostile_bursts group_promises deleted_model_race slab_copy \
+              hostile_waits hostile_bursts hostile_models group_promises deleted_model_race slab_copy \
               checksum_default
 TSAN_BIN   := $(UNIT_BIN) $(patsubst %,$(BUILD)/tests/integ/%,$(TSAN_INTEG))
 

@@ -18,11 +18,13 @@ static const char *const fault_env[FAULT_KIND_END] = {
 	[FAULT_ALLOC] = "WSYNC_FAULT_ALLOC",
 	[FAULT_SEG]   = "WSYNC_FAULT_SEG",
 	[FAULT_MAP]   = "WSYNC_FAULT_MAP",
+	[FAULT_SUBMIT] = "WSYNC_FAULT_SUBMIT",
 };
 static const char *const fault_what[FAULT_KIND_END] = {
 	[FAULT_ALLOC] = "allocation",
 	[FAULT_SEG]   = "segment creation",
 	[FAULT_MAP]   = "mapping",
+	[FAULT_SUBMIT] = "io_uring submit",
 };
 
 static struct {

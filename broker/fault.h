@@ -10,6 +10,10 @@
  *   WSYNC_FAULT_SEG=N      the N-th segment creation fails with -ENOSPC
  *                          (as a full /dev/shm makes ftruncate/fallocate fail)
  *   WSYNC_FAULT_MAP=N      the N-th mapping fails with -ENOMEM
+ *   WSYNC_FAULT_SUBMIT=N   the N-th submit of a full SQ (loop.c, sqe_get)
+ *                          fails with -EBUSY, and so does every retry until
+ *                          the loop reaps the CQ: what the kernel does while
+ *                          completions wait in its overflow list
  *   WSYNC_HELLO_TIMEOUT_MS how long a connection may stay silent before its
  *                          HELLO (default 10000; checked at the 1 s tick)
  *
@@ -34,6 +38,7 @@ enum fault_kind {
 	FAULT_ALLOC,
 	FAULT_SEG,
 	FAULT_MAP,
+	FAULT_SUBMIT,
 	FAULT_KIND_END,
 };
 

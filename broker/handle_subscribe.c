@@ -43,6 +43,15 @@ int handle_sub_open(struct req *r)
 
 	m = model_find(r->b, p->model);
 	if (!m) {
+		/* A new entry that stays as long as this subscription does:
+		 * within the session's budget, so that one client cannot take
+		 * the whole table from the publishers (invariant 10). */
+		uint32_t awaited = session_awaited(r->b, s);
+
+		if (awaited >= SESSION_MAX_AWAITED)
+			return req_fail(r, -ENOBUFS, "model '%s': session '%s' already waits on "
+			                "%u models nobody publishes (limit %d)", p->model,
+			                s->p.name, awaited, SESSION_MAX_AWAITED);
 		err = req_declare(r, p->model, &m);
 		if (err)
 			return err;

@@ -1,6 +1,15 @@
 /*
  * broker/loop.c — one thread, one io_uring, no polling (see loop.h).
  *
+ * Invariant 9 (DESIGN.md section 4, docs/INVARIANTS.md section 9): one
+ * teardown point, no re-entry. Whatever notices that a session must go only
+ * marks it; its teardown runs once, in session_settle, which this loop calls
+ * (ops->settle) after each completion, outside every callback and scan. This
+ * file's part is to never call up except from the completion loop: loop_send,
+ * loop_conn_close, loop_notify and loop_timer_in only queue SQEs, and
+ * sqe_get sets completions aside rather than dispatch them. The argument why
+ * no path re-enters a teardown is in broker/session.c.
+ *
  * Ops in flight and what they point at (user_data = pointer | kind):
  *   accept    multishot on the listening socket, re-armed when it stops
  *   signal    a read of the signalfd (the signals are blocked)
@@ -45,6 +54,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fault.h"
@@ -77,6 +87,13 @@ struct sendbuf {
 	struct msghdr mh;
 };
 
+/* A completion as drain_cqes needs it. */
+struct cqe_copy {
+	uint64_t data;
+	int32_t  res;
+	uint32_t flags;
+};
+
 struct notifier {
 	_Alignas(8) int fd;              /* aligned: user_data keeps a tag below */
 	uint32_t refs;
@@ -104,6 +121,12 @@ struct loop {
 	uint32_t notifiers;              /* live eventfds */
 	uint32_t max_notifiers;          /* their budget */
 	bool     fds_out_logged;         /* one line per spell of EMFILE on recv */
+	/* Completions moved out of the CQ by sqe_get, not yet dispatched:
+	 * backlog[head..tail), oldest first (see sqe_get). */
+	struct cqe_copy *backlog;
+	uint32_t backlog_head, backlog_tail, backlog_cap;
+	bool     backlog_logged;         /* one line per spell */
+	bool     submit_refused;         /* injected: -EBUSY until the CQ is reaped */
 };
 
 static const uint64_t eventfd_one = 1;
@@ -116,17 +139,77 @@ static uint64_t op_data(const void *p, enum op_kind kind)
 	return (uint64_t)(uintptr_t)p | kind;
 }
 
-/* An SQE, submitting what is queued if the ring is full. Never NULL: after a
- * submit the SQ is empty again. */
+/*
+ * Moves every completion waiting in the CQ (and what the kernel flushes from
+ * its overflow list on the way) to the backlog, undispatched. false if none
+ * could be moved: the CQ is empty, or the backlog cannot grow.
+ */
+static bool backlog_fill(struct loop *l)
+{
+	struct io_uring_cqe *cqe;
+	bool moved = false;
+
+	l->submit_refused = false;       /* the peek flushes the overflow */
+	while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+		if (l->backlog_tail == l->backlog_cap && l->backlog_head) {
+			/* what was dispatched meanwhile makes room */
+			l->backlog_tail -= l->backlog_head;
+			memmove(l->backlog, l->backlog + l->backlog_head,
+			        l->backlog_tail * sizeof(*l->backlog));
+			l->backlog_head = 0;
+		}
+		if (l->backlog_tail == l->backlog_cap) {
+			uint32_t cap = l->backlog_cap ? 2 * l->backlog_cap : LOOP_CQ_ENTRIES;
+			struct cqe_copy *b = cap > l->backlog_cap ?
+			        fault_realloc(l->backlog, (size_t)cap * sizeof(*b)) : NULL;
+
+			if (!b)
+				break;
+			l->backlog = b;
+			l->backlog_cap = cap;
+		}
+		l->backlog[l->backlog_tail++] = (struct cqe_copy){
+			io_uring_cqe_get_data64(cqe), cqe->res, cqe->flags };
+		io_uring_cqe_seen(&l->ring, cqe);
+		moved = true;
+	}
+	return moved;
+}
+
+/*
+ * An SQE, submitting what is queued if the ring is full. Never NULL: after a
+ * submit the SQ is empty again.
+ *
+ * The kernel refuses a submit (-EBUSY, -EAGAIN) while completions it could
+ * not post wait in its overflow list, or while it is short of memory, and
+ * only reaping completions ends that. They cannot be dispatched here (this
+ * runs inside a callback: invariant 9), so they go to the backlog, which
+ * drain_cqes dispatches first, in order. If nothing could be moved the
+ * retry waits 1 ms: slow, never a spin.
+ */
 static struct io_uring_sqe *sqe_get(struct loop *l)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 
 	while (!sqe) {
-		int ret = io_uring_submit(&l->ring);
+		int ret;
 
-		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
+		if (!l->submit_refused && fault_hit(FAULT_SUBMIT, "sqe_get"))
+			l->submit_refused = true;
+		ret = l->submit_refused ? -EBUSY : io_uring_submit(&l->ring);
+		if (ret == -EBUSY || ret == -EAGAIN) {
+			if (!l->backlog_logged)
+				log_warn("io_uring_submit: %s: completions set aside until the "
+				         "loop reaps them", strerror(-ret));
+			l->backlog_logged = true;
+			if (!backlog_fill(l)) {
+				struct timespec ms = { 0, 1000000 };
+
+				nanosleep(&ms, NULL);
+			}
+		} else if (ret < 0 && ret != -EINTR) {
 			log_error("io_uring_submit: %s", strerror(-ret));
+		}
 		sqe = io_uring_get_sqe(&l->ring);
 	}
 	return sqe;
@@ -567,19 +650,35 @@ static void dispatch(struct loop *l, uint64_t data, int res, uint32_t flags)
 	}
 }
 
-static void drain_cqes(struct loop *l)
+/* The oldest completion not dispatched yet: the backlog's (older than any
+ * in the CQ), else the CQ's, copied and retired. false if there is none. */
+static bool next_cqe(struct loop *l, struct cqe_copy *out)
 {
 	struct io_uring_cqe *cqe;
 
+	if (l->backlog_head < l->backlog_tail) {
+		*out = l->backlog[l->backlog_head++];
+		if (l->backlog_head == l->backlog_tail) {
+			l->backlog_head = l->backlog_tail = 0;
+			l->backlog_logged = false;
+		}
+		return true;
+	}
+	if (io_uring_peek_cqe(&l->ring, &cqe) != 0)
+		return false;
+	*out = (struct cqe_copy){ io_uring_cqe_get_data64(cqe), cqe->res, cqe->flags };
+	io_uring_cqe_seen(&l->ring, cqe);
+	return true;
+}
+
+static void drain_cqes(struct loop *l)
+{
+	struct cqe_copy c;
+
 	/* Copy and retire each CQE first: a callback may submit, and the CQ
 	 * must keep room for what that completes. */
-	while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
-		uint64_t data = io_uring_cqe_get_data64(cqe);
-		int res = cqe->res;
-		uint32_t flags = cqe->flags;
-
-		io_uring_cqe_seen(&l->ring, cqe);
-		dispatch(l, data, res, flags);
+	while (next_cqe(l, &c)) {
+		dispatch(l, c.data, c.res, c.flags);
 		l->ops->settle(l->ctx);
 		release_idle(l);
 	}
@@ -705,5 +804,6 @@ void loop_free(struct loop *l)
 		return;
 	io_uring_queue_exit(&l->ring);
 	close(l->signal_fd);
+	free(l->backlog);
 	free(l);
 }

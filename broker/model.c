@@ -458,21 +458,15 @@ void model_undeclare(struct broker *b, struct model *m, const char *why)
 
 bool model_drop_if_unused(struct broker *b, struct model *m)
 {
-	if (m->n_members || model_published(m) || m->granted)
+	if (m->n_members || !model_awaited(m))
 		return false;
-	if (m->state == WSYNC_MODEL_DECLARED) {
-		model_undeclare(b, m, "never published and nobody has it open");
-		return true;
-	}
 	/* A layout and slabs without a version hold nothing anyone can read:
 	 * a client that opened publishers and left must not keep table entries
 	 * and slab memory from everybody else. */
-	if (m->state == WSYNC_MODEL_READY &&
-	    wsync_latest_slot(m->latest) == WSYNC_SLOT_NONE) {
-		model_undeclare(b, m, "no version was ever committed and nobody has it open");
-		return true;
-	}
-	return false;
+	model_undeclare(b, m, m->state == WSYNC_MODEL_DECLARED ?
+	                "never published and nobody has it open" :
+	                "no version was ever committed and nobody has it open");
+	return true;
 }
 
 void model_delete(struct broker *b, struct model *m, const char *why)

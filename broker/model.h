@@ -107,6 +107,19 @@ static inline bool model_published(const struct model *m)
 	return m->pub || m->group;
 }
 
+/* Whether m exists only because sessions have it open: nobody publishes
+ * it and it holds no version (DECLARED, or READY with no commit). Such a
+ * model goes once nobody has it open (model_drop_if_unused); until then it
+ * takes a table entry, which is why subscribers get a budget of them
+ * (SESSION_MAX_AWAITED, session.h). */
+static inline bool model_awaited(const struct model *m)
+{
+	return !model_published(m) && !m->granted &&
+	       (m->state == WSYNC_MODEL_DECLARED ||
+	        (m->state == WSYNC_MODEL_READY &&
+	         wsync_latest_slot(m->latest) == WSYNC_SLOT_NONE));
+}
+
 /* Versions fit in the 56 high bits of `latest`. */
 #define MODEL_VERSION_MAX ((UINT64_C(1) << 56) - 2)
 

@@ -276,6 +276,20 @@ static void session_count_verify_failures(struct broker *b, struct peer *p, uint
 		                          memory_order_relaxed);
 }
 
+uint32_t session_awaited(const struct broker *b, const struct session *s)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		const struct model *m = b->models[i];
+
+		if ((s->p.models & (UINT64_C(1) << i)) && s->p.m[i].subs && m &&
+		    model_awaited(m))
+			n++;
+	}
+	return n;
+}
+
 void session_release_model(struct broker *b, struct session *s, struct model *m)
 {
 	struct peer_model *sm = &s->p.m[m->id];
@@ -330,8 +344,9 @@ void session_delete_model(struct broker *b, struct model *m, const char *why)
 
 /* ---- the teardown point -------------------------------------------------------- */
 
-/* Drops every model s has open; its hazards stop counting after this. */
-static void session_drop_models(struct broker *b, struct session *s)
+/* Drops every model s has open; its hazards stop counting after this. The
+ * other ranks of its groups are told why it went. */
+static void session_drop_models(struct broker *b, struct session *s, const char *why)
 {
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
 		struct peer_model *sm = &s->p.m[i];
@@ -340,7 +355,7 @@ static void session_drop_models(struct broker *b, struct session *s)
 		if (!(s->p.models & (UINT64_C(1) << i)) || !m)
 			continue;
 		if (sm->pub)
-			session_leave_pub(b, s, m, "disconnected");
+			session_leave_pub(b, s, m, why);
 		if (sm->subs) {
 			m->subscribers--;
 			atomic_store(&m->ctl->subscribers, m->subscribers);
@@ -356,7 +371,7 @@ static void session_teardown(struct broker *b, struct session *s)
 	enum session_state was = s->state;
 	const char *why = s->doom_why;
 
-	session_drop_models(b, s);
+	session_drop_models(b, s, why[0] ? why : "disconnected");
 	readers_peer_gone(b, &s->p);
 	s->p.active = false;
 	session_leave_new(b, s, SESSION_CLOSING);

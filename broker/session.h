@@ -33,6 +33,11 @@ struct model;
 struct notifier;
 
 #define SESSION_MAX_INVALID 16
+/* Models one session may keep in the table by subscribing to names nobody
+ * publishes (model_awaited): a collector started before its trainers needs
+ * a few, and a quarter of the table leaves the rest to publishers. Past it
+ * a SUB_OPEN that would declare a model is refused with -ENOBUFS. */
+#define SESSION_MAX_AWAITED (WSYNC_MAX_MODELS / 4)
 #define SESSION_WHY_MAX     160
 
 enum session_state {
@@ -109,6 +114,9 @@ void session_free(struct broker *b, struct session *s);
 
 /* Opening and closing models: membership, bitmask, ctl mirror. */
 int  session_open_model(struct broker *b, struct session *s, struct model *m);
+/* How many of the models s subscribes to are awaited (model_awaited):
+ * what its SESSION_MAX_AWAITED budget counts. */
+uint32_t session_awaited(const struct broker *b, const struct session *s);
 /* Lets go of m once s neither publishes nor subscribes to it; m may be
  * freed (a never-published model nobody has open), so callers must not use
  * it afterwards. */

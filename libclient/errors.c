@@ -25,6 +25,7 @@ static const char *wsync_specific(int err)
 	case -EEXIST:       return "model exists with a different layout";
 	case -EBUSY:        return "busy: every slot is held by readers, or the model has another publisher";
 	case -ENOSPC:       return "over the broker's shared-memory limit or its model table is full";
+	case -ENOBUFS:      return "over one of the broker's per-session budgets (pending waits, models awaited)";
 	case -EALREADY:     return "a slab is already begun";
 	case -ETIMEDOUT:    return "timed out";
 	case -ENODATA:      return "nothing published yet";

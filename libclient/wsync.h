@@ -313,7 +313,8 @@ void wsync_pub_close(wsync_pub *p);
 /* ---- subscriber -------------------------------------------------------- */
 
 /* Subscribes to a model, which need not exist yet. -EINVAL bad name,
- * -ENOSPC broker's model table full. */
+ * -ENOSPC broker's model table full, -ENOBUFS this client already
+ * subscribes to a quarter of the table's worth of models nobody publishes. */
 int  wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out);
 /* The newest version, zero copy: view->base points into a read-only mapping
  * that does not change until wsync_sub_release(). -ENODATA if nothing was

@@ -9,6 +9,8 @@
  * well-formed, carry one of the burst's seqs, and there are never more
  * answers than requests; the broker may cut the session off. After each
  * burst an honest trainer's commit round trip is near its idle figure.
+ * A group rank with its COMMIT pending is cut off the same way: the other
+ * ranks get -ECONNABORTED, cleanly, and the broker serves on.
  * Then sessions die holding each kind of pending thing: an eventfd write
  * parked on a full eventfd, replies queued and never read, a subscription
  * with a notifier. At the end, with the models they made deleted, the
@@ -172,6 +174,126 @@ static int parked_notify(void *arg)
 	return 0;
 }
 
+/* BEGIN on a rank (already open) of model id: its grant; fds closed. */
+static void rank_begin(struct raw *r, uint32_t id, uint32_t *slot, uint64_t *version)
+{
+	union wsync_msg_any m;
+	int fds[WSYNC_MSG_MAX_FDS], nfds = WSYNC_MSG_MAX_FDS;
+
+	raw_init(r, &m, WSYNC_MSG_BEGIN);
+	m.begin.m.model_id = id;
+	raw_request(r->fd, &m, sizeof m.begin, NULL, 0, WSYNC_MSG_GRANT, fds, &nfds);
+	raw_close_fds(fds, nfds);
+	*slot = m.grant.slot;
+	*version = m.grant.version;
+}
+
+/* Posts rank r's COMMIT of the grant (slot, version) at step: its seq. */
+static uint32_t rank_commit(struct raw *r, uint32_t id, uint32_t slot, uint64_t version,
+                            uint64_t step)
+{
+	union wsync_msg_any m;
+	uint32_t seq = raw_init(r, &m, WSYNC_MSG_COMMIT);
+
+	m.commit.m.model_id = id;
+	m.commit.slot = slot;
+	m.commit.version = version;
+	m.commit.step = step;
+	TEST_OK(raw_post(r, &m, NULL, 0));
+	return seq;
+}
+
+/* The next answer on r: an ERROR to seq with err, whose reason is logged. */
+static void expect_error(struct raw *r, const char *who, uint32_t seq, int err)
+{
+	union wsync_msg_any m;
+	ssize_t n = raw_recv(r->fd, &m, NULL, NULL, HARNESS_WAIT_MS);
+
+	TEST_ASSERT_MSG(n > 0, "%s: no answer (%zd)", who, n);
+	TEST_ASSERT_MSG(m.hdr.type == WSYNC_MSG_ERROR && m.hdr.seq == seq && m.error.err == err,
+	                "%s: %s seq %u err %d (%s), expected ERROR %d to seq %u", who,
+	                wsync_msg_name(m.hdr.type), m.hdr.seq,
+	                m.hdr.type == WSYNC_MSG_ERROR ? m.error.err : 0,
+	                m.hdr.type == WSYNC_MSG_ERROR ? m.error.msg : "", err, seq);
+	harness_log("%s told: %s", who, m.error.msg);
+	TEST_CONTAINS(m.error.msg, "rank 0");
+	TEST_CONTAINS(m.error.msg, "does not read its replies");
+}
+
+/*
+ * A group rank whose COMMIT is pending (the broker owes it an answer until
+ * the other ranks commit) bursts requests and reads nothing, until the
+ * broker cuts it off for not reading its replies. Its teardown drops the
+ * version: the rank that committed too gets -ECONNABORTED for its COMMIT,
+ * the one that only began gets it for the COMMIT it sends next, and the
+ * broker is still up. (Teardown inside a send, answering the other ranks
+ * through the same send path, is how one client once crashed the broker.)
+ */
+static void rank_cut_off(void)
+{
+	static const wsync_shard part[3] = {
+		{ 0, 0, 0, 21 }, { 0, 0, 21, 42 }, { 0, 0, 42, 64 },
+	};
+	uint64_t shape[1] = { 64 }, version, v;
+	uint32_t id = 0, slot, s, sent = 0, seq1, seq2;
+	wsync_tensor_desc d;
+	struct raw r[3];
+	int closed = 0;
+
+	harness_desc(&d, "w", WSYNC_F32, 1, shape);
+	for (uint16_t k = 0; k < 3; k++) {
+		struct raw_rank g = { 3, k, 0, &part[k], 1 };
+		char name[32];
+		uint32_t got;
+
+		snprintf(name, sizeof name, "cut-rank-%u", k);
+		raw_hello(&r[k], &B, name);
+		TEST_OK(raw_pub_open(&r[k], "bursts.group", &d, 1, 2, &g, &got, NULL));
+		if (k == 0)
+			id = got;
+		TEST_EQ_U64(got, id);
+	}
+	rank_begin(&r[0], id, &slot, &version);
+	rank_begin(&r[1], id, &s, &v);
+	TEST_ASSERT(s == slot && v == version);
+	rank_begin(&r[2], id, &s, &v);
+	TEST_ASSERT(s == slot && v == version);
+	rank_commit(&r[0], id, slot, version, 9);
+	seq1 = rank_commit(&r[1], id, slot, version, 9);
+
+	/* rank 0: requests that each get an ERROR (it does not subscribe),
+	 * none read, until the broker stops taking them */
+	for (int i = 0; i < 20 * BURST; i++) {
+		union wsync_msg_any m;
+
+		raw_init(&r[0], &m, WSYNC_MSG_ATTACH);
+		m.attach.m.model_id = id;
+		if (raw_post(&r[0], &m, NULL, 0))
+			break;
+		sent++;
+	}
+	for (int i = 0; i <= 20 * BURST; i++) {
+		union wsync_msg_any m;
+		ssize_t n = raw_recv(r[0].fd, &m, NULL, NULL, HARNESS_WAIT_MS);
+
+		if (n == 0 || n == -ECONNRESET) {
+			closed = 1;
+			break;
+		}
+		TEST_ASSERT_MSG(n > 0, "the bursting rank: recv %zd", n);
+	}
+	harness_log("a rank with a pending COMMIT sent %u requests unread%s", sent,
+	            closed ? ", then was cut off" : "");
+	TEST_ASSERT_MSG(closed, "a rank that never read %u replies was not cut off", sent);
+
+	expect_error(&r[1], "rank 1 (committed)", seq1, -ECONNABORTED);
+	seq2 = rank_commit(&r[2], id, slot, version, 9);
+	expect_error(&r[2], "rank 2 (begun)", seq2, -ECONNABORTED);
+	raw_close(&r[0]);
+	raw_close(&r[1]);
+	raw_close(&r[2]);
+}
+
 /* PUB_OPENs of a published model with a layout of 16,384 tensors (the
  * same ones, and then other ones), until killed. */
 static int big_layouts(void *arg)
@@ -260,6 +382,9 @@ int main(void)
 		}
 		hostile_check_rtt(&B, honest, &base, "after a burst");
 	}
+
+	rank_cut_off();
+	hostile_check_rtt(&B, honest, &base, "after a rank with a pending COMMIT was cut off");
 
 	chan_open(&up);
 	kid = harness_fork(parked_notify, &up);

@@ -2,10 +2,13 @@
  * limits — the documented bounds hold and give back what they take: a client
  * holds up to WSYNC_MAX_VIEWS views at once (across its subscriptions), the
  * next acquire is -EAGAIN until one is released, all held views stay intact
- * and another client has its own views; the broker's model table holds
- * WSYNC_MAX_MODELS models, the next new name is -ENOSPC, and subscriptions to
- * names never published give their entries back when closed (or when their
- * client disconnects), so they can be used again.
+ * and another client has its own views; one client subscribes to at most
+ * AWAITED names nobody publishes (the next is -ENOBUFS naming the limit;
+ * names that exist are still open to it); the broker's model table holds
+ * WSYNC_MAX_MODELS models, and when several such clients fill it the next
+ * new name is -ENOSPC; subscriptions to names never published give their
+ * entries back when closed (or when their clients disconnect), so they can
+ * be used again.
  */
 #include "tests/lib/harness.h"
 
@@ -13,6 +16,10 @@
 #include <string.h>
 
 #include "shm/layout.h"
+
+/* names nobody publishes one client may wait on: the broker's
+ * SESSION_MAX_AWAITED (broker/session.h) */
+#define AWAITED (WSYNC_MAX_MODELS / 4)
 
 static struct broker B;
 
@@ -75,52 +82,80 @@ static void views(void)
 	wsync_close(c);
 }
 
-/* Subscribes to fresh names until refused; returns how many were accepted. */
-static int fill_table(wsync_client *c, const char *prefix, wsync_sub **subs, int max)
+/* Subscribes to fresh names until the table is full, over clients c[0..n),
+ * each up to its budget of names nobody publishes (past it -ENOBUFS naming
+ * the limit, and the next client goes on); returns how many were accepted. */
+static int fill_table(wsync_client **c, int n, const char *prefix, wsync_sub **subs, int max)
 {
+	int k = 0, mine = 0;
+
 	for (int i = 0; i < max; i++) {
 		char name[64];
 		snprintf(name, sizeof name, "%s.%d", prefix, i);
-		int rc = wsync_sub_open(c, name, &subs[i]);
+		int rc = wsync_sub_open(c[k], name, &subs[i]);
+		if (rc == -ENOBUFS) {
+			TEST_CONTAINS(wsync_errmsg(), "nobody publishes");
+			TEST_ASSERT_MSG(mine == AWAITED, "client %d refused after %d names: %s", k,
+			                mine, wsync_errmsg());
+			TEST_ASSERT_MSG(++k < n, "%d clients' budgets spent before the table is full",
+			                n);
+			mine = 0;
+			rc = wsync_sub_open(c[k], name, &subs[i]);
+		}
 		if (rc == -ENOSPC) {
-			TEST_ASSERT(wsync_errmsg()[0] != 0);
+			TEST_CONTAINS(wsync_errmsg(), "table is full");
 			return i;
 		}
 		TEST_ASSERT_MSG(rc == 0, "sub_open %s: %d (%s): %s", name, rc, wsync_strerror(rc),
 		                wsync_errmsg());
+		mine++;
 	}
 	return max;
+}
+
+static void connect_all(wsync_client **c, int n)
+{
+	for (int k = 0; k < n; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "limits-table-%d", k);
+		TEST_OK(harness_connect(&B, name, &c[k]));
+	}
 }
 
 static void model_table(void)
 {
 	/* limits.a and limits.b exist already (published, so they stay) */
+	enum { N_CLIENTS = WSYNC_MAX_MODELS / AWAITED + 1 };
 	int room = WSYNC_MAX_MODELS - 2;
 	static wsync_sub *subs[WSYNC_MAX_MODELS + 8];
-	wsync_client *c = NULL;
-	TEST_OK(harness_connect(&B, "limits-table", &c));
-	int got = fill_table(c, "limits.x", subs, WSYNC_MAX_MODELS + 8);
+	wsync_client *c[N_CLIENTS];
+	connect_all(c, N_CLIENTS);
+	int got = fill_table(c, N_CLIENTS, "limits.x", subs, WSYNC_MAX_MODELS + 8);
 	TEST_ASSERT_MSG(got == room, "%d new models accepted, expected %d", got, room);
-	/* a model that exists is still open to new subscribers */
+	/* a model that exists is still open to new subscribers, even to a
+	 * client past its budget */
 	wsync_sub *s = NULL;
-	TEST_OK(wsync_sub_open(c, "limits.a", &s));
+	TEST_OK(wsync_sub_open(c[0], "limits.a", &s));
+	wsync_sub_close(s);
+	TEST_OK(wsync_sub_open(c[0], "limits.x.20", &s));
 	wsync_sub_close(s);
 
 	/* closing the subscriptions gives the entries back */
 	for (int i = 0; i < got; i++)
 		wsync_sub_close(subs[i]);
-	got = fill_table(c, "limits.y", subs, WSYNC_MAX_MODELS + 8);
+	got = fill_table(c, N_CLIENTS, "limits.y", subs, WSYNC_MAX_MODELS + 8);
 	TEST_ASSERT_MSG(got == room, "after closing: %d new models accepted, expected %d", got, room);
 
 	/* so does disconnecting */
-	wsync_close(c);
-	TEST_OK(harness_connect(&B, "limits-table-2", &c));
+	for (int k = 0; k < N_CLIENTS; k++)
+		wsync_close(c[k]);
+	connect_all(c, N_CLIENTS);
 	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
 	for (;;) {
-		got = fill_table(c, "limits.z", subs, WSYNC_MAX_MODELS + 8);
+		got = fill_table(c, N_CLIENTS, "limits.z", subs, WSYNC_MAX_MODELS + 8);
 		if (got == room || harness_mono_ns() > deadline)
 			break;
-		/* the broker may not have reaped the closed session yet */
+		/* the broker may not have reaped the closed sessions yet */
 		for (int i = 0; i < got; i++)
 			wsync_sub_close(subs[i]);
 		harness_sleep_ms(20);
@@ -129,7 +164,8 @@ static void model_table(void)
 	                got, room);
 	for (int i = 0; i < got; i++)
 		wsync_sub_close(subs[i]);
-	wsync_close(c);
+	for (int k = 0; k < N_CLIENTS; k++)
+		wsync_close(c[k]);
 }
 
 int main(void)

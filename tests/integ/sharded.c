@@ -8,7 +8,9 @@
  * begin and commit makes the others' commits fail with -ECONNABORTED,
  * nothing becomes visible, and once it is restarted the group publishes
  * again. A rank that never commits is cut short by the group deadline.
- * One session cannot open two ranks of a group (-EBUSY naming its rank).
+ * One session cannot open two ranks of a group (-EBUSY naming its rank);
+ * once it is closed, new sessions open the rank it had and the one it was
+ * refused, and the model can be deleted when they go.
  * A tensor-parallel slice read by a collector equals the same slice of the
  * whole tensor.
  */
@@ -141,6 +143,36 @@ static void group_publish(uint64_t step, int want)
 		TEST_RC(rank_result(r), want);
 }
 
+/* wsync_pub_open_shard of one part, retried while it is -EBUSY (a session
+ * that had the rank may not be torn down yet) for up to 5 s. */
+static int open_shard_retry(wsync_client *c, const char *model, const wsync_tensor_desc *d,
+                            const wsync_model_opts *o, const wsync_shard *part, wsync_pub **out)
+{
+	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
+	int rc;
+
+	while ((rc = wsync_pub_open_shard(c, model, d, 3, o, part, 1, out)) == -EBUSY &&
+	       harness_mono_ns() < deadline)
+		harness_sleep_ms(10);
+	if (rc)
+		harness_log("rank %u of '%s': %s", o->rank, model, wsync_errmsg());
+	return rc;
+}
+
+/* wsync_model_delete, retried while it is -EBUSY (its ranks' sessions may
+ * not be torn down yet) for up to 5 s. */
+static int delete_retry(wsync_client *c, const char *model)
+{
+	int64_t deadline = harness_mono_ns() + 5 * HARNESS_S;
+	int rc;
+
+	while ((rc = wsync_model_delete(c, model)) == -EBUSY && harness_mono_ns() < deadline)
+		harness_sleep_ms(10);
+	if (rc)
+		harness_log("delete '%s': %s", model, wsync_errmsg());
+	return rc;
+}
+
 int main(void)
 {
 	wsync_client *c = NULL;
@@ -161,10 +193,14 @@ int main(void)
 		wsync_shard parts[3];
 		size_t n = rank_parts(1, parts);
 		wsync_model_opts o = { .group_size = RANKS, .rank = 1 };
-		wsync_client *x = NULL, *y = NULL;
-		wsync_pub *p = NULL;
+		wsync_client *x = NULL, *y = NULL, *z = NULL;
+		wsync_pub *p = NULL, *p0 = NULL, *p1 = NULL;
+		wsync_sub *so = NULL;
 
 		layout(d);
+		/* the collector keeps shard.overlap in the table once its ranks
+		 * go, so that its DELETE below means something */
+		TEST_OK(wsync_sub_open(c, "shard.overlap", &so));
 		TEST_OK(harness_connect(&B, "intruder", &x));
 		TEST_RC(wsync_pub_open_shard(x, MODEL, d, 3, &o, parts, n, &p), -EBUSY);
 		o.rank = 0;
@@ -181,6 +217,26 @@ int main(void)
 		TEST_CONTAINS(wsync_errmsg(), "overlap");
 		wsync_close(y);
 		wsync_close(x);
+
+		/* Once that session is gone nothing of it stays in the group (it
+		 * once left a pointer to its freed memory there): new sessions
+		 * open the rank it had and the rank it was refused, and when they
+		 * go the model can be deleted. Its teardown is asynchronous to
+		 * them: -EBUSY is retried for a while, never for ever. */
+		TEST_OK(harness_connect(&B, "rank-0-again", &y));
+		TEST_OK(harness_connect(&B, "rank-1-again", &z));
+		o.rank = 0;
+		parts[0] = (wsync_shard){ 0, 0, 0, 20 };
+		TEST_OK(open_shard_retry(y, "shard.overlap", d, &o, parts, &p0));
+		o.rank = 1;
+		parts[0] = (wsync_shard){ 0, 0, 20, 32 };
+		TEST_OK(open_shard_retry(z, "shard.overlap", d, &o, parts, &p1));
+		wsync_pub_close(p0);
+		wsync_pub_close(p1);
+		wsync_close(z);
+		wsync_close(y);
+		TEST_OK(delete_retry(c, "shard.overlap"));
+		wsync_sub_close(so);
 	}
 
 	/* versions: whole, never mixed */

@@ -65,14 +65,28 @@ void hostile_base_take(const struct broker *b, wsync_pub *p, struct hostile_base
 void hostile_check_rtt(const struct broker *b, wsync_pub *p, const struct hostile_base *base,
                        const char *during)
 {
-	int64_t now, bound = 10 * base->rtt_ns + 2 * HARNESS_MS;
+	int64_t now = 0, bound = HOSTILE_RTT_FACTOR * base->rtt_ns + HOSTILE_RTT_SLACK_NS;
 
 	alive(b, during);
-	now = hostile_commit_p50(p, 100);
-	harness_log("commit round trip p50 %.1f us %s (baseline %.1f us)", now / 1e3, during,
-	            base->rtt_ns / 1e3);
-	TEST_ASSERT_MSG(now <= bound, "an honest commit round trip took %.1f us (p50) %s, "
-	                "%.1f us on an idle broker", now / 1e3, during, base->rtt_ns / 1e3);
+	/* A hostile session's cost lasts; a neighbour's burst of CPU on a
+	 * shared 2-core machine does not: a try that is over the bound is
+	 * taken again, up to three, and the best one counts. */
+	for (int i = 0; i < 3; i++) {
+		int64_t t = hostile_commit_p50(p, 100);
+
+		if (i == 0 || t < now)
+			now = t;
+		if (now <= bound)
+			break;
+		harness_log("commit round trip p50 %.1f us %s, over %.1f us: again", t / 1e3,
+		            during, bound / 1e3);
+	}
+	harness_log("commit round trip p50 %.1f us %s (baseline %.1f us, bound %.1f us)",
+	            now / 1e3, during, base->rtt_ns / 1e3, bound / 1e3);
+	TEST_ASSERT_MSG(now <= bound, "an honest commit round trip took %.1f us (p50, best of "
+	                "3) %s, %.1f us on an idle broker: over %d x + %d us", now / 1e3, during,
+	                base->rtt_ns / 1e3, HOSTILE_RTT_FACTOR,
+	                (int)(HOSTILE_RTT_SLACK_NS / 1000));
 }
 
 void hostile_check_settled(const struct broker *b, const struct hostile_base *base,

@@ -25,9 +25,23 @@ int64_t hostile_commit_p50(wsync_pub *p, int n);
 /* Takes the baseline: p is an honest publisher of a model of its own. */
 void    hostile_base_take(const struct broker *b, wsync_pub *p, struct hostile_base *base);
 /*
- * Fails the test unless the broker is alive and p's commit round trip is
- * within a loose bound of the baseline (a starved broker is 100x slower;
- * the bound is wide enough for a loaded 2-core machine under ASan).
+ * The bound hostile_check_rtt holds a median round trip to: FACTOR times
+ * the baseline's plus SLACK. Invariant 10's 2x is measured by wsync-bench
+ * (row "commit round trip, another session holding every budget", against
+ * the idle broker in the same run); a test on a shared 2-core machine,
+ * under ASan or TSan too, needs room for scheduling noise that a quiet
+ * benchmark does not: medians seen there with four processes spinning
+ * beside (gcc, ASan, TSan builds) stayed within 3.6x of the baseline and
+ * under 75 us, so the slack is what holds them. A starved broker is 100x
+ * slower or more.
+ */
+#define HOSTILE_RTT_FACTOR   3
+#define HOSTILE_RTT_SLACK_NS (300 * (HARNESS_MS / 1000))   /* 300 us */
+/*
+ * Fails the test unless the broker is alive and p's commit round trip (p50
+ * of 100; best of up to three tries, as a neighbour's CPU burst passes and
+ * a hostile session's cost does not) is within HOSTILE_RTT_FACTOR x the
+ * baseline + HOSTILE_RTT_SLACK_NS.
  */
 void    hostile_check_rtt(const struct broker *b, wsync_pub *p, const struct hostile_base *base,
                           const char *during);

@@ -246,6 +246,29 @@ int raw_pub_open_fds(struct raw *r, const char *model, const wsync_tensor_desc *
 	return 0;
 }
 
+int raw_sub_try(struct raw *r, const char *model, uint32_t *id, char *why, size_t whylen)
+{
+	union wsync_msg_any m;
+	int fds[WSYNC_MSG_MAX_FDS], nfds = WSYNC_MSG_MAX_FDS;
+	ssize_t got;
+
+	raw_init(r, &m, WSYNC_MSG_SUB_OPEN);
+	snprintf(m.sub_open.model, sizeof m.sub_open.model, "%s", model);
+	TEST_OK(raw_post(r, &m, NULL, 0));
+	got = raw_recv(r->fd, &m, fds, &nfds, HARNESS_WAIT_MS);
+	TEST_ASSERT_MSG(got > 0, "no answer to SUB_OPEN of '%s' (%zd)", model, got);
+	raw_close_fds(fds, nfds);
+	if (m.hdr.type == WSYNC_MSG_ERROR) {
+		if (why)
+			snprintf(why, whylen, "%s", m.error.msg);
+		return m.error.err;
+	}
+	TEST_ASSERT_MSG(m.hdr.type == WSYNC_MSG_SUB_OPEN_OK, "SUB_OPEN answered with %s",
+	                wsync_msg_name(m.hdr.type));
+	*id = m.sub_open_ok.model_id;
+	return 0;
+}
+
 uint32_t raw_sub_open(struct raw *r, const char *model)
 {
 	union wsync_msg_any m;

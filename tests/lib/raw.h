@@ -73,6 +73,10 @@ int     raw_pub_open(struct raw *r, const char *model, const wsync_tensor_desc *
 int     raw_pub_open_fds(struct raw *r, const char *model, const wsync_tensor_desc *d,
                          uint32_t n, uint32_t slots, const struct raw_rank *g, uint32_t *id,
                          int *fds, int *nfds);
+/* SUB_OPEN that may be refused: 0 with the model id in *id, or the
+ * broker's error code with its message in why (NULL = not kept). Every fd
+ * is closed. */
+int     raw_sub_try(struct raw *r, const char *model, uint32_t *id, char *why, size_t whylen);
 /* SUB_OPEN: the model id (every fd closed). */
 uint32_t raw_sub_open(struct raw *r, const char *model);
 /* BEGIN then COMMIT of model id with step on a single publisher, reading
