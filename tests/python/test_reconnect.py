@@ -141,7 +141,7 @@ def test_a_wait_follows_a_restart_within_its_timeout(broker):
             try:
                 with sub.wait(after=trainer.published[-1][0], timeout=2 * WAIT_S) as v:
                     check_bytes(v)
-                    out["v"] = v.version
+                    out["v"] = (v.version, v.step)
             except Exception as e:
                 out["e"] = e
         th = threading.Thread(target=waiter)
@@ -154,12 +154,17 @@ def test_a_wait_follows_a_restart_within_its_timeout(broker):
             sub.wait(after=trainer.published[-1][0], timeout=0.5)
         time.sleep(0.3)
         broker.restart()
-        assert th.is_alive(), out            # still waiting, not failed
-        last = trainer.published[-1][0]
+        assert "e" not in out, out          # still waiting, or followed: never failed
+        last, last_step = trainer.published[-1]
         v = trainer.pub.publish(weights(1000), 1000, timeout=WAIT_S)
         assert v > last >= first
         th.join(WAIT_S)
-        assert out == {"v": v}
+        assert not th.is_alive() and "e" not in out, out
+        # the new publish, or the adopted latest republished above a grant the
+        # dead broker had handed out (docs/INVARIANTS.md: across a crash),
+        # which the waiter may take as soon as it follows the restart
+        assert out["v"] == (v, 1000) or last < out["v"][0] < v and out["v"][1] == last_step, \
+            (out, last, last_step, v)
     finally:
         trainer.close()
         c.close()
