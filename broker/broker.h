@@ -42,6 +42,8 @@ struct broker {
 	bool     ctl_alive_held;          /* ctl->broker_alive locked (ctl.c) */
 	struct wsync_ctl_header *ctl;
 
+	bool     stopping;                /* broker_stop has begun */
+
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */
 

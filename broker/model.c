@@ -467,7 +467,7 @@ bool model_drop_if_unused(struct broker *b, struct model *m)
 	/* A layout and slabs without a version hold nothing anyone can read:
 	 * a client that opened publishers and left must not keep table entries
 	 * and slab memory from everybody else. */
-	if (m->state == WSYNC_MODEL_READY &&
+	if (m->state == WSYNC_MODEL_READY && !m->withdrawn &&
 	    wsync_latest_slot(m->latest) == WSYNC_SLOT_NONE) {
 		model_undeclare(b, m, "no version was ever committed and nobody has it open");
 		return true;
@@ -587,7 +587,7 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	uint32_t n = m->books.n_slots, latest = wsync_latest_slot(m->latest), k;
 	int fd[WSYNC_MAX_SLOTS], ro[WSYNC_MAX_SLOTS], page_fd, page_ro, err;
 	struct wsync_model_page *page, *old_page;
-	int64_t t0 = wsync_mono_ns();
+	int64_t t0 = wsync_mono_ns(), now;
 	char from[40], to[32];
 
 	if (m->state != WSYNC_MODEL_READY || m->granted || m->gpu)
@@ -634,8 +634,11 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	atomic_fetch_add(&old_page->seq, 1);
 	wsync_futex_wake(&old_page->seq, INT32_MAX);
 	munmap(old_page, WSYNC_PAGE);
+	now = wsync_mono_ns();
+	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
-	         "copied, in %.1f ms", m->name, reason, n, (double)(wsync_mono_ns() - t0) / 1e6);
+	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
+	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);
 	m->has_writer = false;
 	return 0;
 
@@ -657,6 +660,21 @@ out_why:
 	return err;
 }
 
+void model_withdraw_latest(struct model *m)
+{
+	uint32_t slot = wsync_latest_slot(m->latest);
+	uint64_t none = wsync_latest_pack(m->hwm, WSYNC_SLOT_NONE);
+
+	/* the entry first: collectors trust the page's word only while it
+	 * equals the entry's (or the grant, none here) */
+	model_set_latest(m, none);
+	m->withdrawn = true;
+	atomic_store(&m->page->latest, none);
+	if (slot < m->books.n_slots)
+		model_set_slot(m, slot, WSYNC_SLOT_OLD, m->books.version[slot]);
+	model_wake(m);
+}
+
 void model_set_owner(struct model *m, uid_t uid)
 {
 	m->owner = uid;
@@ -674,6 +692,8 @@ void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t ver
 
 void model_set_latest(struct model *m, uint64_t latest)
 {
+	if (wsync_latest_slot(latest) != WSYNC_SLOT_NONE)
+		m->withdrawn = false;
 	m->latest = latest;
 	atomic_store(&m->ctl->latest, latest);
 }
