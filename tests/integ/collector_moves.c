@@ -31,6 +31,7 @@ static uid_t other_uid;
 static gid_t other_gid;
 static atomic_int stop;
 static atomic_long views, latests;
+static struct chan go;
 
 /* The other uid: MOVES times a publisher that commits once and leaves. A
  * PUB_OPEN refused for the model's move budget (-EBUSY) is tried again. */
@@ -40,6 +41,7 @@ static int mover(void *arg)
 	TEST_ASSERT(setgroups(0, NULL) == 0);
 	TEST_ASSERT(setgid(other_gid) == 0);
 	TEST_ASSERT(setuid(other_uid) == 0);
+	chan_recv(&go, getppid());           /* the collectors run */
 	for (int i = 0; i < MOVES; i++) {
 		wsync_client *c;
 		wsync_pub *p;
@@ -130,9 +132,13 @@ int main(void)
 	base = model_mappings();
 	TEST_ASSERT_MSG(base >= SLOTS + 1, "%d mappings of the model's segments", base);
 
+	/* forked before the threads start: a child of a process whose other
+	 * threads may hold allocator locks could hang in them at exit */
+	chan_open(&go);
+	pid = harness_fork(mover, NULL);
 	for (int i = 0; i < 2; i++)
 		TEST_ASSERT(pthread_create(&th[i], NULL, collector, s) == 0);
-	pid = harness_fork(mover, NULL);
+	chan_send(&go, 1);
 	harness_expect_exit0(pid, "the restarting trainer of another uid");
 	harness_sleep_ms(100);
 	atomic_store(&stop, 1);
