@@ -43,6 +43,12 @@ struct broker {
 	struct wsync_ctl_header *ctl;
 
 	bool     stopping;                /* broker_stop has begun */
+	/* Moves copy a latest slab inside the event loop (model_rotate):
+	 * after one that took d, publishers of other uids than the broker's
+	 * and root are refused PUB_OPEN until this (d * MODEL_MOVE_QUIET), so
+	 * moves take at most a tenth of the broker's time, whatever many
+	 * models a uid cycles through. */
+	int64_t  move_quiet_until_ns;
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */

@@ -187,12 +187,21 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 	 * a uid whose open or leave moves the model must not make the broker
 	 * copy without bound by opening and leaving again and again. The
 	 * broker's uid and root are the trainer, never refused. */
-	if (!m->gpu && m->state == WSYNC_MODEL_READY && uid != r->b->uid && uid != 0 &&
-	    !model_move_budget_left(m, wsync_mono_ns()))
-		return req_fail(r, -EBUSY, "model '%s' moved to new memory %d times in the last "
-		                "second (each move copies its latest version): a publisher of "
-		                "uid %u may open it again within a second", m->name,
-		                MODEL_MOVE_BUDGET, (unsigned)uid);
+	if (!m->gpu && m->state == WSYNC_MODEL_READY && uid != r->b->uid && uid != 0) {
+		int64_t now = wsync_mono_ns();
+
+		if (!model_move_budget_left(m, now))
+			return req_fail(r, -EBUSY, "model '%s' moved to new memory %d times in the "
+			                "last second (each move copies its latest version): a "
+			                "publisher of uid %u may open it again within a second",
+			                m->name, MODEL_MOVE_BUDGET, (unsigned)uid);
+		if (now < r->b->move_quiet_until_ns)
+			return req_fail(r, -EBUSY, "model '%s': moves of models to new memory may "
+			                "take a tenth of the broker's time at most, and the last one "
+			                "was long: a publisher of uid %u may open it in %lld ms",
+			                m->name, (unsigned)uid,
+			                (long long)((r->b->move_quiet_until_ns - now) / 1000000 + 1));
+	}
 	if (m->has_writer && m->writer_uid != uid) {
 		if (m->group)
 			return req_fail(r, -EPERM, "model '%s': its other ranks run as uid %u; the "

@@ -636,6 +636,7 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	munmap(old_page, WSYNC_PAGE);
 	now = wsync_mono_ns();
 	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
+	b->move_quiet_until_ns = now + (now - t0) * MODEL_MOVE_QUIET;
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
 	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
 	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);

@@ -39,6 +39,9 @@ struct model_devices {
  * another uid than the broker's and root is refused PUB_OPEN past it. */
 #define MODEL_MOVE_BUDGET 4
 #define MODEL_MOVE_WINDOW_NS INT64_C(1000000000)
+/* After a move that took d, other moves wait d * MODEL_MOVE_QUIET (broker.h,
+ * move_quiet_until_ns): a tenth of the broker's time at most. */
+#define MODEL_MOVE_QUIET 9
 
 struct model {
 	uint32_t id;

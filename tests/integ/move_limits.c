@@ -15,6 +15,10 @@
  *    until the trainer publishes the next version in new memory.
  * 3. A stop that removes the weights (--no-keep) makes no move when the
  *    publisher of the other uid is let go: its memory is unlinked anyway.
+ * 4. Moves take a tenth of the broker's time at most: right after a long
+ *    move (a 64 MiB slab copied) the other uid's next PUB_OPEN, of any
+ *    model, is refused with -EBUSY for nine times as long; the trainer's
+ *    is not.
  *
  * Needs root (to become another uid) and the fault broker; skipped
  * otherwise.
@@ -67,8 +71,12 @@ static int looping_publisher(void *arg)
 
 	(void)arg;
 	become_other();
-	for (uint64_t i = 0; i < 4; i++)
-		TEST_OK(publish_once(10 + i));
+	for (uint64_t i = 0; i < 4; i++) {
+		/* the time share (4.) may ask for a few ms after a move */
+		while ((err = publish_once(10 + i)) == -EBUSY && strstr(wsync_errmsg(), "tenth"))
+			harness_sleep_ms(5);
+		TEST_OK(err);
+	}
 	err = publish_once(14);
 	TEST_ASSERT_MSG(err == -EBUSY && strstr(wsync_errmsg(), "moved to new memory 4 times "
 	                "in the last second"), "5th open within a second: %d %s", err,
@@ -225,6 +233,72 @@ static void no_move_at_stop(void)
 	TEST_ASSERT_MSG(!strstr(log, "new memory"), "a stop with --no-keep moved the model");
 }
 
+/* A model of one 64 MiB tensor in 2 slots, step written into every byte. */
+static int big_publish(wsync_client *c, const char *model, uint64_t step)
+{
+	wsync_model_opts o;
+	wsync_tensor_desc d;
+	wsync_pub *p;
+	wsync_slab s;
+	int err;
+
+	memset(&d, 0, sizeof d);
+	snprintf(d.name, sizeof d.name, "w");
+	d.dtype = WSYNC_U8;
+	d.ndim = 1;
+	d.shape[0] = 64u << 20;
+	memset(&o, 0, sizeof o);
+	o.slots = 2;
+	err = wsync_pub_open(c, model, &d, 1, &o, &p);
+	if (err)
+		return err;
+	err = wsync_pub_begin(p, HARNESS_S, &s);
+	if (!err) {
+		memset(s.base, (int)step, s.bytes);
+		err = wsync_pub_commit(p, step, NULL);
+	}
+	wsync_pub_close(p);
+	return err;
+}
+
+static int long_mover(void *arg)
+{
+	wsync_client *c;
+	int err;
+
+	(void)arg;
+	become_other();
+	TEST_OK(harness_connect(&B, "other-uid", &c));
+	TEST_OK(big_publish(c, "moves.big", 1));           /* leaves: a long move */
+	err = big_publish(c, "moves.small", 2);
+	TEST_ASSERT_MSG(err == -EBUSY && strstr(wsync_errmsg(), "a tenth of the broker's "
+	                "time"), "open right after a long move: %d %s", err, wsync_errmsg());
+	chan_send(&up, 1);
+	chan_recv(&down, getppid());
+	wsync_close(c);
+	return 0;
+}
+
+static void move_time_share(void)
+{
+	char log[1 << 16];
+	wsync_client *c;
+	pid_t pid;
+
+	TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", "--no-keep", NULL) == 0);
+	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	pid = harness_fork(long_mover, NULL);
+	chan_recv(&up, pid);
+	TEST_OK(harness_connect(&B, "trainer", &c));
+	TEST_OK(big_publish(c, "moves.small", 3));         /* not refused */
+	chan_send(&down, 1);
+	harness_expect_exit0(pid, "the publisher of another uid");
+	wsync_close(c);
+	harness_read_file(B.log, log, sizeof log);
+	harness_log("%s", strstr(log, "new memory") ? strstr(log, "new memory") : "no move");
+	harness_broker_finish(&B);
+}
+
 int main(void)
 {
 	int skip = harness_other_user("publish as another uid", &other_uid, &other_gid);
@@ -238,5 +312,6 @@ int main(void)
 	move_budget();
 	failed_move();
 	no_move_at_stop();
+	move_time_share();
 	return 0;
 }
