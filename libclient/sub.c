@@ -40,6 +40,14 @@
  * store when the view is released: every read of the slab by the holder
  * happens before the broker can see the slot unpinned.
  *
+ * Memory guards: the page and maps a subscription reads are replaced when
+ * its model moves to new memory (sub_attach.c), and unmapped once no record
+ * guards them. A record's guard (client.h, hz_claim) names the page its
+ * holder reads: stored seq_cst before the subscription's page and maps are
+ * loaded again (wsync_sub_guard), kept while a view is held, cleared with a
+ * release store when the record is put. acquire, wait (one record for the
+ * whole wait, which becomes the view's) and latest read only under a guard.
+ *
  * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
  *
  * Files of the subscriber, lowest first: sub_attach.c (the maps of the

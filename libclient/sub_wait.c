@@ -140,14 +140,14 @@ static int wait_in(struct wsync_sub *s, uint32_t idx, uint64_t after_version,
 			err = wsync_sub_acquire_in(s, idx, deadline, device, out);
 			if (!err && out->version > after_version)
 				return 0;
-			if (!err) {          /* moved back under us: wait on */
+			if (!err) {          /* moved back under us: wait on, same record */
 				atomic_store_explicit(&client_hazard(c, idx)->pin, 0,
 				                      memory_order_release);
 				atomic_store_explicit(&c->hz[idx].maps, NULL, memory_order_relaxed);
 				memset(out, 0, sizeof(*out));
-			}
-			else if (err != -ESTALE)
+			} else if (err != -ESTALE) {
 				return err;
+			}
 			/* -ESTALE: latest is being restored; the broker wakes us */
 		}
 		if (client_broker_gone(c))
