@@ -322,7 +322,9 @@ int  wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out);
 int  wsync_sub_acquire(wsync_sub *s, wsync_view *out);
 /* The newest version if it is newer than after_version, waiting up to
  * timeout_ns for one. -ETIMEDOUT on time; -ENOTCONN if the broker shuts down
- * or dies meanwhile (noticed within 200 ms). Pass 0 to wait for any version. */
+ * or dies meanwhile (noticed within 200 ms); -EAGAIN at once if
+ * WSYNC_MAX_VIEWS views are held (a wait holds the record of the view it
+ * will return). Pass 0 to wait for any version. */
 int  wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
                     wsync_view *out);
 /* Makes wsync_sub_wait spin (watching the model's futex word, no system
