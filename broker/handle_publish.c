@@ -195,12 +195,13 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 			                "last second (each move copies its latest version): a "
 			                "publisher of uid %u may open it again within a second",
 			                m->name, MODEL_MOVE_BUDGET, (unsigned)uid);
-		if (now < r->b->move_quiet_until_ns)
+		int64_t wait = model_move_wait_ns(r->b, now);
+
+		if (wait)
 			return req_fail(r, -EBUSY, "model '%s': moves of models to new memory may "
-			                "take a tenth of the broker's time at most, and the last one "
-			                "was long: a publisher of uid %u may open it in %lld ms",
-			                m->name, (unsigned)uid,
-			                (long long)((r->b->move_quiet_until_ns - now) / 1000000 + 1));
+			                "take a tenth of the broker's time, and recent ones took "
+			                "more: a publisher of uid %u may open it in %lld ms",
+			                m->name, (unsigned)uid, (long long)(wait / 1000000 + 1));
 	}
 	if (m->has_writer && m->writer_uid != uid) {
 		if (m->group)

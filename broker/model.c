@@ -636,7 +636,8 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	munmap(old_page, WSYNC_PAGE);
 	now = wsync_mono_ns();
 	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
-	b->move_quiet_until_ns = now + (now - t0) * MODEL_MOVE_QUIET;
+	(void)model_move_wait_ns(b, now);                  /* fills the bucket first */
+	b->move_credit_ns -= now - t0;
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
 	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
 	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);
@@ -659,6 +660,18 @@ out_why:
 	snprintf(why, whylen, "model '%s': cannot give its new publisher memory of its own: "
 	         "%s", m->name, strerror(-err));
 	return err;
+}
+
+int64_t model_move_wait_ns(struct broker *b, int64_t now_ns)
+{
+	if (!b->move_credit_at_ns)
+		b->move_credit_ns = MODEL_MOVE_BURST_NS;
+	else if (now_ns > b->move_credit_at_ns)
+		b->move_credit_ns += (now_ns - b->move_credit_at_ns) / MODEL_MOVE_SHARE;
+	if (b->move_credit_ns > MODEL_MOVE_BURST_NS)
+		b->move_credit_ns = MODEL_MOVE_BURST_NS;
+	b->move_credit_at_ns = now_ns;
+	return b->move_credit_ns >= 0 ? 0 : -b->move_credit_ns * MODEL_MOVE_SHARE;
 }
 
 void model_withdraw_latest(struct model *m)

@@ -39,9 +39,10 @@ struct model_devices {
  * another uid than the broker's and root is refused PUB_OPEN past it. */
 #define MODEL_MOVE_BUDGET 4
 #define MODEL_MOVE_WINDOW_NS INT64_C(1000000000)
-/* After a move that took d, other moves wait d * MODEL_MOVE_QUIET (broker.h,
- * move_quiet_until_ns): a tenth of the broker's time at most. */
-#define MODEL_MOVE_QUIET 9
+/* Moves may take a tenth of the broker's time (MODEL_MOVE_SHARE), in
+ * bursts of up to MODEL_MOVE_BURST_NS (broker.h, move_credit_ns). */
+#define MODEL_MOVE_SHARE 10
+#define MODEL_MOVE_BURST_NS INT64_C(250000000)
 
 struct model {
 	uint32_t id;
@@ -168,6 +169,10 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
  */
 int  model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
                   size_t whylen);
+/* 0 if moves have time left now, else how long until they have
+ * (broker.h, move_credit_ns). */
+int64_t model_move_wait_ns(struct broker *b, int64_t now_ns);
+
 /*
  * Withdraws m's latest version: collectors get nothing newer than what they
  * hold (-ENODATA for a new view, waits wait) until a publisher commits the
