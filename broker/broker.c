@@ -129,6 +129,7 @@ void broker_stop(struct broker *b)
 	int err;
 
 	service_stopping();
+	b->stopping = true;
 	/* Waiters first: every wait returns now. STOPPED (in memory only the
 	 * broker writes) before the wake, so a woken waiter sees it. */
 	atomic_store(&b->ctl->state, WSYNC_BROKER_STOPPED);

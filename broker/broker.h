@@ -42,6 +42,16 @@ struct broker {
 	bool     ctl_alive_held;          /* ctl->broker_alive locked (ctl.c) */
 	struct wsync_ctl_header *ctl;
 
+	bool     stopping;                /* broker_stop has begun */
+	/* Moves copy a latest slab inside the event loop (model_rotate): the
+	 * time they may take, a bucket that fills at a tenth of real time up
+	 * to MODEL_MOVE_BURST_NS and that each move drains by its duration;
+	 * while it is below zero, publishers of other uids than the broker's
+	 * and root are refused PUB_OPEN (model_move_wait_ns), however many
+	 * models a uid cycles through. */
+	int64_t  move_credit_ns;
+	int64_t  move_credit_at_ns;            /* when it was last filled, 0 = never */
+
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */
 

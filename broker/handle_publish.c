@@ -183,12 +183,35 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 		                "cannot be taken back, so only the broker's user (uid %u) and "
 		                "root publish device models, not uid %u", m->name,
 		                (unsigned)r->b->uid, (unsigned)uid);
+	/* Each move copies the latest slab inside the event loop (model_rotate):
+	 * a uid whose open or leave moves the model must not make the broker
+	 * copy without bound by opening and leaving again and again. The
+	 * broker's uid and root are the trainer, never refused. */
+	if (!m->gpu && m->state == WSYNC_MODEL_READY && uid != r->b->uid && uid != 0) {
+		int64_t now = wsync_mono_ns();
+
+		if (!model_move_budget_left(m, now))
+			return req_fail(r, -EBUSY, "model '%s' moved to new memory %d times in the "
+			                "last second (each move copies its latest version): a "
+			                "publisher of uid %u may open it again within a second",
+			                m->name, MODEL_MOVE_BUDGET, (unsigned)uid);
+		int64_t wait = model_move_wait_ns(r->b, now);
+
+		if (wait)
+			return req_fail(r, -EBUSY, "model '%s': moves of models to new memory may "
+			                "take a tenth of the broker's time, and recent ones took "
+			                "more: a publisher of uid %u may open it in %lld ms",
+			                m->name, (unsigned)uid, (long long)(wait / 1000000 + 1));
+	}
 	if (m->has_writer && m->writer_uid != uid) {
 		if (m->group)
 			return req_fail(r, -EPERM, "model '%s': its other ranks run as uid %u; the "
 			                "ranks of one group run as one user", m->name,
 			                (unsigned)m->writer_uid);
-		if (!m->gpu) {
+		/* A writer of the broker's uid or root is no boundary (it can
+		 * write whatever the broker can, as publish_revoke says): moving
+		 * away from its memory would only cost a copy. */
+		if (!m->gpu && m->writer_uid != r->b->uid && m->writer_uid != 0) {
 			snprintf(reason, sizeof(reason), "a publisher of uid %u follows one of uid "
 			         "%u", (unsigned)uid, (unsigned)m->writer_uid);
 			err = model_rotate(r->b, m, reason, r->why, sizeof(r->why));

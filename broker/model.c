@@ -581,7 +581,7 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	uint32_t n = m->books.n_slots, latest = wsync_latest_slot(m->latest), k;
 	int fd[WSYNC_MAX_SLOTS], ro[WSYNC_MAX_SLOTS], page_fd, page_ro, err;
 	struct wsync_model_page *page, *old_page;
-	int64_t t0 = wsync_mono_ns();
+	int64_t t0 = wsync_mono_ns(), now;
 	char from[40], to[32];
 
 	if (m->state != WSYNC_MODEL_READY || m->granted || m->gpu)
@@ -628,8 +628,13 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	atomic_fetch_add(&old_page->seq, 1);
 	wsync_futex_wake(&old_page->seq, INT32_MAX);
 	munmap(old_page, WSYNC_PAGE);
+	now = wsync_mono_ns();
+	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
+	(void)model_move_wait_ns(b, now);                  /* fills the bucket first */
+	b->move_credit_ns -= now - t0;
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
-	         "copied, in %.1f ms", m->name, reason, n, (double)(wsync_mono_ns() - t0) / 1e6);
+	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
+	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);
 	m->has_writer = false;
 	return 0;
 
@@ -651,6 +656,33 @@ out_why:
 	return err;
 }
 
+int64_t model_move_wait_ns(struct broker *b, int64_t now_ns)
+{
+	if (!b->move_credit_at_ns)
+		b->move_credit_ns = MODEL_MOVE_BURST_NS;
+	else if (now_ns > b->move_credit_at_ns)
+		b->move_credit_ns += (now_ns - b->move_credit_at_ns) / MODEL_MOVE_SHARE;
+	if (b->move_credit_ns > MODEL_MOVE_BURST_NS)
+		b->move_credit_ns = MODEL_MOVE_BURST_NS;
+	b->move_credit_at_ns = now_ns;
+	return b->move_credit_ns >= 0 ? 0 : -b->move_credit_ns * MODEL_MOVE_SHARE;
+}
+
+void model_withdraw_latest(struct model *m)
+{
+	uint32_t slot = wsync_latest_slot(m->latest);
+	uint64_t none = wsync_latest_pack(m->hwm, WSYNC_SLOT_NONE);
+
+	/* the entry first: collectors trust the page's word only while it
+	 * equals the entry's (or the grant, none here) */
+	model_set_latest(m, none);
+	m->withdrawn = true;
+	atomic_store(&m->page->latest, none);
+	if (slot < m->books.n_slots)
+		model_set_slot(m, slot, WSYNC_SLOT_OLD, m->books.version[slot]);
+	model_wake(m);
+}
+
 void model_set_owner(struct model *m, uid_t uid)
 {
 	m->owner = uid;
@@ -668,6 +700,8 @@ void model_set_slot(struct model *m, uint32_t slot, uint32_t state, uint64_t ver
 
 void model_set_latest(struct model *m, uint64_t latest)
 {
+	if (wsync_latest_slot(latest) != WSYNC_SLOT_NONE)
+		m->withdrawn = false;
 	m->latest = latest;
 	atomic_store(&m->ctl->latest, latest);
 }

@@ -35,6 +35,15 @@ struct model_devices {
 	const uint8_t (*uuid)[16];
 };
 
+/* Moves (model_rotate) a model may make per second: a publisher of
+ * another uid than the broker's and root is refused PUB_OPEN past it. */
+#define MODEL_MOVE_BUDGET 4
+#define MODEL_MOVE_WINDOW_NS INT64_C(1000000000)
+/* Moves may take a tenth of the broker's time (MODEL_MOVE_SHARE), in
+ * bursts of up to MODEL_MOVE_BURST_NS (broker.h, move_credit_ns). */
+#define MODEL_MOVE_SHARE 10
+#define MODEL_MOVE_BURST_NS INT64_C(250000000)
+
 struct model {
 	uint32_t id;
 	uint32_t state;                  /* enum wsync_model_state */
@@ -83,6 +92,15 @@ struct model {
 	 * broker's and root loses the memory when it leaves (model_rotate). */
 	bool     has_writer;
 	uid_t    writer_uid;
+	/* when its last MODEL_MOVE_BUDGET moves happened (CLOCK_MONOTONIC
+	 * ns, a ring at moves % MODEL_MOVE_BUDGET): each copies the latest
+	 * slab inside the event loop, so a uid that opens, commits and leaves
+	 * again and again is refused past the budget (model_move_budget_left) */
+	int64_t  move_ns[MODEL_MOVE_BUDGET];
+	uint64_t moves;
+	bool     withdrawn;              /* its latest was withdrawn (a failed move)
+	                                    and no version committed since: it still
+	                                    has versions and an owner, so it stays */
 	uint64_t hwm;                    /* highest version ever granted */
 	uint64_t latest;                 /* last validated value of page->latest */
 
@@ -116,8 +134,16 @@ static inline bool model_awaited(const struct model *m)
 {
 	return !model_published(m) && !m->granted &&
 	       (m->state == WSYNC_MODEL_DECLARED ||
-	        (m->state == WSYNC_MODEL_READY &&
+	        (m->state == WSYNC_MODEL_READY && !m->withdrawn &&
 	         wsync_latest_slot(m->latest) == WSYNC_SLOT_NONE));
+}
+
+/* Whether m may move once more now: fewer than MODEL_MOVE_BUDGET moves in
+ * the last MODEL_MOVE_WINDOW_NS. */
+static inline bool model_move_budget_left(const struct model *m, int64_t now_ns)
+{
+	return m->moves < MODEL_MOVE_BUDGET ||
+	       now_ns - m->move_ns[m->moves % MODEL_MOVE_BUDGET] >= MODEL_MOVE_WINDOW_NS;
 }
 
 /* Versions fit in the 56 high bits of `latest`. */
@@ -156,6 +182,18 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
  */
 int  model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
                   size_t whylen);
+/* 0 if moves have time left now, else how long until they have
+ * (broker.h, move_credit_ns). */
+int64_t model_move_wait_ns(struct broker *b, int64_t now_ns);
+
+/*
+ * Withdraws m's latest version: collectors get nothing newer than what they
+ * hold (-ENODATA for a new view, waits wait) until a publisher commits the
+ * next version (above every earlier one: the hwm stays). For a move that
+ * failed: the memory holding the latest stays writable by a publisher that
+ * left, so it must not be served.
+ */
+void model_withdraw_latest(struct model *m);
 /* Records uid as m's owner (first publisher, or the adopted entry's). */
 void model_set_owner(struct model *m, uid_t uid);
 /* Whether a PUB_OPEN's devices are the model's (both none, or the same

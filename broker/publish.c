@@ -337,8 +337,20 @@ void publish_revoke(struct broker *b, struct model *m, uid_t uid)
 	if (uid == b->uid || uid == 0 || m->state != WSYNC_MODEL_READY || m->gpu ||
 	    m->granted || !m->has_writer)
 		return;
+	/* A stop that removes the weights (--no-keep) unlinks this memory
+	 * right after: a copy would be thrown away. A stop that keeps them
+	 * still moves, since the next start adopts what the departed uid
+	 * could otherwise write. */
+	if (b->stopping && !b->cfg.keep)
+		return;
 	snprintf(reason, sizeof(reason), "its publisher of uid %u left", (unsigned)uid);
-	if (model_rotate(b, m, reason, why, sizeof(why)))
-		log_warn("%s; uid %u may still write its memory until a publisher of another "
-		         "uid opens it", why, (unsigned)uid);
+	if (!model_rotate(b, m, reason, why, sizeof(why)))
+		return;
+	/* Its latest is in memory uid may still write: never served again.
+	 * has_writer stays, so the next publisher of another uid than uid
+	 * gets new memory (or is refused), with nothing copied. */
+	model_withdraw_latest(m);
+	log_error("%s; uid %u may still write its memory, so its latest version is "
+	          "withdrawn: collectors get no new view of it until a publisher commits "
+	          "v%llu or later", why, (unsigned)uid, (unsigned long long)(m->hwm + 1));
 }

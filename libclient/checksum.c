@@ -27,7 +27,7 @@
 #include "checksum.h"
 #include "client.h"
 #include "shm/errmsg.h"
-#include "sub.h"
+#include "sub_attach.h"
 
 static uint64_t nonzero(uint64_t h)
 {
@@ -129,11 +129,17 @@ uint64_t sum_blocks_finish(struct sum_blocks *s, uint64_t tag, const void *base,
 int wsync_view_checksum(const wsync_view *v, uint64_t *out)
 {
 	const struct wsync_sub *s;
+	const struct sub_maps *m;
 
 	if (!v || !v->priv_sub || v->priv_slot >= WSYNC_MAX_SLOTS || !out)
 		return wsync_fail(-EINVAL, "checksum: not a live view");
 	s = v->priv_sub;
-	*out = atomic_load_explicit(&sub_page(s)->slots[v->priv_slot].checksum,
+	if (v->priv_hazard >= WSYNC_MAX_VIEWS ||
+	    !(m = atomic_load_explicit(&s->c->hz[v->priv_hazard].maps, memory_order_relaxed)))
+		return wsync_fail(-EINVAL, "checksum: not a live view");
+	/* the page of the view's memory: after a move, the subscription's page
+	 * names the slot's checksum of another version */
+	*out = atomic_load_explicit(&m->page->slots[v->priv_slot].checksum,
 	                            memory_order_relaxed);
 	return 0;
 }

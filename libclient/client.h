@@ -34,11 +34,18 @@
 #define WSYNC_DEAD_WHY_MAX 160
 
 struct conn_await;
+struct sub_maps;
 struct wsync_sub;
 
-/* Who holds hazard record i of a client: NULL = free. Claimed by CAS. */
+/* Who holds hazard record i of a client: NULL = free. Claimed by CAS.
+ * guard: the model page whose memory (page, layout, slabs) the holder reads
+ * or holds a view into; a page a subscription retired is unmapped, with its
+ * maps, only once no record guards it (sub_attach.c). maps: the view's, for
+ * wsync_view_tensor and checksums. Both written by the holder only. */
 struct hz_claim {
 	_Alignas(WSYNC_CACHELINE) _Atomic(struct wsync_sub *) owner;
+	_Atomic(const void *) guard;
+	_Atomic(struct sub_maps *) maps;
 };
 
 /* Something opened through a client (a publisher, a subscription) that

@@ -40,6 +40,14 @@
  * store when the view is released: every read of the slab by the holder
  * happens before the broker can see the slot unpinned.
  *
+ * Memory guards: the page and maps a subscription reads are replaced when
+ * its model moves to new memory (sub_attach.c), and unmapped once no record
+ * guards them. A record's guard (client.h, hz_claim) names the page its
+ * holder reads: stored seq_cst before the subscription's page and maps are
+ * loaded again (wsync_sub_guard), kept while a view is held, cleared with a
+ * release store when the record is put. acquire, wait (one record for the
+ * whole wait, which becomes the view's) and latest read only under a guard.
+ *
  * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
  *
  * Files of the subscriber, lowest first: sub_attach.c (the maps of the
@@ -49,6 +57,7 @@
  * with the first, and sub_free calls it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,12 +111,67 @@ static int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 	return -EAGAIN;
 }
 
+/* Clears the record's pin; the claim and its guard stay. */
+static void hz_unpin(struct wsync_client *c, uint32_t idx)
+{
+	atomic_store_explicit(&client_hazard(c, idx)->pin, 0, memory_order_release);
+}
+
+/* Frees record idx: the pin, then the guard (every read of the memory it
+ * guarded happens before a reclaimer sees it gone), then the claim. Then
+ * frees what s retired if nothing else guards it, unless another thread
+ * holds the lock (that one, or a later put, does it). */
 static void hz_put(struct wsync_client *c, uint32_t idx)
 {
-	struct wsync_hazard *hz = client_hazard(c, idx);
+	struct wsync_sub *s = atomic_load_explicit(&c->hz[idx].owner, memory_order_relaxed);
 
-	atomic_store_explicit(&hz->pin, 0, memory_order_release);
+	hz_unpin(c, idx);
+	atomic_store_explicit(&c->hz[idx].maps, NULL, memory_order_relaxed);
+	atomic_store_explicit(&c->hz[idx].guard, NULL, memory_order_seq_cst);
 	atomic_store_explicit(&c->hz[idx].owner, NULL, memory_order_release);
+	if (s && atomic_load_explicit(&s->n_retired, memory_order_relaxed) &&
+	    pthread_mutex_trylock(&c->lock) == 0) {
+		wsync_sub_reclaim(s);
+		client_unlock(c);
+	}
+}
+
+int wsync_sub_hz_take(struct wsync_sub *s, uint32_t *idx)
+{
+	if (hz_take(s->c, s, idx))
+		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
+		                  s->model, WSYNC_MAX_VIEWS);
+	return 0;
+}
+
+void wsync_sub_hz_put(struct wsync_sub *s, uint32_t idx)
+{
+	hz_put(s->c, idx);
+}
+
+/*
+ * Guards the memory the subscription reads now with record idx, and returns
+ * its maps (NULL before READY) and page. A hazard pointer: the guard is
+ * stored (seq_cst), then the subscription's maps and page are loaded again
+ * (seq_cst); a follow publishes new ones (seq_cst) before it scans the
+ * guards (wsync_sub_reclaim). Either the scan sees our guard and keeps the
+ * old memory, or our re-load sees the new memory and we guard that instead.
+ */
+struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
+                                 const struct wsync_model_page **page)
+{
+	struct hz_claim *h = &s->c->hz[idx];
+
+	for (;;) {
+		struct sub_maps *m = atomic_load(&s->maps);
+		const struct wsync_model_page *pg = sub_maps_page(s, m);
+
+		atomic_store(&h->guard, (const void *)pg);
+		if (atomic_load(&s->maps) == m && (m || atomic_load(&s->page) == pg)) {
+			*page = pg;
+			return m;
+		}
+	}
 }
 
 #define ACQUIRE_MAX_TRIES 4096   /* an honest latest moves once per commit */
@@ -159,15 +223,17 @@ static void sub_drain_fd(struct wsync_sub *s)
  * *maps, or an error with the record still claimed (the caller frees it).
  * Bounded: a latest that keeps moving (a publisher gone wrong) or goes
  * below what this subscription saw before gives -EAGAIN, never a loop. */
-static int sub_pin_latest(struct wsync_sub *s, struct wsync_hazard *hz, int64_t deadline,
+static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
                           uint64_t *latest, struct sub_maps **maps)
 {
+	struct wsync_hazard *hz = client_hazard(s->c, idx);
 	uint64_t floor = 0, l = 0;
 
 	for (unsigned tries = 0; tries < ACQUIRE_MAX_TRIES; tries++) {
 		const _Atomic uint64_t *src;
-		struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
-		const struct wsync_model_page *page = sub_maps_page(s, m);
+		const struct wsync_model_page *page;
+		/* guarded: a follow by another thread cannot unmap it under us */
+		struct sub_maps *m = wsync_sub_guard(s, idx, &page);
 		uint64_t inc = m ? m->incarnation
 		                 : atomic_load_explicit(&s->incarnation, memory_order_acquire);
 		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS, slot;
@@ -251,30 +317,44 @@ int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
 
 int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view *out)
 {
-	const struct wsync_slot_meta *meta;
-	struct wsync_client *c;
-	struct wsync_hazard *hz;
-	struct sub_maps *m = NULL;
-	uint64_t l = 0, version;
-	uint32_t idx, slot;
+	uint32_t idx;
 	int err;
 
-	c = s->c;
+	if (client_broker_gone(s->c))
+		return client_fail_gone(s->c, s->model);
+	err = wsync_sub_hz_take(s, &idx);
+	if (err)
+		return err;
+	err = wsync_sub_acquire_in(s, idx, deadline, device, out);
+	if (err)
+		hz_put(s->c, idx);
+	return err;
+}
+
+int wsync_sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline, bool device,
+                         wsync_view *out)
+{
+	const struct wsync_slot_meta *meta;
+	struct wsync_client *c = s->c;
+	struct wsync_hazard *hz = client_hazard(c, idx);
+	struct sub_maps *m = NULL;
+	uint64_t l = 0, version;
+	uint32_t slot;
+	int err;
+
 	if (client_broker_gone(c))
 		return client_fail_gone(c, s->model);
 	sub_drain_fd(s);
-	if (hz_take(c, s, &idx))
-		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
-		                  s->model, WSYNC_MAX_VIEWS);
-	hz = client_hazard(c, idx);
-	err = sub_pin_latest(s, hz, deadline, &l, &m);
+	err = sub_pin_latest(s, idx, deadline, &l, &m);
 	if (!err && m->device_only && !device)
 		err = wsync_fail(-ENODEV, "model '%s' lives on GPUs only (no host mirror): take "
 		                 "device views with wsync_sub_acquire_gpu", s->model);
 	if (err) {
-		hz_put(c, idx);
+		hz_unpin(c, idx);
 		return err;
 	}
+	/* the view's own maps, guarded (by its page) while it is held */
+	atomic_store_explicit(&c->hz[idx].maps, m, memory_order_relaxed);
 	slot = wsync_latest_slot(l);
 	version = wsync_latest_version(l);
 	meta = &m->page->slots[slot];
@@ -353,6 +433,7 @@ int wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step, int64_t *p
 	const struct wsync_slot_meta *meta;
 	const _Atomic uint64_t *src;
 	uint64_t l, st;
+	uint32_t idx;
 	int64_t ns;
 	int err;
 
@@ -360,31 +441,63 @@ int wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step, int64_t *p
 		return wsync_fail(-EINVAL, "wsync_sub_latest: subscription is NULL");
 	if (client_broker_gone(s->c))
 		return client_fail_gone(s->c, s->model);
-	err = wsync_sub_check_model(s);
-	if (err == WSYNC_SUB_MOVED)
-		err = wsync_sub_attach(s, -1);   /* new memory: follow it */
+	/* a record guards the page read (a follow by another thread may retire
+	 * it); pinned nothing, so the broker sees no view */
+	err = wsync_sub_hz_take(s, &idx);
 	if (err)
 		return err;
 	/* a seqlock on latest: the slot latest names is not rewritten before
 	 * latest moves away from it */
 	for (unsigned tries = 0;; tries++) {
-		const struct wsync_model_page *page = sub_page(s);
+		const struct wsync_model_page *page;
+		struct sub_maps *m = wsync_sub_guard(s, idx, &page);
+		uint64_t inc = m ? m->incarnation : atomic_load(&s->incarnation);
 
+		err = wsync_sub_check_model_in(s, inc);
+		if (err == WSYNC_SUB_MOVED) {
+			/* new memory: follow it (unless another thread did) */
+			err = inc != atomic_load(&s->incarnation) ? 0 : wsync_sub_attach(s, -1);
+			if (err == 0 || err == -EAGAIN)
+				err = tries >= ACQUIRE_MAX_TRIES ?
+				      wsync_fail(-EAGAIN, "model '%s': keeps moving", s->model) :
+				      WSYNC_SUB_MOVED;
+		}
+		if (err == WSYNC_SUB_MOVED)
+			continue;
+		if (err)
+			goto out_put;
 		l = wsync_sub_trusted_latest(s, page, &src);
-		if (wsync_latest_slot(l) == WSYNC_SLOT_NONE)
-			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
-		if (wsync_latest_slot(l) >= WSYNC_MAX_SLOTS)
-			return wsync_fail(-EPROTO, "model '%s': latest names slot %u", s->model,
-			                  wsync_latest_slot(l));
+		if (wsync_latest_slot(l) == WSYNC_SLOT_NONE) {
+			err = wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
+			goto out_put;
+		}
+		if (wsync_latest_slot(l) >= WSYNC_MAX_SLOTS) {
+			err = wsync_fail(-EPROTO, "model '%s': latest names slot %u", s->model,
+			                 wsync_latest_slot(l));
+			goto out_put;
+		}
 		meta = &page->slots[wsync_latest_slot(l)];
 		st = atomic_load_explicit(&meta->step, memory_order_relaxed);
 		ns = atomic_load_explicit(&meta->published_ns, memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(src, memory_order_relaxed) == l)
-			break;
-		if (tries >= ACQUIRE_MAX_TRIES)
-			return wsync_fail(-EAGAIN, "model '%s': latest keeps moving", s->model);
+		/* seq_cst, like the pin's re-load: seeing the latest means seeing
+		 * the incarnation the broker stored before it */
+		if (atomic_load(src) == l) {
+			/* the words are this model's, in this memory, only if the
+			 * entry still names the incarnation read with: a delete and a
+			 * reuse of the id meanwhile would label them with a version of
+			 * another model */
+			err = wsync_sub_check_model_in(s, inc);
+			if (err == 0)
+				break;
+			if (err < 0)
+				goto out_put;
+		}
+		if (tries >= ACQUIRE_MAX_TRIES) {
+			err = wsync_fail(-EAGAIN, "model '%s': latest keeps moving", s->model);
+			goto out_put;
+		}
 	}
+	hz_put(s->c, idx);
 	if (version)
 		*version = wsync_latest_version(l);
 	if (step)
@@ -392,6 +505,10 @@ int wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step, int64_t *p
 	if (published_ns)
 		*published_ns = ns;
 	return 0;
+
+out_put:
+	hz_put(s->c, idx);
+	return err;
 }
 
 void wsync_sub_release(wsync_sub *s, wsync_view *v)

@@ -26,15 +26,18 @@ struct wsync_sub {
 	uint32_t model_id;
 	/* The model page (ro) and the memory incarnation it and maps belong
 	 * to. Both move on together, under c->lock, when the subscription
-	 * follows its model into new memory (wsync_sub_follow); readers load
-	 * them without a lock, and what they replace stays mapped until the
-	 * subscription closes (retired), so a view taken before stays valid. */
+	 * follows its model into new memory (wsync_sub_attach); readers load
+	 * them without a lock under a guard (wsync_sub_guard), and what they
+	 * replace stays mapped (retired) until no hazard record guards it, so
+	 * a view taken before stays valid. */
 	_Atomic(const struct wsync_model_page *) page;
 	_Atomic uint64_t incarnation;
 	uint64_t base_incarnation;            /* the model's, at open (layout.h) */
 	const struct wsync_ctl_model *entry;  /* ro, written by the broker only */
 	_Atomic(struct sub_maps *) maps;      /* NULL until the model is READY */
 	struct sub_retired *retired;          /* under c->lock: replaced mappings */
+	_Atomic uint32_t n_retired;           /* entries in retired: a release looks
+	                                         at the list only when it is not 0 */
 	_Atomic int efd;                      /* wsync_sub_fd eventfd, -1 = none */
 	_Atomic uint64_t last_version;        /* newest version acquired */
 	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
@@ -48,8 +51,9 @@ struct wsync_sub {
 };
 
 
-/* A page or maps a subscription no longer reads, kept mapped until it
- * closes: views taken before may still point into them. */
+/* A page and maps a subscription no longer reads, kept mapped while a
+ * hazard record guards the page: views taken before may still point into
+ * them (wsync_sub_reclaim frees them after). */
 struct sub_retired {
 	struct sub_retired *next;
 	const struct wsync_model_page *page;
@@ -94,6 +98,22 @@ static inline const struct wsync_model_page *sub_page(const struct wsync_sub *s)
  * device model without host mirror is refused (-ENODEV) unless device. */
 int wsync_sub_acquire_by(struct wsync_sub *s, int64_t deadline_ns, bool device,
                          wsync_view *out);
+/* The same with hazard record idx, claimed by the caller (a wait guards its
+ * page with it): on success the record is the view's; on failure it stays
+ * claimed, its pin cleared. */
+int wsync_sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline_ns,
+                         bool device, wsync_view *out);
+/* Claims a hazard record for s (-EAGAIN when all are held), and frees it. */
+int wsync_sub_hz_take(struct wsync_sub *s, uint32_t *idx);
+void wsync_sub_hz_put(struct wsync_sub *s, uint32_t idx);
+/* Guards what s reads now with record idx (sub.c): its maps (NULL before
+ * READY) and, in *page, the page to read. Stays guarded until the next
+ * guard or the put. */
+struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
+                                 const struct wsync_model_page **page);
+/* Unmaps what s retired and no hazard record guards; caller holds c->lock
+ * (sub_attach.c). */
+void wsync_sub_reclaim(struct wsync_sub *s);
 /* The newest version a collector may take, and the word it came from: the
  * model page's latest while it equals the ctl entry's latest or grant, else
  * the ctl entry's latest (sub.c explains). page: the subscription's page

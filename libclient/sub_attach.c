@@ -8,11 +8,15 @@
  * entry's incarnation. The layout is copied out of shared memory and checked
  * against the canonical placement, so no offset written by another process
  * can point a view outside its slab. The result is published in sub->maps
- * with a release store, then the page, then the incarnation; a maps is never
- * changed, only replaced, and a replaced one stays mapped until the
- * subscription closes, so readers use it without a lock and a view taken
- * from it stays valid. A reader checks the entry's incarnation against the
- * maps' own, so it never reads new memory's latest through old slabs.
+ * (seq_cst), then the page, then the incarnation; a maps is never changed,
+ * only replaced. Readers use them without a lock under a hazard record's
+ * guard (sub.c, wsync_sub_guard); a replaced page and maps are retired and
+ * unmapped once no record guards the page (wsync_sub_reclaim: at each
+ * follow, and when a record is put), so a view taken from them stays valid
+ * while it is held, and a collector that follows its model through many
+ * moves keeps only what its held views point into. A reader checks the
+ * entry's incarnation against the maps' own, so it never reads new memory's
+ * latest through old slabs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -202,7 +206,7 @@ int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tenso
 	return err;
 }
 
-/* Keeps what a follow replaced mapped until the subscription closes. */
+/* Keeps what a follow replaced mapped while something guards it. */
 static int retire(struct wsync_sub *s, const struct wsync_model_page *page,
                   struct sub_maps *m)
 {
@@ -214,7 +218,39 @@ static int retire(struct wsync_sub *s, const struct wsync_model_page *page,
 	r->maps = m;
 	r->next = s->retired;
 	s->retired = r;
+	atomic_fetch_add_explicit(&s->n_retired, 1, memory_order_relaxed);
 	return 0;
+}
+
+static bool page_guarded(struct wsync_client *c, const struct wsync_model_page *page)
+{
+	for (uint32_t i = 0; i < WSYNC_MAX_VIEWS; i++)
+		if (atomic_load(&c->hz[i].guard) == (const void *)page)
+			return true;
+	return false;
+}
+
+/* The scan loads every guard (seq_cst) after the new page and maps were
+ * published (seq_cst): wsync_sub_guard's comment says why a page no guard
+ * names is no longer read by anyone. */
+void wsync_sub_reclaim(struct wsync_sub *s)
+{
+	struct sub_retired **pp = &s->retired;
+
+	while (*pp) {
+		struct sub_retired *r = *pp;
+
+		if (page_guarded(s->c, r->page)) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		if (r->page)
+			munmap((void *)r->page, sizeof(*r->page));
+		wsync_sub_maps_free(r->maps);
+		free(r);
+		atomic_fetch_sub_explicit(&s->n_retired, 1, memory_order_relaxed);
+	}
 }
 
 void wsync_sub_retired_free(struct wsync_sub *s)
@@ -228,6 +264,7 @@ void wsync_sub_retired_free(struct wsync_sub *s)
 		wsync_sub_maps_free(r->maps);
 		free(r);
 	}
+	atomic_store_explicit(&s->n_retired, 0, memory_order_relaxed);
 }
 
 /*
@@ -272,10 +309,10 @@ static int attach_install(struct wsync_sub *s, const struct wsync_msg_attach_ok 
 		munmap(page, sizeof(struct wsync_model_page));
 		return err;
 	}
-	atomic_store_explicit(&s->maps, m, memory_order_release);
-	atomic_store_explicit(&s->page, (const struct wsync_model_page *)page,
-	                      memory_order_release);
+	atomic_store(&s->maps, m);
+	atomic_store(&s->page, (const struct wsync_model_page *)page);
 	atomic_store_explicit(&s->incarnation, ok->incarnation, memory_order_release);
+	wsync_sub_reclaim(s);
 	return 0;
 }
 
@@ -304,8 +341,10 @@ int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns)
 	if (ok->model_id != s->model_id)
 		err = wsync_fail(-EPROTO, "model '%s': ATTACH_OK names model %u, not %u",
 		                 s->model, ok->model_id, s->model_id);
-	else if (ok->incarnation != atomic_load(&s->entry->incarnation))
-		/* it moved again meanwhile, or went: the caller looks again */
+	else if (ok->incarnation != atomic_load(&s->entry->incarnation) ||
+	         atomic_load(&s->entry->base_incarnation) != s->base_incarnation)
+		/* it moved again meanwhile, or went (deleted, perhaps its id
+		 * reused by another model): the caller looks again */
 		err = wsync_sub_check_model(s) < 0 ? -EIDRM : -EAGAIN;
 	if (!err)
 		err = attach_install(s, ok, &rep);

@@ -15,7 +15,7 @@
 /* Immutable once published in sub->maps: layout copy, slab mappings, and
  * the model page and memory incarnation they belong to. Replaced (never
  * changed) when the subscription follows its model into new memory; the
- * old one is retired, not freed, until the subscription closes. */
+ * old one is retired, and freed once no hazard record guards it. */
 struct sub_maps {
 	uint32_t n_slots;
 	uint64_t bytes;
@@ -49,7 +49,7 @@ int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tenso
  * Maps what the model has now: the first time it is READY, or after it was
  * given new memory (wsync_sub_check_model said WSYNC_SUB_MOVED): then the
  * page, layout and slabs are mapped anew and published for readers, and
- * what they replace is kept mapped until the subscription closes. 0 when
+ * what they replace is kept mapped while a hazard record guards it. 0 when
  * the subscription reads the model's current memory, -EIDRM when the model
  * is gone, or another -errno.
  */

@@ -102,8 +102,10 @@ int wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
 	return wsync_sub_wait_any(s, after_version, timeout_ns, false, out);
 }
 
-int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
-                       bool device, wsync_view *out)
+/* The wait with hazard record idx: it guards the page the wait reads and
+ * sleeps on, and becomes the view's when the wait returns one. */
+static int wait_in(struct wsync_sub *s, uint32_t idx, uint64_t after_version,
+                   int64_t timeout_ns, bool device, wsync_view *out)
 {
 	bool spun = false, attach_tried = false;
 	/* the futex only reads the word; the page is mapped read-only */
@@ -126,26 +128,32 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
 
 	for (;;) {
 		/* the page moves when the model moves to new memory: look again
-		 * each time round (the broker wakes the old one's sleepers) */
-		const struct wsync_model_page *page = sub_page(s);
+		 * each time round (the broker wakes the old one's sleepers); the
+		 * guard keeps the one we sleep on mapped */
+		const struct wsync_model_page *page;
 		uint32_t seq;
 		const _Atomic uint64_t *src;
 		uint64_t l;
 		int64_t now, until;
 		int err;
 
+		(void)wsync_sub_guard(s, idx, &page);
 		seqw = (_Atomic uint32_t *)&page->seq;
 		seq = atomic_load_explicit(seqw, memory_order_acquire);
 		l = wsync_sub_trusted_latest(s, page, &src);
 		if (wsync_latest_version(l) > after_version &&
 		    wsync_latest_slot(l) != WSYNC_SLOT_NONE) {
-			err = wsync_sub_acquire_by(s, deadline, device, out);
+			err = wsync_sub_acquire_in(s, idx, deadline, device, out);
 			if (!err && out->version > after_version)
 				return 0;
-			if (!err)            /* moved back under us: wait on */
-				wsync_sub_release(s, out);
-			else if (err != -ESTALE)
+			if (!err) {          /* moved back under us: wait on, same record */
+				atomic_store_explicit(&client_hazard(c, idx)->pin, 0,
+				                      memory_order_release);
+				atomic_store_explicit(&c->hz[idx].maps, NULL, memory_order_relaxed);
+				memset(out, 0, sizeof(*out));
+			} else if (err != -ESTALE) {
 				return err;
+			}
 			/* -ESTALE: latest is being restored; the broker wakes us */
 		}
 		if (client_broker_gone(c))
@@ -201,6 +209,23 @@ int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t time
 		if (err && err != -ETIMEDOUT && err != -EINTR)
 			return wsync_fail(err, "model '%s': futex wait: %s", s->model, strerror(-err));
 	}
+}
+
+int wsync_sub_wait_any(struct wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
+                       bool device, wsync_view *out)
+{
+	uint32_t idx;
+	int err;
+
+	if (!s || !out)
+		return wsync_fail(-EINVAL, "wsync_sub_wait: subscription and out must not be NULL");
+	err = wsync_sub_hz_take(s, &idx);
+	if (err)
+		return err;
+	err = wait_in(s, idx, after_version, timeout_ns, device, out);
+	if (err)
+		wsync_sub_hz_put(s, idx);
+	return err;
 }
 
 int wsync_sub_fd(wsync_sub *s)

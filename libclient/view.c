@@ -2,6 +2,7 @@
 #include <errno.h>
 
 #include "checksum.h"
+#include "client.h"
 #include "pub.h"
 #include "shm/errmsg.h"
 #include "sub_attach.h"
@@ -17,7 +18,12 @@ int wsync_view_tensor(const wsync_view *v, const char *name,
 	if (!v->priv_sub || !v->base)
 		return wsync_fail(-EINVAL, "wsync_view_tensor: the view is not held (released "
 		                  "or never acquired)");
-	m = atomic_load_explicit(&v->priv_sub->maps, memory_order_acquire);
+	/* the view's own maps: the subscription's may be newer memory by now,
+	 * and a descriptor handed out must live as long as the view */
+	if (v->priv_hazard >= WSYNC_MAX_VIEWS)
+		return wsync_fail(-EINVAL, "wsync_view_tensor: not a live view");
+	m = atomic_load_explicit(&v->priv_sub->c->hz[v->priv_hazard].maps,
+	                         memory_order_relaxed);
 	if (!m)
 		return wsync_fail(-EINVAL, "wsync_view_tensor: the view's model is not mapped");
 	i = wsync_name_index_find(&m->index, m->tensors, name);

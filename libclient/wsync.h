@@ -323,7 +323,9 @@ int  wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out);
 int  wsync_sub_acquire(wsync_sub *s, wsync_view *out);
 /* The newest version if it is newer than after_version, waiting up to
  * timeout_ns for one. -ETIMEDOUT on time; -ENOTCONN if the broker shuts down
- * or dies meanwhile (noticed within 200 ms). Pass 0 to wait for any version. */
+ * or dies meanwhile (noticed within 200 ms); -EAGAIN at once if
+ * WSYNC_MAX_VIEWS views are held (a wait holds the record of the view it
+ * will return). Pass 0 to wait for any version. */
 int  wsync_sub_wait(wsync_sub *s, uint64_t after_version, int64_t timeout_ns,
                     wsync_view *out);
 /* Makes wsync_sub_wait spin (watching the model's futex word, no system
@@ -372,8 +374,12 @@ void wsync_sub_close(wsync_sub *s);
 
 /* The newest version of the model without pinning anything (no system
  * call, no view): its number, step and commit time (any pointer may be
- * NULL). -ENODATA if nothing was published yet, -EIDRM if the model was
- * deleted, -ENOTCONN if the broker shut down. */
+ * NULL), all of this model's even if it is deleted and its id reused
+ * meanwhile (tests/integ/deleted_model_race). -ENODATA if nothing was
+ * published yet (or its latest was withdrawn, docs/INVARIANTS.md section
+ * 11), -EIDRM if the model was deleted, -ENOTCONN if the broker shut down,
+ * -EAGAIN while the client holds WSYNC_MAX_VIEWS views (the read takes a
+ * hazard record for a moment). */
 int  wsync_sub_latest(wsync_sub *s, uint64_t *version, uint64_t *step,
                       int64_t *published_ns);
 
@@ -398,7 +404,9 @@ int  wsync_models(wsync_client *c, wsync_model_info *out, size_t cap, size_t *n)
 /* Deletes a model that has no publisher (-EBUSY names it otherwise,
  * -ENOENT if there is no such model, -EPERM unless the caller's uid is the
  * model's owner, the uid that first published it, or the broker's uid or
- * root). Its subscribers' calls return -EIDRM
+ * root: tests/integ/model_owners). Publishing is not owner-only: an
+ * admitted uid may open an existing model with the same layout and publish
+ * new versions (docs/RELIABILITY.md says why). Its subscribers' calls return -EIDRM
  * from then on (waits wake); views they hold stay intact until released.
  * The name can be published again, at versions above the old ones. */
 int  wsync_model_delete(wsync_client *c, const char *model);
@@ -406,7 +414,10 @@ int  wsync_model_delete(wsync_client *c, const char *model);
  * have acquired a version >= version, up to timeout_ns: 0 and the number of
  * subscribers that have it in *have (may be NULL); -ETIMEDOUT naming the
  * ones behind; -EIDRM if the model was deleted. A subscriber that exits
- * stops counting. With no subscriber and n_readers 0 it returns at once. */
+ * stops counting. With no subscriber and n_readers 0 it returns at once.
+ * A subscriber counts only versions of this model, acquired after it
+ * subscribed to it, also when the model id was another deleted model's
+ * before (tests/integ/readers_reused_id). */
 int  wsync_pub_wait_readers(wsync_pub *p, uint64_t version, uint32_t n_readers,
                             int64_t timeout_ns, uint32_t *have);
 

@@ -6,7 +6,9 @@
  * its version says, A's steps are odd, B's even); when A is gone they get
  * -EIDRM and subscribe again. Before the incarnation was checked again
  * after the pin, a delete and reuse of the id between the check and the
- * pin could label A's bytes with B's version.
+ * pin could label A's bytes with B's version. A third thread reads A's
+ * latest (wsync_sub_latest) the same way: the step it reports is always
+ * A's, since the incarnation is checked again after the words are read.
  */
 #include "tests/lib/harness.h"
 
@@ -20,7 +22,7 @@
 
 static struct broker B;
 static atomic_int stop;
-static atomic_long views, gone;
+static atomic_long views, gone, latests;
 
 static void *reader(void *arg)
 {
@@ -58,9 +60,41 @@ static void *reader(void *arg)
 	return NULL;
 }
 
+/* wsync_sub_latest on A: never a step of B's. */
+static void *latest_reader(void *arg)
+{
+	wsync_client *c;
+	wsync_sub *s = NULL;
+
+	(void)arg;
+	TEST_OK(harness_connect(&B, "latest-racer", &c));
+	while (!atomic_load(&stop)) {
+		uint64_t version, step;
+		int err;
+
+		if (!s && wsync_sub_open(c, A, &s))
+			continue;
+		err = wsync_sub_latest(s, &version, &step, NULL);
+		if (err == -EIDRM) {
+			wsync_sub_close(s);
+			s = NULL;
+			continue;
+		}
+		if (err)
+			continue;                /* -ENODATA before A's first version */
+		TEST_ASSERT_MSG(step % 2 == 1, "A's latest v%llu with step %llu (B's)",
+		                (unsigned long long)version, (unsigned long long)step);
+		atomic_fetch_add(&latests, 1);
+	}
+	if (s)
+		wsync_sub_close(s);
+	wsync_close(c);
+	return NULL;
+}
+
 int main(void)
 {
-	pthread_t t[2];
+	pthread_t t[3];
 	wsync_client *c;
 	uint64_t step_a = 1, step_b = 2;
 
@@ -69,6 +103,7 @@ int main(void)
 	TEST_OK(harness_connect(&B, "trainer", &c));
 	for (int i = 0; i < 2; i++)
 		TEST_ASSERT(pthread_create(&t[i], NULL, reader, NULL) == 0);
+	TEST_ASSERT(pthread_create(&t[2], NULL, latest_reader, NULL) == 0);
 	for (int round = 0; round < ROUNDS; round++) {
 		wsync_pub *pa, *pb;
 		int err;
@@ -90,11 +125,12 @@ int main(void)
 		TEST_OK(err);
 	}
 	atomic_store(&stop, 1);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		pthread_join(t[i], NULL);
-	harness_log("%ld views of A, all A's; %ld times A was gone", atomic_load(&views),
-	            atomic_load(&gone));
-	TEST_ASSERT(atomic_load(&views) > 0 && atomic_load(&gone) > 0);
+	harness_log("%ld views of A, all A's; %ld times A was gone; %ld latest reads, all "
+	            "A's", atomic_load(&views), atomic_load(&gone), atomic_load(&latests));
+	TEST_ASSERT(atomic_load(&views) > 0 && atomic_load(&gone) > 0 &&
+	            atomic_load(&latests) > 0);
 	wsync_close(c);
 	harness_broker_finish(&B);
 	return 0;
