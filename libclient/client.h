@@ -38,9 +38,10 @@ struct sub_maps;
 struct wsync_sub;
 
 /* Who holds hazard record i of a client: NULL = free. Claimed by CAS.
- * guard: the model page whose memory (page, layout, slabs) the holder reads
- * or holds a view into; a page a subscription retired is unmapped, with its
- * maps, only once no record guards it (sub_attach.c). maps: the view's, for
+ * guard: the maps (before the model is READY, the model page) whose memory
+ * (page, layout, slabs) the holder reads or holds a view into; a page and
+ * maps a subscription retired are unmapped and freed only once no record
+ * guards either (sub_attach.c). maps: the view's, for
  * wsync_view_tensor and checksums. Both written by the holder only. */
 struct hz_claim {
 	_Alignas(WSYNC_CACHELINE) _Atomic(struct wsync_sub *) owner;

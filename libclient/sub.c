@@ -42,8 +42,9 @@
  *
  * Memory guards: the page and maps a subscription reads are replaced when
  * its model moves to new memory (sub_attach.c), and unmapped once no record
- * guards them. A record's guard (client.h, hz_claim) names the page its
- * holder reads: stored seq_cst before the subscription's page and maps are
+ * guards them. A record's guard (client.h, hz_claim) names the maps (or,
+ * before READY, the page) its holder reads, by address, never read through
+ * before it is guarded: stored seq_cst before the subscription's page and maps are
  * loaded again (wsync_sub_guard), kept while a view is held, cleared with a
  * release store when the record is put. acquire, wait (one record for the
  * whole wait, which becomes the view's) and latest read only under a guard.
@@ -127,7 +128,10 @@ static void hz_put(struct wsync_client *c, uint32_t idx)
 
 	hz_unpin(c, idx);
 	atomic_store_explicit(&c->hz[idx].maps, NULL, memory_order_relaxed);
-	atomic_store_explicit(&c->hz[idx].guard, NULL, memory_order_seq_cst);
+	/* release is enough: a scan that reads NULL here (seq_cst, so at least
+	 * acquire) sees every read of the guarded memory before it; only the
+	 * store that sets a guard needs the full fence */
+	atomic_store_explicit(&c->hz[idx].guard, NULL, memory_order_release);
 	atomic_store_explicit(&c->hz[idx].owner, NULL, memory_order_release);
 	if (s && atomic_load_explicit(&s->n_retired, memory_order_relaxed) &&
 	    pthread_mutex_trylock(&c->lock) == 0) {
@@ -163,12 +167,15 @@ struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
 	struct hz_claim *h = &s->c->hz[idx];
 
 	for (;;) {
+		/* the guard names the maps (or, before READY, the page) by its
+		 * address alone: m is read only once guarded, since a follow may
+		 * free a maps nobody guards */
 		struct sub_maps *m = atomic_load(&s->maps);
-		const struct wsync_model_page *pg = sub_maps_page(s, m);
+		const void *g = m ? (const void *)m : (const void *)atomic_load(&s->page);
 
-		atomic_store(&h->guard, (const void *)pg);
-		if (atomic_load(&s->maps) == m && (m || atomic_load(&s->page) == pg)) {
-			*page = pg;
+		atomic_store(&h->guard, g);
+		if (atomic_load(&s->maps) == m && (m || atomic_load(&s->page) == g)) {
+			*page = sub_maps_page(s, m);
 			return m;
 		}
 	}

@@ -222,11 +222,16 @@ static int retire(struct wsync_sub *s, const struct wsync_model_page *page,
 	return 0;
 }
 
-static bool page_guarded(struct wsync_client *c, const struct wsync_model_page *page)
+/* Whether a record guards r: by its maps, or by its page (a guard taken
+ * before the model was READY names the page, sub.c wsync_sub_guard). */
+static bool retired_guarded(struct wsync_client *c, const struct sub_retired *r)
 {
-	for (uint32_t i = 0; i < WSYNC_MAX_VIEWS; i++)
-		if (atomic_load(&c->hz[i].guard) == (const void *)page)
+	for (uint32_t i = 0; i < WSYNC_MAX_VIEWS; i++) {
+		const void *g = atomic_load(&c->hz[i].guard);
+
+		if (g && (g == (const void *)r->page || g == (const void *)r->maps))
 			return true;
+	}
 	return false;
 }
 
@@ -240,7 +245,7 @@ void wsync_sub_reclaim(struct wsync_sub *s)
 	while (*pp) {
 		struct sub_retired *r = *pp;
 
-		if (page_guarded(s->c, r->page)) {
+		if (retired_guarded(s->c, r)) {
 			pp = &r->next;
 			continue;
 		}
