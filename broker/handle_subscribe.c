@@ -52,6 +52,14 @@ int handle_sub_open(struct req *r)
 			return req_fail(r, -ENOBUFS, "model '%s': session '%s' already waits on "
 			                "%u models nobody publishes (limit %d)", p->model,
 			                s->p.name, awaited, SESSION_MAX_AWAITED);
+		if (s->p.uid != r->b->uid && s->p.uid != 0) {
+			awaited = uid_awaited(r->b, s->p.uid);
+			if (awaited >= UID_MAX_AWAITED)
+				return req_fail(r, -ENOBUFS, "model '%s': the sessions of uid %u "
+				                "already wait on %u models nobody publishes "
+				                "(limit %d per user)", p->model,
+				                (unsigned)s->p.uid, awaited, UID_MAX_AWAITED);
+		}
 		err = req_declare(r, p->model, &m);
 		if (err)
 			return err;

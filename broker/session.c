@@ -276,18 +276,37 @@ static void session_count_verify_failures(struct broker *b, struct peer *p, uint
 		                          memory_order_relaxed);
 }
 
-uint32_t session_awaited(const struct broker *b, const struct session *s)
+/* The models s subscribes to that are awaited, as a bit per table entry. */
+static uint64_t session_awaited_mask(const struct broker *b, const struct session *s)
 {
-	uint32_t n = 0;
+	uint64_t mask = 0;
 
 	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
 		const struct model *m = b->models[i];
 
 		if ((s->p.models & (UINT64_C(1) << i)) && s->p.m[i].subs && m &&
 		    model_awaited(m))
-			n++;
+			mask |= UINT64_C(1) << i;
 	}
-	return n;
+	return mask;
+}
+
+uint32_t session_awaited(const struct broker *b, const struct session *s)
+{
+	return (uint32_t)__builtin_popcountll(session_awaited_mask(b, s));
+}
+
+uint32_t uid_awaited(const struct broker *b, uid_t uid)
+{
+	uint64_t mask = 0;
+
+	for (uint32_t i = 0; i < WSYNC_MAX_SESSIONS; i++) {
+		const struct session *s = b->sessions[i];
+
+		if (s && s->p.uid == uid)
+			mask |= session_awaited_mask(b, s);
+	}
+	return (uint32_t)__builtin_popcountll(mask);
 }
 
 void session_release_model(struct broker *b, struct session *s, struct model *m)

@@ -38,6 +38,11 @@ struct notifier;
  * a few, and a quarter of the table leaves the rest to publishers. Past it
  * a SUB_OPEN that would declare a model is refused with -ENOBUFS. */
 #define SESSION_MAX_AWAITED (WSYNC_MAX_MODELS / 4)
+/* The same budget for all the sessions of one uid admitted through --group
+ * (not the broker's own uid, not root): the security boundary is the uid
+ * (DESIGN invariant 5), so another user cannot take the table with many
+ * sessions either. */
+#define UID_MAX_AWAITED     SESSION_MAX_AWAITED
 #define SESSION_WHY_MAX     160
 
 enum session_state {
@@ -117,6 +122,9 @@ int  session_open_model(struct broker *b, struct session *s, struct model *m);
 /* How many of the models s subscribes to are awaited (model_awaited):
  * what its SESSION_MAX_AWAITED budget counts. */
 uint32_t session_awaited(const struct broker *b, const struct session *s);
+/* How many models the sessions of uid together keep awaited (each counted
+ * once): what UID_MAX_AWAITED counts. */
+uint32_t uid_awaited(const struct broker *b, uid_t uid);
 /* Lets go of m once s neither publishes nor subscribes to it; m may be
  * freed (a never-published model nobody has open), so callers must not use
  * it afterwards. */

@@ -19,13 +19,20 @@
  *     that name no longer counts, and the session may wait on one more.
  *  5. The sessions go: the entries only they held come back (the broker's
  *     fds back to the baseline once the published models are deleted).
+ *  6. Another uid admitted through --group (root only, skipped otherwise)
+ *     has the budget for all its sessions together: a second session of it
+ *     gets only what the first left, refused with -ENOBUFS naming the uid;
+ *     the broker's own uid keeps its per-session budget (part 3).
  */
 #include "tests/lib/harness.h"
 #include "tests/lib/hostile.h"
 #include "tests/lib/raw.h"
 
+#include <grp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shm/layout.h"
 
@@ -67,6 +74,60 @@ static int subscribe_names(struct raw *r, const char *who, const char *prefix, i
 		}
 	}
 	return accepted;
+}
+
+static struct broker G;          /* --group: admits another uid */
+static uid_t other_uid;
+static gid_t other_gid;
+
+/* Another uid's two sessions: together no more than one budget. */
+static int other_user(void *arg)
+{
+	struct raw a, b;
+	char name[64], why[WSYNC_ERRMSG_MAX] = "", want[96];
+	uint32_t id;
+	int got, err;
+
+	(void)arg;
+	TEST_ASSERT(setgroups(0, NULL) == 0);
+	TEST_ASSERT(setgid(other_gid) == 0);
+	TEST_ASSERT(setuid(other_uid) == 0);
+	raw_hello(&a, &G, "user-a");
+	raw_hello(&b, &G, "user-b");
+	got = subscribe_names(&a, "user-a", "uid.a", AWAITED - 6);
+	TEST_EQ_U64(got, AWAITED - 6);
+	for (got = 0; got < AWAITED; got++) {
+		snprintf(name, sizeof name, "uid.b.%d", got);
+		if ((err = raw_sub_try(&b, name, &id, why, sizeof why)))
+			break;
+	}
+	TEST_EQ_U64(got, 6);
+	TEST_ASSERT_MSG(err == -ENOBUFS, "%d: %s", err, why);
+	snprintf(want, sizeof want, "the sessions of uid %u", (unsigned)other_uid);
+	TEST_CONTAINS(why, want);
+	TEST_CONTAINS(why, "per user");
+	/* names that exist cost nothing, as for one session */
+	TEST_OK(raw_sub_try(&b, "uid.a.0", &id, NULL, 0));
+	raw_close(&a);
+	/* the first session's names went with it: room again */
+	TEST_OK(raw_sub_try(&b, "uid.b.later", &id, NULL, 0));
+	raw_close(&b);
+	return 0;
+}
+
+static int per_user_budget(void)
+{
+	int skip = harness_other_user("subscribe as another uid", &other_uid, &other_gid);
+	pid_t pid;
+
+	if (skip)
+		return skip;
+	TEST_ASSERT(harness_broker_start(&G, "--group", "nogroup", NULL) == 0);
+	TEST_ASSERT(chmod(G.dir, 0755) == 0);
+	pid = harness_fork(other_user, NULL);
+	harness_expect_exit0(pid, "the other uid's sessions");
+	harness_broker_finish(&G);
+	return 0;
 }
 
 int main(void)
@@ -136,5 +197,7 @@ int main(void)
 	wsync_pub_close(honest);
 	wsync_close(c);
 	harness_broker_finish(&B);
-	return 0;
+
+	/* 6. another uid: one budget for all its sessions */
+	return per_user_budget();
 }
