@@ -353,6 +353,34 @@ def test_top_n_and_no_term_in_tmux(broker):
         tmux(sock, "kill-server")
 
 
+def test_top_says_how_many_groups_do_not_fit(broker):
+    """At 80x24 with 14 publisher groups the groups section cannot show
+    them all: it ends in a line saying how many more there are, within the
+    screen, instead of dropping them."""
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
+        pytest.skip("no tmux")
+    layout = [("w", "f32", (8, 6))]
+    parts = [[("w", 0, 0, 4)], [("w", 0, 4, 8)]]
+    with wsync.connect(broker.sock, "rank0") as r0, wsync.connect(broker.sock, "rank1") as r1:
+        pubs = [c.publisher_shard("g%02d" % i, layout, r, 2, parts[r])
+                for i in range(14) for r, c in enumerate((r0, r1))]
+        sock = "wsync-mon-grp-%d" % os.getpid()
+        r = tmux(sock, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24",
+                 "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
+        assert r.returncode == 0, r.stderr
+        try:
+            s = wait_screen(sock, lambda s: "more groups" in s, "the 'more groups' line")
+            lines = s.splitlines()
+            assert len(lines) <= 24 and all(len(ln) <= 80 for ln in lines)
+            shown = [ln for ln in lines if re.match(r"g\d\d\s+\[", ln)]
+            more = [ln for ln in lines if "more groups" in ln]
+            assert len(more) == 1, s
+            assert int(more[0].split("... ")[1].split()[0]) == 14 - len(shown), (shown, more)
+        finally:
+            tmux(sock, "kill-server")
+        del pubs
+
+
 def test_top_selected_model_past_the_cut_and_slot_map_cut(broker):
     """At 80x24 with 12 models only some fit: selecting the last one brings
     it on screen, highlighted, with a line saying how many are above and

@@ -116,6 +116,38 @@ static int draw_models(struct screen *sc, int y, int sel, int room)
 	return y;
 }
 
+
+/* One line per model that fmt has a line for (publisher groups, GPU
+ * models), under its title, from y while y < end: what does not fit is
+ * counted on a last line, never dropped silently. Returns the next y. */
+static int draw_section(const struct top_view *v, int y, int end, const char *title,
+                        bool (*fmt)(const struct top_view *, uint32_t, char *, size_t),
+                        int sel, const char *what)
+{
+	char line[TOP_LINE];
+	uint32_t n = 0, shown = 0;
+
+	for (uint32_t i = 0; i < v->snap->n_models; i++)
+		n += fmt(v, i, line, sizeof(line));
+	if (!n || y >= end - 1)
+		return y;
+	put_line(y++, title, A_REVERSE);
+	for (uint32_t i = 0; i < v->snap->n_models; i++) {
+		if (!fmt(v, i, line, sizeof(line)))
+			continue;
+		/* the last free line says what is left, unless it is this one */
+		if (y >= end - 1 && shown + 1 < n)
+			break;
+		put_line(y++, line, (int)i == sel ? A_BOLD : 0);
+		shown++;
+	}
+	if (shown < n) {
+		snprintf(line, sizeof(line), "  ... %u more %s (-b shows all)", n - shown, what);
+		put_line(y++, line, A_DIM);
+	}
+	return y;
+}
+
 static int draw_extras(struct screen *sc, int y, int sel, int bottom)
 {
 	const struct top_view *v = &sc->t->v;
@@ -153,21 +185,9 @@ static int draw_extras(struct screen *sc, int y, int sel, int bottom)
 			put_line(y++, line, A_DIM);
 		}
 	}
-	for (uint32_t i = 0, titled = 0; i < v->snap->n_models && y < bottom - 3; i++) {
-		if (!top_fmt_group(v, i, line, sizeof(line)))
-			continue;
-		if (!titled++)
-			put_line(y++, top_groups_title, A_REVERSE);
-		put_line(y++, line, (int)i == sel ? A_BOLD : 0);
-	}
-	for (uint32_t i = 0, titled = 0; i < v->snap->n_models && y < bottom - 3; i++) {
-		if (!top_fmt_devices(v, i, line, sizeof(line)))
-			continue;
-		if (!titled++)
-			put_line(y++, top_devices_title, A_REVERSE);
-		put_line(y++, line, (int)i == sel ? A_BOLD : 0);
-	}
-	return y;
+	y = draw_section(v, y, bottom - 3, top_groups_title, top_fmt_group, sel, "groups");
+	return draw_section(v, y, bottom - 3, top_devices_title, top_fmt_devices, sel,
+	                    "GPU models");
 }
 
 static void draw_sessions(struct screen *sc, int y, int sel)
