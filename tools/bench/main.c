@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "shm/layout.h"
 
 static const char usage_text[] =
 	"usage: wsync-bench [--wsyncd PATH] [--quick] [--only NAME[,NAME]] [--repeats N]\n"
@@ -193,6 +194,32 @@ static int parse_args(struct bench *b, int argc, char **argv)
 	return 0;
 }
 
+/* Deletes every model the scenario left in the bench's own broker: a
+ * published model outlives its publisher (a finished run's policy stays
+ * readable), so without this the scenarios' slabs add up until a later
+ * one finds the broker's shared-memory limit full. */
+static void delete_models(struct bench *b, const char *scenario)
+{
+	wsync_model_info info[WSYNC_MAX_MODELS];
+	wsync_client *c;
+	size_t n = 0;
+	int err = wsync_connect(b->endpoint, "bench-cleanup", &c);
+
+	if (!err)
+		err = wsync_models(c, info, WSYNC_MAX_MODELS, &n);
+	for (size_t i = 0; !err && i < n && i < WSYNC_MAX_MODELS; i++) {
+		int rc = wsync_model_delete(c, info[i].name);
+
+		if (rc && rc != -ENOENT)
+			say("after %s: model '%s' left in the broker: %s", scenario,
+			    info[i].name, wsync_errmsg());
+	}
+	if (err)
+		say("after %s: its models could not be listed: %s", scenario, wsync_errmsg());
+	if (c)
+		wsync_close(c);
+}
+
 static void run_scenarios(struct bench *b)
 {
 	for (size_t i = 0; i < N_SCENARIOS; i++) {
@@ -205,6 +232,7 @@ static void run_scenarios(struct bench *b)
 			b->failures++;
 			child_kill_all();
 		}
+		delete_models(b, scenarios[i].name);
 		say("%s done in %.1f s", scenarios[i].name,
 		    (double)(mono_ns() - t0) / (double)NS_PER_S);
 	}
