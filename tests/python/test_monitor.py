@@ -242,6 +242,18 @@ def tmux(sock, *args):
                           timeout=WAIT_S)
 
 
+def top_in_tmux(broker, tag, cols=80, rows=24):
+    """wsync-top on broker, refreshing every 0.3 s, in a tmux server of its
+    own (the socket name returned; the test kills it) of cols x rows."""
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
+        pytest.skip("no tmux")
+    sock = "wsync-mon-%s-%d" % (tag, os.getpid())
+    r = tmux(sock, "new-session", "-d", "-s", "top", "-x", str(cols), "-y", str(rows),
+             "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
+    assert r.returncode == 0, r.stderr
+    return sock
+
+
 def screen_of(sock):
     return tmux(sock, "capture-pane", "-p", "-t", "top").stdout
 
@@ -283,12 +295,7 @@ def sixty(broker):
 
 @pytest.mark.parametrize("cols,rows", [(80, 24), (160, 45)])
 def test_top_screen_fits_scrolls_sorts(broker, sixty, cols, rows):
-    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
-        pytest.skip("no tmux")
-    sock = "wsync-mon-%d" % os.getpid()
-    r = tmux(sock, "new-session", "-d", "-s", "top", "-x", str(cols), "-y", str(rows),
-             "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
-    assert r.returncode == 0, r.stderr
+    sock = top_in_tmux(broker, "fit", cols, rows)
     try:
         s = wait_screen(sock, lambda s: "more below" in s, "the 'more' line")
         lines = s.splitlines()
@@ -357,17 +364,12 @@ def test_top_says_how_many_groups_do_not_fit(broker):
     """At 80x24 with 14 publisher groups the groups section cannot show
     them all: it ends in a line saying how many more there are, within the
     screen, instead of dropping them."""
-    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
-        pytest.skip("no tmux")
     layout = [("w", "f32", (8, 6))]
     parts = [[("w", 0, 0, 4)], [("w", 0, 4, 8)]]
     with wsync.connect(broker.sock, "rank0") as r0, wsync.connect(broker.sock, "rank1") as r1:
         pubs = [c.publisher_shard("g%02d" % i, layout, r, 2, parts[r])
                 for i in range(14) for r, c in enumerate((r0, r1))]
-        sock = "wsync-mon-grp-%d" % os.getpid()
-        r = tmux(sock, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24",
-                 "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
-        assert r.returncode == 0, r.stderr
+        sock = top_in_tmux(broker, "grp")
         try:
             s = wait_screen(sock, lambda s: "more groups" in s, "the 'more groups' line")
             lines = s.splitlines()
@@ -386,17 +388,12 @@ def test_top_selected_model_past_the_cut_and_slot_map_cut(broker):
     it on screen, highlighted, with a line saying how many are above and
     below; its 8-slot map, cut short, ends in a line saying how many slots
     are not shown."""
-    if subprocess.run(["which", "tmux"], capture_output=True).returncode:
-        pytest.skip("no tmux")
     with wsync.connect(broker.sock, "trainer") as c:
         pubs = [c.publisher("m%02d" % i, LAYOUT, slots=8 if i == 11 else 0)
                 for i in range(12)]
         for p in pubs:
             publish(p, 1)
-        sock = "wsync-mon-sel-%d" % os.getpid()
-        r = tmux(sock, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24",
-                 "env", "WSYNC_ENDPOINT=" + broker.sock, "TERM=xterm", TOP, "-d", "0.3")
-        assert r.returncode == 0, r.stderr
+        sock = top_in_tmux(broker, "sel")
         try:
             s = wait_screen(sock, lambda s: "more models" in s, "the 'more models' line")
             assert " m11 " not in s, s                # past the cut before it is selected
