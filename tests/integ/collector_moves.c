@@ -19,7 +19,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define MODEL "moves.policy"
@@ -118,8 +117,7 @@ int main(void)
 
 	if (skip)
 		return skip;
-	TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", NULL) == 0);
-	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_start(&B, HARNESS_OTHER_USERS, NULL) == 0);
 	TEST_OK(harness_connect(&B, "trainer", &c));
 	TEST_OK(harness_pub_open_2t(c, MODEL, SLOTS, &p));
 	TEST_OK(harness_publish(p, 1, HARNESS_S, NULL));

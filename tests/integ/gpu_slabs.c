@@ -59,7 +59,6 @@
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1073,8 +1072,7 @@ static void other_user(void)
 	if (harness_other_user("read a device model as another user", &other_uid,
 	                       &other_gid) == HARNESS_SKIP)
 		return;
-	TEST_ASSERT(harness_broker_start(&GB, "--group", "nogroup", NULL) == 0);
-	TEST_ASSERT(chmod(GB.dir, 0755) == 0);    /* the test's own directory */
+	TEST_ASSERT(harness_broker_start(&GB, HARNESS_OTHER_USERS, NULL) == 0);
 	/* forked while this process holds nothing of the driver */
 	chan_open(&member_go);
 	pid = harness_fork(device_group_member, NULL);

@@ -31,7 +31,6 @@
 #include <grp.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shm/layout.h"
@@ -122,8 +121,7 @@ static int per_user_budget(void)
 
 	if (skip)
 		return skip;
-	TEST_ASSERT(harness_broker_start(&G, "--group", "nogroup", NULL) == 0);
-	TEST_ASSERT(chmod(G.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_start(&G, HARNESS_OTHER_USERS, NULL) == 0);
 	pid = harness_fork(other_user, NULL);
 	harness_expect_exit0(pid, "the other uid's sessions");
 	harness_broker_finish(&G);

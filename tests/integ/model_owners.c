@@ -9,7 +9,6 @@
 
 #include <grp.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -60,8 +59,7 @@ int main(void)
 
 	if (skip)
 		return skip;
-	TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", NULL) == 0);
-	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_start(&B, HARNESS_OTHER_USERS, NULL) == 0);
 	TEST_OK(harness_connect(&B, "trainer", &c));
 	TEST_OK(harness_pub_open_2t(c, "own.root", 0, &p));
 	TEST_OK(harness_publish(p, 1, HARNESS_S, NULL));

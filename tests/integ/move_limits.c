@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,8 +94,7 @@ static void move_budget(void)
 	wsync_pub *p;
 	pid_t pid;
 
-	TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", NULL) == 0);
-	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_start(&B, HARNESS_OTHER_USERS, NULL) == 0);
 	TEST_OK(harness_connect(&B, "trainer", &c));
 	TEST_OK(harness_pub_open_2t(c, MODEL, 4, &p));
 	TEST_OK(harness_publish(p, 1, HARNESS_S, NULL));
@@ -165,8 +163,7 @@ static void failed_move(void)
 	char log[1 << 16];
 	int n, err;
 
-	TEST_ASSERT(harness_broker_prepare(&B, "--group", "nogroup", "--no-keep", NULL) == 0);
-	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_prepare(&B, HARNESS_OTHER_USERS, "--no-keep", NULL) == 0);
 	for (n = 1; n <= 40 && !failed_move_at(n); n++)
 		;
 	TEST_ASSERT_MSG(n <= 40, "no segment creation up to 40 was a move's");
@@ -222,8 +219,7 @@ static void no_move_at_stop(void)
 	char log[1 << 16];
 	pid_t pid;
 
-	TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", "--no-keep", NULL) == 0);
-	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_start(&B, HARNESS_OTHER_USERS, "--no-keep", NULL) == 0);
 	pid = harness_fork(stays, NULL);
 	chan_recv(&up, pid);
 	TEST_ASSERT(harness_broker_stop(&B) == 0);
@@ -297,8 +293,7 @@ static void move_time_share(void)
 	wsync_client *c;
 	pid_t pid;
 
-	TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", "--no-keep", NULL) == 0);
-	TEST_ASSERT(chmod(B.dir, 0755) == 0);
+	TEST_ASSERT(harness_broker_start(&B, HARNESS_OTHER_USERS, "--no-keep", NULL) == 0);
 	pid = harness_fork(long_mover, NULL);
 	chan_recv(&up, pid);
 	TEST_OK(harness_connect(&B, "trainer", &c));

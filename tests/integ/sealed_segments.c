@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shm/proto.h"
@@ -120,8 +119,7 @@ static void run(int group)
 	chan_open(&up);
 	chan_open(&down);
 	if (group) {
-		TEST_ASSERT(harness_broker_start(&B, "--group", "nogroup", NULL) == 0);
-		TEST_ASSERT(chmod(B.dir, 0755) == 0);    /* the test's own directory */
+		TEST_ASSERT(harness_broker_start(&B, HARNESS_OTHER_USERS, NULL) == 0);
 	} else {
 		TEST_ASSERT(harness_broker_start(&B, NULL) == 0);
 	}

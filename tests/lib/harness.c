@@ -730,6 +730,16 @@ static int broker_setup(struct broker *b, va_list ap)
 
 	const char *a;
 	while ((a = va_arg(ap, const char *)) != NULL) {
+		if (strcmp(a, HARNESS_OTHER_USERS) == 0) {
+			if (chmod(b->dir, 0755) || b->n_args + 2 > HARNESS_MAX_ARGS) {
+				fprintf(stderr, "harness: cannot admit other users: %s\n",
+				        strerror(errno));
+				return -1;
+			}
+			snprintf(b->args[b->n_args++], sizeof b->args[0], "--group");
+			snprintf(b->args[b->n_args++], sizeof b->args[0], "nogroup");
+			continue;
+		}
 		if (strcmp(a, HARNESS_DEFAULT_SOCKET) == 0) {
 			b->default_socket = 1;
 			snprintf(b->sock, sizeof b->sock, "%s/wsync/%s.sock", b->dir, b->name);

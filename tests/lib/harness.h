@@ -104,6 +104,11 @@ struct broker {
  * broker listens at its default place, <XDG_RUNTIME_DIR>/wsync/<name>.sock. */
 #define HARNESS_DEFAULT_SOCKET "--harness-default-socket"
 
+/* A pseudo-argument for harness_broker_start: admit another uid, as the
+ * tests that run a process as nobody need: passes --group nogroup and makes
+ * the test's directory (where the socket is) 0755. */
+#define HARNESS_OTHER_USERS "--harness-other-users"
+
 /* Path of the wsyncd binary: $WSYNC_WSYNCD, else $BUILD/bin/wsyncd (BUILD
  * default build) from the current directory, else next to this test binary. */
 const char *harness_wsyncd_path(void);
