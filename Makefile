@@ -30,6 +30,14 @@ SOMAJOR := 0
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
             libxxhash-dev libncurses-dev libjansson-dev libmicrohttpd-dev scdoc clang \
             libclang-rt-dev libsystemd-dev libzstd-dev
+# `make deps` installs them; every compile waits for it (an order-only
+# prerequisite: it never makes anything stale), so make -jN on a fresh
+# machine has the headers before it compiles. NODEPS=1 leaves apt alone: a
+# package build (debian/control names the build-dependencies) and the
+# wheel's backend (python-lib, python-broker).
+ifeq ($(NODEPS)$(filter python-lib python-broker,$(MAKECMDGOALS)),)
+DEPS_FIRST := deps
+endif
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -106,11 +114,11 @@ COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench wsync-relay
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
         tests tools man layering test-gpu bench-gpu
-all: deps $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
+all: $(DEPS_FIRST) $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
 tools: $(TOOLS)
 man: $(MAN_PAGES)
 
-$(BUILD)/man/%: docs/man/%.scd
+$(BUILD)/man/%: docs/man/%.scd | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  SCDOC   $@")
 	$(Q)scdoc < $< > $@.tmp && mv $@.tmp $@
@@ -153,7 +161,7 @@ help:
 deps:
 	$(Q)sh .ci/deps.sh $(DEB_PKGS)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -184,7 +192,7 @@ $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
-$(BUILD)/obj-fault/%.o: %.c
+$(BUILD)/obj-fault/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $< (fault injection)")
 	$(Q)$(CC) $(CPPFLAGS) -DWSYNC_FAULT_INJECTION $(CFLAGS) -MMD -MP -c $< -o $@
@@ -431,7 +439,7 @@ endif
 # gpu_slabs and test_gpu.py load the fake through WSYNC_LIBCUDA.
 tests test-python: $(FAKECUDA)
 
-$(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c
+$(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=default -MMD -MP -c $< -o $@
