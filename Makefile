@@ -154,6 +154,8 @@ help:
 	@echo "                    completion, the Python package"
 	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
 	@echo "  make wheel        the Python package as a wheel with libwsync and wsyncd inside"
+	@echo "  make deb          Debian packages (wsync, libwsync0, libwsync-dev, python3-wsync)"
+	@echo "                    into $(BUILD)/deb/, checked by lintian (docs/PACKAGING.md)"
 	@echo "  make clean        remove the build directories"
 	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz, PREFIX, DESTDIR, PYTHON"
 
@@ -308,7 +310,7 @@ PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libc
 
 # What the Python package's build backend (libclient/python/backend) runs:
 # the library and the broker it bundles in the wheel, without deps' apt.
-.PHONY: python-lib python-broker wheel
+.PHONY: python-lib python-broker wheel deb
 python-lib: $(LIB_SO)
 python-broker: $(WSYNCD)
 
@@ -319,6 +321,26 @@ wheel: all
 	$(Q)WSYNC_BUILD=$(BUILD) $(PYTHON) -m pip wheel -q --no-deps --no-index \
 		-w $(BUILD)/wheel libclient/python
 	@ls $(BUILD)/wheel/*.whl
+
+# Debian packages from debian/ (wsync, libwsync0, libwsync-dev,
+# python3-wsync) into $(BUILD)/deb/: dpkg-buildpackage in a copy of the tree
+# that carries this build (nothing compiles twice), then lintian, which
+# fails on an error. docs/PACKAGING.md.
+DEB_TOOLS := dpkg-dev debhelper dh-python fakeroot lintian
+DEB_DIR   := $(BUILD)/deb
+DEB_TREE  := $(DEB_DIR)/wsync-$(VERSION)
+deb: all
+	$(Q)sh .ci/deps.sh $(DEB_TOOLS)
+	$(Q)rm -rf $(DEB_DIR) && mkdir -p $(DEB_TREE)/build
+	$(Q)if [ -e .git ]; then git ls-files -co --exclude-standard -z; \
+		else find . -path './build*' -prune -o -type f -print0; fi | \
+		xargs -0 cp -a --parents -t $(DEB_TREE)
+	$(Q)cp -a $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/man $(DEB_TREE)/build/
+	$(Q)cd $(DEB_TREE) && DEB_BUILD_OPTIONS="nocheck $(DEB_BUILD_OPTIONS)" \
+		dpkg-buildpackage -b -nc -us -uc > ../build.log 2>&1 || \
+		{ tail -40 ../build.log; exit 1; }
+	$(Q)lintian --fail-on error $(DEB_DIR)/*.changes
+	@ls $(DEB_DIR)/*.deb
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
