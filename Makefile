@@ -30,6 +30,14 @@ SOMAJOR := 0
 DEB_PKGS := build-essential pkg-config liburing-dev libjemalloc-dev libcmocka-dev \
             libxxhash-dev libncurses-dev libjansson-dev libmicrohttpd-dev scdoc clang \
             libclang-rt-dev libsystemd-dev libzstd-dev
+# `make deps` installs them; every compile waits for it (an order-only
+# prerequisite: it never makes anything stale), so make -jN on a fresh
+# machine has the headers before it compiles. NODEPS=1 leaves apt alone: a
+# package build (debian/control names the build-dependencies) and the
+# wheel's backend (python-lib, python-broker).
+ifeq ($(NODEPS)$(filter python-lib python-broker,$(MAKECMDGOALS)),)
+DEPS_FIRST := deps
+endif
 
 CPPFLAGS += -I. -Ilibclient -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
@@ -106,11 +114,11 @@ COMPLETED := wsyncctl wsync-top wsyncd wsync-demo wsync-bench wsync-relay
 
 .PHONY: all deps test test-python check demo bench bench-relay install uninstall clean help \
         tests tools man layering test-gpu bench-gpu
-all: deps $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
+all: $(DEPS_FIRST) $(LIB_A) $(LIB_SO) $(DELTA_SO) $(WSYNCD) $(TOOLS) $(MAN_PAGES)
 tools: $(TOOLS)
 man: $(MAN_PAGES)
 
-$(BUILD)/man/%: docs/man/%.scd
+$(BUILD)/man/%: docs/man/%.scd | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  SCDOC   $@")
 	$(Q)scdoc < $< > $@.tmp && mv $@.tmp $@
@@ -146,6 +154,8 @@ help:
 	@echo "                    completion, the Python package"
 	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
 	@echo "  make wheel        the Python package as a wheel with libwsync and wsyncd inside"
+	@echo "  make deb          Debian packages (wsync, libwsync0, libwsync-dev, python3-wsync)"
+	@echo "                    into $(BUILD)/deb/, checked by lintian (docs/PACKAGING.md)"
 	@echo "  make clean        remove the build directories"
 	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz, PREFIX, DESTDIR, PYTHON"
 
@@ -153,7 +163,7 @@ help:
 deps:
 	$(Q)sh .ci/deps.sh $(DEB_PKGS)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -184,7 +194,7 @@ $(WSYNCD): $(BROKER_OBJ) $(SHM_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_BROKER)
 
-$(BUILD)/obj-fault/%.o: %.c
+$(BUILD)/obj-fault/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $< (fault injection)")
 	$(Q)$(CC) $(CPPFLAGS) -DWSYNC_FAULT_INJECTION $(CFLAGS) -MMD -MP -c $< -o $@
@@ -300,7 +310,7 @@ PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libc
 
 # What the Python package's build backend (libclient/python/backend) runs:
 # the library and the broker it bundles in the wheel, without deps' apt.
-.PHONY: python-lib python-broker wheel
+.PHONY: python-lib python-broker wheel deb
 python-lib: $(LIB_SO)
 python-broker: $(WSYNCD)
 
@@ -311,6 +321,26 @@ wheel: all
 	$(Q)WSYNC_BUILD=$(BUILD) $(PYTHON) -m pip wheel -q --no-deps --no-index \
 		-w $(BUILD)/wheel libclient/python
 	@ls $(BUILD)/wheel/*.whl
+
+# Debian packages from debian/ (wsync, libwsync0, libwsync-dev,
+# python3-wsync) into $(BUILD)/deb/: dpkg-buildpackage in a copy of the tree
+# that carries this build (nothing compiles twice), then lintian, which
+# fails on an error. docs/PACKAGING.md.
+DEB_TOOLS := dpkg-dev debhelper dh-python fakeroot lintian
+DEB_DIR   := $(BUILD)/deb
+DEB_TREE  := $(DEB_DIR)/wsync-$(VERSION)
+deb: all
+	$(Q)sh .ci/deps.sh $(DEB_TOOLS)
+	$(Q)rm -rf $(DEB_DIR) && mkdir -p $(DEB_TREE)/build
+	$(Q)if [ -e .git ]; then git ls-files -co --exclude-standard -z; \
+		else find . -path './build*' -prune -o -type f -print0; fi | \
+		xargs -0 cp -a --parents -t $(DEB_TREE)
+	$(Q)cp -a $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/man $(DEB_TREE)/build/
+	$(Q)cd $(DEB_TREE) && DEB_BUILD_OPTIONS="nocheck $(DEB_BUILD_OPTIONS)" \
+		dpkg-buildpackage -b -nc -us -uc > ../build.log 2>&1 || \
+		{ tail -40 ../build.log; exit 1; }
+	$(Q)lintian --fail-on error $(DEB_DIR)/*.changes
+	@ls $(DEB_DIR)/*.deb
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -431,7 +461,7 @@ endif
 # gpu_slabs and test_gpu.py load the fake through WSYNC_LIBCUDA.
 tests test-python: $(FAKECUDA)
 
-$(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c
+$(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=default -MMD -MP -c $< -o $@

@@ -94,6 +94,12 @@ int broker_start(struct broker *b, const struct config *cfg)
 		snprintf(err, sizeof(err), "cannot set up io_uring: %s", strerror(-e));
 		goto out_segments;
 	}
+	/* Last: nothing after it can fail, so no error path removes it. */
+	e = rundir_point(cfg, b->state_path, &b->pointer_made, err, sizeof(err));
+	if (e < 0)
+		log_warn("%s; wsyncctl and wsync-top reach this broker by its name (--name "
+		         "%s), not by its socket", err, cfg->name);
+	b->pointed = e > 0;
 	atomic_store(&b->ctl->state, WSYNC_BROKER_RUNNING);
 	units(cfg->shm_limit, limit, sizeof(limit));
 	service_ready("serving");
@@ -162,6 +168,8 @@ void broker_stop(struct broker *b)
 	if (rundir_unlink_socket(b->cfg.socket_path, &b->sock_bound) == -ESTALE)
 		log_warn("%s is another broker's socket now: left in place",
 		         b->cfg.socket_path);
+	if (b->pointed)
+		rundir_unpoint(&b->cfg, &b->pointer_made);
 	state_free(b->floors);
 	log_info("broker '%s' stopped%s", b->cfg.name,
 	         keep ? "; each model's latest version kept for the next start" : "");

@@ -77,6 +77,8 @@ struct broker {
 	struct loop *loop;
 	int      lock_fd, listen_fd;
 	struct stat sock_bound;                /* the socket inode we bound */
+	bool     pointed;                      /* we made <socket>.wsync (rundir.h) */
+	struct stat pointer_made;              /* its inode */
 	char     versions_path[PATH_MAX];
 	char     lock_path[PATH_MAX];
 };

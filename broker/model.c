@@ -146,6 +146,7 @@ static void ctl_entry_reset(struct wsync_ctl_model *e, uint32_t id)
 	atomic_store(&e->base_incarnation, 0);
 	e->owner_uid = WSYNC_OWNER_NONE;
 	atomic_store(&e->checksum_failures, 0);
+	atomic_store(&e->stats_commits, 0);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
 		atomic_store(&e->slot_state[i], WSYNC_SLOT_FREE);
 }

@@ -102,6 +102,7 @@ void monitor_model(struct model *m)
 
 	if (m->state != WSYNC_MODEL_READY || slot == WSYNC_SLOT_NONE || !v) {
 		h->latest = 0;
+		atomic_store_explicit(&e->stats_commits, 0, RELAXED);
 		atomic_store_explicit(&e->checksum, 0, RELAXED);
 		atomic_store_explicit(&e->checksum_version, 0, RELAXED);
 		return;
@@ -115,6 +116,7 @@ void monitor_model(struct model *m)
 	h->latest = v;
 	h->commits = commits;
 	h->latest_ns = ns;
+	atomic_store_explicit(&e->stats_commits, commits | WSYNC_STATS_COMMITS_SET, RELAXED);
 	if (m->page && slot < WSYNC_MAX_SLOTS &&
 	    atomic_load_explicit(&m->page->slots[slot].version, RELAXED) == v) {
 		sum = atomic_load_explicit(&m->page->slots[slot].checksum, RELAXED);

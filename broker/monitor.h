@@ -11,7 +11,8 @@ struct model;
 /* Records a commit of m (its commits counter already counts it). */
 void monitor_commit(struct model *m, uint64_t version, int64_t ns);
 /* Brings m's history up to its latest version and mirrors its publisher's
- * pid and its latest checksum into its ctl entry (the tick). */
+ * pid, its latest checksum and the commits counter the tick's lags are
+ * counted against into its ctl entry (the tick). */
 void monitor_model(struct model *m);
 
 #endif

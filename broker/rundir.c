@@ -294,3 +294,73 @@ out_close:
 	close(fd);
 	return -e;
 }
+
+/* "<socket>.wsync" into buf: 0 or -ENAMETOOLONG. */
+static int pointer_path(const struct config *cfg, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s.wsync", cfg->socket_path);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Whether the tools find the state file from the socket path alone. */
+static bool socket_found_by_tools(const struct config *cfg)
+{
+	char dflt[PATH_MAX], gdir[PATH_MAX];
+	int n;
+
+	n = snprintf(dflt, sizeof(dflt), "%s/%s.sock", cfg->rundir, cfg->name);
+	if (n > 0 && (size_t)n < sizeof(dflt) && !strcmp(cfg->socket_path, dflt))
+		return true;
+	if (rundir_group_dir(cfg, gdir, sizeof(gdir)))
+		return false;
+	n = snprintf(dflt, sizeof(dflt), "%s/%s.sock", gdir, cfg->name);
+	return n > 0 && (size_t)n < sizeof(dflt) && !strcmp(cfg->socket_path, dflt);
+}
+
+int rundir_point(const struct config *cfg, const char *state_path, struct stat *made,
+                 char *err, size_t errlen)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	ssize_t n;
+	int fd, e;
+
+	if (socket_found_by_tools(cfg))
+		return 0;
+	if (pointer_path(cfg, path, sizeof(path)) ||
+	    snprintf(tmp, sizeof(tmp), "%s.new", path) >= (int)sizeof(tmp)) {
+		snprintf(err, errlen, "the path %s.wsync is too long", cfg->socket_path);
+		return -ENAMETOOLONG;
+	}
+	/* The socket's directory may be shared (/tmp): O_EXCL and O_NOFOLLOW,
+	 * so a name another user planted is refused, never followed. */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		e = errno;
+		snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
+		return -e;
+	}
+	n = dprintf(fd, "%s\n", state_path);
+	e = n < 0 || fchmod(fd, 0644) < 0 || fstat(fd, made) < 0 ? errno : 0;
+	close(fd);
+	if (!e && rename(tmp, path) < 0)
+		e = errno;
+	if (e) {
+		snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+		unlink(tmp);
+		return -e;
+	}
+	return 1;
+}
+
+void rundir_unpoint(const struct config *cfg, const struct stat *made)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (pointer_path(cfg, path, sizeof(path)) || lstat(path, &st) < 0)
+		return;
+	if (st.st_dev == made->st_dev && st.st_ino == made->st_ino)
+		unlink(path);
+}

@@ -36,4 +36,19 @@ int rundir_listen(const struct config *cfg, struct stat *bound, char *err, size_
  * (-ESTALE: another broker's socket is there now). */
 int rundir_unlink_socket(const char *path, const struct stat *bound);
 
+/*
+ * A socket the tools would not find the state file for (anywhere but
+ * <rundir>/<name>.sock or <rundir>/<name>.group/<name>.sock) gets a pointer
+ * beside it, "<socket>.wsync": one line, the state file's absolute path, so
+ * that the endpoint a client uses is enough for wsyncctl and wsync-top,
+ * which take no session. A regular file of ours, 0644, written under a
+ * temporary name and renamed; tools trust it only as they trust the state
+ * file (tools/common/seg.c). 1 written (*made gets its inode), 0 not
+ * needed, or -errno with a message (the broker runs on without it).
+ */
+int rundir_point(const struct config *cfg, const char *state_path, struct stat *made,
+                 char *err, size_t errlen);
+/* Removes the pointer only if it is still the inode we made. */
+void rundir_unpoint(const struct config *cfg, const struct stat *made);
+
 #endif

@@ -225,8 +225,16 @@ struct wsync_ctl_model {
 	 * its collectors found (wsync_view_verify), summed by the broker from
 	 * their session pages once a tick (broker/session.c). */
 	_Atomic uint64_t checksum_failures;
-	uint8_t  reserved[24];
+	/* For monitors: the commits counter the session lags of the last
+	 * tick were counted against, with WSYNC_STATS_COMMITS_SET (0 = none,
+	 * or a broker before this word). Mirrored before the header's
+	 * stats_ns, so a monitor reads it with the session figures; with the
+	 * live `commits` it brings a lag up to the instant it reads
+	 * (tools/common/snap.c). */
+	_Atomic uint64_t stats_commits;
+	uint8_t  reserved[16];
 };
+#define WSYNC_STATS_COMMITS_SET (UINT64_C(1) << 63)
 #define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
 static_assert(offsetof(struct wsync_ctl_model, grant) == 256, "ctl model grant offset");
@@ -241,6 +249,7 @@ static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 464, "ctl model own
 static_assert(offsetof(struct wsync_ctl_model, base_incarnation) == 472, "ctl model base");
 static_assert(offsetof(struct wsync_ctl_model, checksum_failures) == 480,
               "ctl model checksum failures");
+static_assert(offsetof(struct wsync_ctl_model, stats_commits) == 488, "ctl model stats commits");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

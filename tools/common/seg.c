@@ -96,16 +96,87 @@ static int read_state(struct seg *s, char *why, size_t whylen)
 	return 0;
 }
 
-/* The state file for a socket path: <stem>.state beside it, one directory
- * up (a --group broker's socket is <rundir>/<name>.group/<name>.sock), or
- * in our run directory (a --socket elsewhere). */
-static int state_for_socket(struct seg *s, const char *path, char *why, size_t whylen)
+/* What "<socket>.wsync" (broker/rundir.h) names, checked as the state file
+ * is: a regular file, not followed if a link, of a trusted uid, that nobody
+ * else can write, naming an absolute "<dir>/<name>.state" of an instance
+ * name, beside a socket of the same uid. 1 when there is no pointer (the
+ * caller looks where brokers put state files), 0 with s->state_path,
+ * s->instance and *owner set, or -errno with why. */
+static int state_from_pointer(struct seg *s, const char *path, uid_t *owner, char *why,
+                              size_t whylen)
+{
+	char ptr[PATH_MAX], line[PATH_MAX];
+	const char *base;
+	struct stat st, sock;
+	size_t len;
+	ssize_t n;
+	int fd;
+
+	if (snprintf(ptr, sizeof(ptr), "%s.wsync", path) >= (int)sizeof(ptr))
+		return 1;
+	fd = open(ptr, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+
+		if (e == ENOENT || e == ENOTDIR)
+			return 1;
+		snprintf(why, whylen, "cannot open %s: %s%s", ptr, strerror(e),
+		         e == ELOOP ? " (a symlink: not following it)" : "");
+		return e == ELOOP ? -EPERM : -e;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !uid_trusted(st.st_uid) ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(why, whylen, "%s is not a file of a trusted user that only it can "
+		         "write (owner uid %u, mode %04o): not reading it", ptr,
+		         (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	n = pread(fd, line, sizeof(line) - 1, 0);
+	close(fd);
+	if (n < 0) {
+		snprintf(why, whylen, "cannot read %s: %s", ptr, strerror(errno));
+		return -EIO;
+	}
+	line[n] = '\0';
+	line[strcspn(line, "\n")] = '\0';
+	len = strlen(line);
+	base = strrchr(line, '/');
+	if (line[0] != '/' || !base || len - (size_t)(base + 1 - line) <= 6 ||
+	    strcmp(line + len - 6, ".state") || base[1] == '.' ||
+	    len - (size_t)(base + 1 - line) - 6 >= sizeof(s->instance)) {
+		snprintf(why, whylen, "%s does not name a broker's state file: not reading it",
+		         ptr);
+		return -EPROTO;
+	}
+	if (lstat(path, &sock) < 0 || !S_ISSOCK(sock.st_mode) || sock.st_uid != st.st_uid) {
+		snprintf(why, whylen, "no broker at %s: %s is left from a broker of uid %u, "
+		         "and %s is not its socket now", path, ptr, (unsigned)st.st_uid, path);
+		return -ENOENT;
+	}
+	snprintf(s->instance, sizeof(s->instance), "%.*s", (int)(len - (size_t)(base + 1 - line) - 6),
+	         base + 1);
+	snprintf(s->state_path, sizeof(s->state_path), "%s", line);
+	*owner = st.st_uid;
+	return 0;
+}
+
+/* The state file for a socket path: what the broker's pointer beside it
+ * names; else <stem>.state beside it, one directory up (a --group
+ * broker's socket is <rundir>/<name>.group/<name>.sock), or in our run
+ * directory (a --socket elsewhere, from a broker of an older build). */
+static int state_for_socket(struct seg *s, const char *path, uid_t *owner, char *why,
+                            size_t whylen)
 {
 	char dir[PATH_MAX], up[PATH_MAX], run[PATH_MAX];
 	const char *base = strrchr(path, '/') + 1;
 	size_t stem = strlen(base);
 	const char *cands[3];
+	int err;
 
+	err = state_from_pointer(s, path, owner, why, whylen);
+	if (err <= 0)
+		return err;
 	if (stem > 5 && !strcmp(base + stem - 5, ".sock"))
 		stem -= 5;
 	if (!stem || stem >= sizeof(s->instance)) {
@@ -131,8 +202,9 @@ static int state_for_socket(struct seg *s, const char *path, char *why, size_t w
 		if (lstat(s->state_path, &st) == 0)
 			return 0;
 	}
-	snprintf(why, whylen, "no broker at %s: no state file %s.state beside it or in %s "
-	         "(is wsyncd running? --name NAME names an instance)", path, s->instance, run);
+	snprintf(why, whylen, "no broker at %s: no %s.wsync beside it, no state file %s.state "
+	         "beside it or in %s (is wsyncd running? --name NAME names an instance)",
+	         path, path, s->instance, run);
 	return -ENOENT;
 }
 
@@ -170,6 +242,7 @@ int seg_attach(const char *endpoint, struct seg *s, char *why, size_t whylen)
 {
 	char run[PATH_MAX];
 	struct stat st;
+	uid_t owner = (uid_t)-1;
 	void *map;
 	int dfd, fd, err;
 
@@ -177,7 +250,7 @@ int seg_attach(const char *endpoint, struct seg *s, char *why, size_t whylen)
 	endpoint = resolve(endpoint);
 	snprintf(s->where, sizeof(s->where), "%s", endpoint);
 	if (strchr(endpoint, '/')) {
-		err = state_for_socket(s, endpoint, why, whylen);
+		err = state_for_socket(s, endpoint, &owner, why, whylen);
 		if (err)
 			return err;
 	} else {
@@ -193,6 +266,11 @@ int seg_attach(const char *endpoint, struct seg *s, char *why, size_t whylen)
 	err = read_state(s, why, whylen);
 	if (err)
 		return err;
+	if (owner != (uid_t)-1 && s->uid != owner) {
+		snprintf(why, whylen, "%s.wsync (uid %u) names %s of uid %u: not reading it",
+		         s->where, (unsigned)owner, s->state_path, (unsigned)s->uid);
+		return -EPERM;
+	}
 	if (!wsync_seg_dir_name_ours(s->dir, s->uid, s->instance)) {
 		snprintf(why, whylen, "%s names '%.80s', not a directory of broker '%s' of uid %u: "
 		         "not reading it", s->state_path, s->dir, s->instance, (unsigned)s->uid);

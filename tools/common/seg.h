@@ -38,8 +38,9 @@ struct seg {
 
 /*
  * Finds the broker of endpoint (NULL: $WSYNC_ENDPOINT, else the default
- * instance; a string with '/' is a socket path, whose state file is looked
- * for as <stem>.state next to it, one directory up, and in the run
+ * instance; a string with '/' is a socket path, whose state file is the
+ * one the broker's pointer "<path>.wsync" names (broker/rundir.h), else
+ * looked for as <stem>.state next to it, one directory up, and in the run
  * directory; anything else an instance name) and maps its control segment.
  * 0, or -ENOENT (no broker there: no state file, or it names a generation
  * that is gone), -EPERM (something on the path is not the broker's own),

@@ -38,11 +38,14 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->hwm = LOAD(e->hwm_version);
 	m->version = wsync_latest_slot(LOAD(e->latest)) == WSYNC_SLOT_NONE ? 0 :
 	             wsync_latest_version(LOAD(e->latest));
+	/* The broker counts a commit, then stores its time: the time read
+	 * first is of a commit the counter read after counts (lag_to_now). */
+	m->commit_ns = atomic_load_explicit((_Atomic int64_t *)&e->last_commit_ns,
+	                                    memory_order_acquire);
 	m->commits = LOAD(e->commits);
 	m->aborts = LOAD(e->aborts);
 	m->busy = LOAD(e->busy);
 	m->step = LOAD(e->last_step);
-	m->commit_ns = LOAD(e->last_commit_ns);
 	m->group_size = LOAD(e->group_size);
 	m->group_committed = LOAD(e->group_committed);
 	m->group_first_ns = LOAD(e->group_first_ns);
@@ -91,6 +94,44 @@ static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_ses
 	s->lag_estimated = s->lag_known && (lag & WSYNC_STATS_LAG_ESTIMATE);
 	s->lag = lag & WSYNC_STATS_LAG_MAX;
 	s->lag_ms = LOAD(e->stats.lag_ms);
+}
+
+/*
+ * Brings a session's lag from the tick (stats_ns) to now_ns. The version it
+ * read at the tick is `lag` commits behind the commits counter of then
+ * (tick_commits), so against the counter read now it is behind by the
+ * commits since as well; the time since it was superseded grows by the age
+ * of the tick. One the tick saw current has been superseded since if
+ * commits came: exactly when the latest one is its successor (one commit:
+ * lag_ms counts from its commit time), else by the first of them, some
+ * time after the tick, whose age bounds it (an estimate, from above).
+ * Never lower than the truth for the version read at the tick; a session
+ * that took a newer one since reads higher until the next tick.
+ */
+static void lag_to_now(struct snap_session *e, uint64_t tick_commits, uint64_t commits,
+                       int64_t commit_ns, int64_t stats_ns, int64_t now_ns)
+{
+	double age_ms = now_ns > stats_ns ? (double)(now_ns - stats_ns) / 1e6 : 0;
+	uint64_t since;
+
+	if (!e->lag_known || !stats_ns || !(tick_commits & WSYNC_STATS_COMMITS_SET))
+		return;
+	tick_commits &= ~WSYNC_STATS_COMMITS_SET;
+	if (commits < tick_commits)
+		return;                          /* another model in the entry now */
+	since = commits - tick_commits;
+	if (e->lag) {
+		e->lag += since;
+		e->lag_ms += age_ms;
+	} else if (since) {
+		e->lag = since;
+		if (since == 1 && commit_ns > stats_ns) {
+			e->lag_ms = now_ns > commit_ns ? (double)(now_ns - commit_ns) / 1e6 : 0;
+		} else {
+			e->lag_ms = age_ms;
+			e->lag_estimated = true;
+		}
+	}
 }
 
 /* Collector counts, pinned slots, worst lags and publisher pids, once
@@ -147,6 +188,8 @@ void snap_take(const struct seg *seg, struct snap *out)
 {
 	const struct wsync_ctl_header *h = seg->ctl;
 	const char *base = (const char *)h;
+	const struct wsync_ctl_model *ents = (const struct wsync_ctl_model *)(base + h->models_offset);
+	uint64_t tick_commits[WSYNC_MAX_MODELS] = { 0 };
 
 	memset(out, 0, offsetof(struct snap, models));
 	health_judge(seg, NULL, &out->health);
@@ -159,20 +202,11 @@ void snap_take(const struct seg *seg, struct snap *out)
 	out->generation = h->generation;
 	out->started_ns = h->started_ns;
 	out->heartbeat_ns = LOAD(h->heartbeat_ns);
-	out->now_ns = real_now();
 	out->shm_limit = h->shm_limit;
 	out->shm_used = LOAD(h->shm_used);
 	out->sessions_total = LOAD(h->sessions_total);
 	out->messages = LOAD(h->messages);
 	out->bad_messages = LOAD(h->bad_messages);
-	for (uint32_t i = 0; i < h->max_models; i++) {
-		const struct wsync_ctl_model *e =
-			(const struct wsync_ctl_model *)(base + h->models_offset) + i;
-
-		if (LOAD(e->state) == WSYNC_MODEL_FREE)
-			continue;
-		snap_model_copy(&out->models[out->n_models++], e, i);
-	}
 	/* The session figures of one tick: the broker stores stats_ns last
 	 * (release); the same value before and after the copy means no tick
 	 * wrote in between. A broker that ticks during every try leaves the
@@ -182,10 +216,30 @@ void snap_take(const struct seg *seg, struct snap *out)
 		                                      memory_order_acquire);
 
 		snap_copy_sessions(h, out);
+		for (uint32_t i = 0; i < h->max_models; i++)
+			tick_commits[i] = LOAD(ents[i].stats_commits);
 		atomic_thread_fence(memory_order_acquire);
 		out->stats_ns = LOAD(h->stats_ns);
 		if (out->stats_ns == before)
 			break;
+	}
+	/* The models after the tick's figures: their commits counters are at
+	 * least the tick's, so lags come up to now, never below it. */
+	for (uint32_t i = 0; i < h->max_models; i++) {
+		if (LOAD(ents[i].state) == WSYNC_MODEL_FREE)
+			continue;
+		snap_model_copy(&out->models[out->n_models++], &ents[i], i);
+	}
+	out->now_ns = real_now();
+	for (uint32_t i = 0; i < out->n_sessions; i++) {
+		struct snap_session *e = &out->sessions[i];
+
+		if (e->view_version && out->stats_ns && out->now_ns > out->stats_ns)
+			e->view_ms += (double)(out->now_ns - out->stats_ns) / 1e6;
+		for (uint32_t j = 0; j < out->n_models; j++)
+			if (out->models[j].id == e->view_model)
+				lag_to_now(e, tick_commits[e->view_model], out->models[j].commits,
+				           out->models[j].commit_ns, out->stats_ns, out->now_ns);
 	}
 	snap_derive(out);
 }

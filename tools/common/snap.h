@@ -8,8 +8,11 @@
  * (version read, slot pinned, lag in commits and milliseconds, waits) are
  * computed by the broker once a tick, all at one instant (stats_ns): a
  * snapshot copies them between two reads of stats_ns that agree, so they
- * belong to one tick, and compares them with each other, never with the
- * live `latest` (which would count commits made since the tick as lag).
+ * belong to one tick. Lags are then brought to the instant of the
+ * snapshot (now_ns): the commits counter each model's lags were counted
+ * against at the tick is mirrored with them, so the commits since add to
+ * each lag and the tick's age to each lag_ms (snap.c lag_to_now). A lag
+ * never reads lower than the truth for the version read at the tick.
  * Taking a snapshot asks nothing of the broker.
  */
 #ifndef WSYNC_TOOLS_COMMON_SNAP_H
@@ -34,8 +37,8 @@ struct snap_model {
 	uint32_t publisher_pid;
 	uint32_t collectors;             /* sessions subscribed */
 	bool     worst_known;            /* a collector's lag is known */
-	uint64_t worst_lag;              /* commits, over its collectors, at the tick */
-	double   worst_lag_ms;           /* ms, over its collectors, at the tick */
+	uint64_t worst_lag;              /* commits, over its collectors, now */
+	double   worst_lag_ms;           /* ms, over its collectors, now */
 	bool     worst_estimated;        /* one of those is an estimate */
 	uint8_t  slot_state[WSYNC_MAX_SLOTS];
 	uint32_t group_size;             /* ranks of a publisher group, 0 = none */
@@ -61,17 +64,18 @@ struct snap_session {
 	uint32_t view_model;             /* model id, WSYNC_STATS_MODEL_UNKNOWN */
 	bool     held;                   /* view_version is pinned now */
 	int      slot;                   /* the slot it pins, -1 none */
-	double   view_ms;                /* since the view was taken, at the tick */
+	double   view_ms;                /* since the view was taken, now */
 	bool     lag_known, lag_estimated;
-	uint64_t lag;                    /* commits it did not take, at the tick */
-	double   lag_ms;                 /* since its version was superseded, at the tick */
+	uint64_t lag;                    /* commits it did not take, now */
+	double   lag_ms;                 /* since its version was superseded, now */
 };
 
 struct snap {
 	char     instance[WSYNC_INSTANCE_MAX];
 	uint32_t broker_pid, state, max_slots, uid;
 	uint64_t generation;
-	int64_t  started_ns, heartbeat_ns, now_ns;  /* CLOCK_REALTIME */
+	int64_t  started_ns, heartbeat_ns;  /* CLOCK_REALTIME */
+	int64_t  now_ns;                 /* the instant the lags are brought to */
 	int64_t  stats_ns;               /* the tick the session figures are from, 0 none */
 	struct health health;
 	uint64_t shm_limit, shm_used, sessions_total, messages, bad_messages;
