@@ -239,8 +239,12 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 	else
 		move = m->has_writer || model_holds_version(m);
 	if (move) {
-		snprintf(reason, sizeof(reason), "a publisher of uid %u follows one of uid %u",
-		         (unsigned)uid, (unsigned)m->writer_uid);
+		if (m->has_writer)
+			snprintf(reason, sizeof(reason), "a publisher of uid %u follows one of "
+			         "uid %u", (unsigned)uid, (unsigned)m->writer_uid);
+		else
+			snprintf(reason, sizeof(reason), "a publisher of uid %u takes over "
+			         "versions it did not write", (unsigned)uid);
 		err = model_rotate(r->b, m, reason, r->why, sizeof(r->why));
 		if (err)
 			return err;
