@@ -162,23 +162,49 @@ static int pub_open_refuse_early(struct req *r, const struct model *m,
 	                m->group->size);
 }
 
+/* Whether any slot of m holds a version (LATEST, OLD, GRANTED): memory a
+ * collector may be reading, or may be handed a view of. */
+static bool model_holds_version(const struct model *m)
+{
+	if (m->state != WSYNC_MODEL_READY)
+		return false;
+	for (uint32_t k = 0; k < m->books.n_slots; k++)
+		if (m->books.state[k] != WSYNC_SLOT_FREE)
+			return true;
+	return false;
+}
+
 /*
  * The memory a publisher is handed read-write must be out of reach of every
- * earlier publisher of another uid (DESIGN invariant 11): such a process
- * may keep its mappings of the page and slabs after it left, and whatever
- * it writes there would land in the new publisher's versions. So a
- * publisher of another uid than the one that was handed them gets new
- * memory first (model_rotate). Device memory cannot be given anew with the
+ * earlier publisher of another uid, and what collectors read must be out of
+ * reach of a publisher of another uid than the one whose memory it is
+ * (DESIGN invariant 11, docs/INVARIANTS.md section 11):
+ *  - an earlier publisher of another uid may keep its mappings of the page
+ *    and slabs after it left, and whatever it writes there would land in
+ *    the new publisher's versions;
+ *  - a new publisher of a uid other than the broker's and root must never
+ *    be handed memory holding versions someone else wrote (the committed
+ *    latest, views collectors hold), whoever that was: the broker's uid and
+ *    root included.
+ * So such a publisher gets new memory first (model_rotate), the latest
+ * copied into it; the slabs themselves it gets only as grants hand it free
+ * slots (pub_open_hands_slabs). The memory is a uid's (writer_uid) once
+ * that uid was handed it, and stays so across the move its departure
+ * makes, whose copy is its own latest. A publisher of the broker's uid or
+ * root needs a move only after a writer of another uid (it can write
+ * whatever the broker can). Device memory cannot be given anew with the
  * latest version in it, and ranks of one group write the same slabs: both
  * are refused across uids instead.
  */
 static int pub_open_take_memory(struct req *r, struct model *m)
 {
 	uid_t uid = r->p->uid;
+	bool trusted = uid == r->b->uid || uid == 0;
+	bool move;
 	char reason[96];
 	int err;
 
-	if (m->gpu && uid != r->b->uid && uid != 0)
+	if (m->gpu && !trusted)
 		return req_fail(r, -EPERM, "device model '%s': GPU memory handed to a process "
 		                "cannot be taken back, so only the broker's user (uid %u) and "
 		                "root publish device models, not uid %u", m->name,
@@ -187,7 +213,7 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 	 * a uid whose open or leave moves the model must not make the broker
 	 * copy without bound by opening and leaving again and again. The
 	 * broker's uid and root are the trainer, never refused. */
-	if (!m->gpu && m->state == WSYNC_MODEL_READY && uid != r->b->uid && uid != 0) {
+	if (!m->gpu && m->state == WSYNC_MODEL_READY && !trusted) {
 		int64_t now = wsync_mono_ns();
 
 		if (!model_move_budget_left(m, now))
@@ -203,25 +229,42 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 			                "more: a publisher of uid %u may open it in %lld ms",
 			                m->name, (unsigned)uid, (long long)(wait / 1000000 + 1));
 	}
-	if (m->has_writer && m->writer_uid != uid) {
-		if (m->group)
-			return req_fail(r, -EPERM, "model '%s': its other ranks run as uid %u; the "
-			                "ranks of one group run as one user", m->name,
-			                (unsigned)m->writer_uid);
-		/* A writer of the broker's uid or root is no boundary (it can
-		 * write whatever the broker can, as publish_revoke says): moving
-		 * away from its memory would only cost a copy. */
-		if (!m->gpu && m->writer_uid != r->b->uid && m->writer_uid != 0) {
-			snprintf(reason, sizeof(reason), "a publisher of uid %u follows one of uid "
-			         "%u", (unsigned)uid, (unsigned)m->writer_uid);
-			err = model_rotate(r->b, m, reason, r->why, sizeof(r->why));
-			if (err)
-				return err;
-		}
+	if (m->has_writer && m->writer_uid != uid && m->group)
+		return req_fail(r, -EPERM, "model '%s': its other ranks run as uid %u; the ranks "
+		                "of one group run as one user", m->name, (unsigned)m->writer_uid);
+	if (m->gpu || m->writer_uid == uid)
+		move = false;
+	else if (trusted)
+		move = m->has_writer && m->writer_uid != r->b->uid && m->writer_uid != 0;
+	else
+		move = m->has_writer || model_holds_version(m);
+	if (move) {
+		if (m->has_writer)
+			snprintf(reason, sizeof(reason), "a publisher of uid %u follows one of "
+			         "uid %u", (unsigned)uid, (unsigned)m->writer_uid);
+		else
+			snprintf(reason, sizeof(reason), "a publisher of uid %u takes over "
+			         "versions it did not write", (unsigned)uid);
+		err = model_rotate(r->b, m, reason, r->why, sizeof(r->why));
+		if (err)
+			return err;
 	}
 	m->has_writer = true;
 	m->writer_uid = uid;
 	return 0;
+}
+
+/*
+ * Whether PUB_OPEN_OK hands p every slab (so that no grant waits for a
+ * mapping) or only the page, each slab then coming with the grant of its
+ * slot (publish_current), which is free when granted. A publisher of the
+ * broker's uid or root gets them all; one of another uid only while no
+ * slot holds a version, so it never holds a writable fd of a slot a
+ * collector may be reading (the copied latest, a held view).
+ */
+static bool pub_open_hands_slabs(const struct broker *b, const struct model *m, uid_t uid)
+{
+	return uid == b->uid || uid == 0 || !model_holds_version(m);
 }
 
 int handle_pub_open(struct req *r)
@@ -231,7 +274,7 @@ int handle_pub_open(struct req *r)
 	struct session *s = r->s;
 	wsync_tensor_desc *in = NULL, *canon = NULL;
 	uint32_t n_slots = p->slots;
-	int fds[1 + WSYNC_MAX_SLOTS];
+	int fds[1 + WSYNC_MAX_SLOTS], n_fds;
 	wsync_shard *parts = NULL;
 	bool group = p->group_size > 1;
 	bool declared_here = false;
@@ -362,20 +405,24 @@ int handle_pub_open(struct req *r)
 	log_info("model '%s': publisher is session %u '%s' pid %d", m->name, s->p.id,
 	         s->p.name, (int)s->p.pid);
 
-	/* The page and every slab, writable: the publisher maps them all now,
-	 * off its publish path, and no grant needs to carry an fd. */
+	/* The page and, where it may have them, every slab, writable: the
+	 * publisher maps them all now, off its publish path, and no grant
+	 * needs to carry an fd. */
 	fds[0] = m->page_fd;
-	for (uint32_t k = 0; k < m->books.n_slots; k++)
-		fds[1 + k] = m->slab_fd[k];
-	s->p.m[m->id].fds_sent = m->books.n_slots >= 32 ? UINT32_MAX
-	                                              : (1u << m->books.n_slots) - 1;
+	n_fds = 1;
+	if (pub_open_hands_slabs(b, m, s->p.uid)) {
+		for (uint32_t k = 0; k < m->books.n_slots; k++)
+			fds[n_fds++] = m->slab_fd[k];
+		s->p.m[m->id].fds_sent = m->books.n_slots >= 32 ? UINT32_MAX
+		                                              : (1u << m->books.n_slots) - 1;
+	}
 	memset(&ok, 0, sizeof(ok));
 	ok.pub_open_ok.model_id = m->id;
 	ok.pub_open_ok.n_slots = m->books.n_slots;
 	ok.pub_open_ok.bytes = m->bytes;
 	ok.pub_open_ok.generation = b->generation;
 	ok.pub_open_ok.incarnation = m->incarnation;
-	req_reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, 1 + (int)m->books.n_slots);
+	req_reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, n_fds);
 	return 0;
 
 out_undeclare:

@@ -16,17 +16,26 @@
  *   tick      a 1 s timeout; timer: the owner's timeout (loop_timer_in)
  *   recv      one recvmsg per connection, into the connection's buffers
  *   send      sendmsg of a reply; the buffer (message + SCM_RIGHTS) is a
- *             malloc'd sendbuf owned by the op until its completion
+ *             malloc'd sendbuf owned by the op until its completion, and
+ *             so are the duplicates of the fds it carries (below)
  *   eventfd   a write of 1 to a subscriber's eventfd (a notifier)
  *
  * Memory safety rests on one rule: nothing an op points at is freed before
  * its completion. A connection counts its ops (inflight); closing it only
  * shuts its socket down, which completes its pending recv, and the owner
  * frees it when ops->released says the last one came back. A notifier is
- * reference-counted by its owner and its write in flight. The fds a reply
- * carries must outlive the send (the owner's rule, loop.h); a send with
- * MSG_DONTWAIT is issued during io_uring_submit and never parked, so the
- * kernel has taken its fds by then.
+ * reference-counted by its owner and its write in flight.
+ *
+ * A reply carries memory, not fd numbers. The kernel resolves the numbers
+ * in SCM_RIGHTS when it issues the sendmsg, at the next io_uring_submit,
+ * after every other completion of the batch was handled; by then the owner
+ * may have closed an fd it named (a model deleted or moved by a later
+ * message of the same batch) and a new memfd may have taken its number,
+ * which the reply would hand over instead. So loop_send duplicates every fd
+ * of a reply into its sendbuf, and on_send closes the duplicates when the
+ * send completed (sent, failed or cancelled): the reply's memory stays
+ * open until the reply has left, whatever its owner closes meanwhile, and
+ * the owner may close its own fds at any time after loop_send returned.
  *
  * Replies are sent with MSG_DONTWAIT: a full socket buffer fails the send
  * (-EAGAIN) instead of parking it, so replies leave in order and a client
@@ -47,6 +56,7 @@
 #include "loop.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <signal.h>
 #include <stdio.h>
@@ -79,6 +89,8 @@ enum op_kind {
 
 struct sendbuf {
 	struct conn *c;
+	int      n_fds;
+	int      fds[WSYNC_MSG_MAX_FDS];  /* the reply's own duplicates */
 	union wsync_msg_any msg;
 	struct {
 		_Alignas(struct cmsghdr) char buf[LOOP_CMSG_BYTES];
@@ -423,6 +435,13 @@ void loop_conn_close(struct loop *l, struct conn *c)
 	}
 }
 
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
 int loop_send(struct loop *l, struct conn *c, const union wsync_msg_any *msg,
               const int *fds, int n_fds)
 {
@@ -439,6 +458,18 @@ int loop_send(struct loop *l, struct conn *c, const union wsync_msg_any *msg,
 	sb = fault_malloc(sizeof(*sb));
 	if (!sb)
 		return -ENOMEM;
+	for (sb->n_fds = 0; sb->n_fds < n_fds; sb->n_fds++) {
+		int fd = fcntl(fds[sb->n_fds], F_DUPFD_CLOEXEC, 0);
+
+		if (fd < 0) {
+			int err = -errno;
+
+			close_fds(sb->fds, sb->n_fds);
+			free(sb);
+			return err;
+		}
+		sb->fds[sb->n_fds] = fd;
+	}
 	sb->c = c;
 	memcpy(&sb->msg, msg, len);
 	sb->iov.iov_base = &sb->msg;
@@ -456,7 +487,7 @@ int loop_send(struct loop *l, struct conn *c, const union wsync_msg_any *msg,
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
 		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n_fds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n_fds);
+		memcpy(CMSG_DATA(cm), sb->fds, sizeof(int) * (size_t)n_fds);
 	}
 	sqe = sqe_get(l);
 	io_uring_prep_sendmsg(sqe, c->fd, &sb->mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -471,6 +502,7 @@ static void on_send(struct loop *l, struct sendbuf *sb, int res)
 	struct conn *c = sb->c;
 	size_t len = sb->iov.iov_len;
 
+	close_fds(sb->fds, sb->n_fds);
 	free(sb);
 	c->inflight--;
 	c->sends--;
@@ -510,13 +542,6 @@ static int rx_fds(struct msghdr *mh, int *fds)
 	}
 	mh->msg_controllen = 0;          /* taken: never parsed twice */
 	return n;
-}
-
-static void close_fds(int *fds, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
 }
 
 /*

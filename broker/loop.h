@@ -95,10 +95,12 @@ void loop_free(struct loop *l);
 /* Starts receiving on a connection the owner set up (fd set). */
 void loop_conn_start(struct loop *l, struct conn *c, int fd);
 /*
- * Queues msg (hdr.len bytes) with fds for c. The fds must stay open until
- * the send completes. 0, -ENOTCONN if c is closing, -ENOBUFS if c has
- * LOOP_MAX_SENDS replies in flight, -ENOMEM; nothing else happens (the
- * owner decides what a failure means).
+ * Queues msg (hdr.len bytes) with fds for c. The reply holds duplicates of
+ * the fds until its send completed, so it carries the memory they named at
+ * this call, whatever the caller closes afterwards (loop.c). 0, -ENOTCONN
+ * if c is closing, -ENOBUFS if c has LOOP_MAX_SENDS replies in flight,
+ * -ENOMEM, -EMFILE/-ENFILE (no descriptor for a duplicate); nothing else
+ * happens (the owner decides what a failure means).
  */
 int  loop_send(struct loop *l, struct conn *c, const union wsync_msg_any *msg,
                const int *fds, int n_fds);

@@ -196,6 +196,8 @@ int session_send(struct broker *b, struct session *s, const union wsync_msg_any 
 		session_doom(b, s, "it does not read its replies");
 	else if (err == -ENOMEM)
 		session_doom(b, s, "out of memory for its reply");
+	else if (err == -EMFILE || err == -ENFILE)
+		session_doom(b, s, "the broker is out of file descriptors for its reply");
 	else if (err)
 		session_doom(b, s, strerror(-err));
 	return err;

@@ -17,6 +17,8 @@
  *   request         reply            fds client->broker   fds broker->client
  *   HELLO           HELLO_OK         -                    ctl (ro), session page (rw)
  *   PUB_OPEN        PUB_OPEN_OK      layout memfd         model page (rw), slab 0..n-1 (rw)
+ *                                                         [the slabs not to another uid
+ *                                                         while a slot holds a version]
  *   SUB_OPEN        SUB_OPEN_OK      -                    model page (ro) [+ layout (ro),
  *                                                         slab 0..n-1 (ro) if READY]
  *   ATTACH          ATTACH_OK        -                    layout (ro), slab 0..n-1 (ro)
@@ -155,7 +157,10 @@ enum wsync_open_flags {
 	 * (its readers get -EIDRM) and created again with this layout */
 	WSYNC_OPEN_REPLACE = 1u << 0,
 };
-/* broker -> client; fds: model page (rw), slab 0..n_slots-1 (rw) */
+/* broker -> client; fds: model page (rw), slab 0..n_slots-1 (rw). A
+ * publisher of another uid than the broker's and root gets the page only
+ * while any slot holds a version: each slab then comes with the grant of
+ * its slot (WSYNC_GRANT_HAS_FD), free when granted. */
 struct wsync_msg_pub_open_ok {
 	struct wsync_msg_hdr hdr;
 	uint32_t model_id;

@@ -21,14 +21,19 @@
  *               as wsync_pub_commit does before COMMIT;
  *   A % 4 == 3  write a hazard pin (8 bytes from the input) into the session
  *               page, which the broker scans before every grant.
- *   A >= 0xC0   (A - 0xC0) % 3: 0 a burst (type byte, count byte K, fd byte
+ *   A >= 0xC0   (A - 0xC0) % 3, or 3 for A >= 0xFC: 0 a burst (type byte, count byte K, fd byte
  *               F, body): K repaired requests of one type sent without
  *               reading, then their answers (or a closed connection);
  *               1 PUB_OPEN as a rank of a group of 2..4 (6 layout bytes, size,
  *               rank, model and deadline), one session may try several
  *               ranks; 2 a hang-up: up to 7 WAIT_READERS with no deadline,
  *               then the connection closes unread and a new one says HELLO
- *               (requests that outlive their session).
+ *               (requests that outlive their session); 3 fds in flight
+ *               (model byte, 6 layout bytes): on three sessions of their
+ *               own, ATTACH of a model, DELETE of it and PUB_OPEN of
+ *               another (new memfds) sent back to back, so they often land
+ *               in one batch; an ATTACH_OK must carry the inodes SUB_OPEN_OK
+ *               gave for the model, never the new one's.
  * F & 7 chooses the fds attached: 1 the layout memfd of the current model
  * (a valid one), 2 /dev/null, 3 an eventfd, 4 a memfd of the wrong size,
  * 5 two fds, 6 SEND_FDS_MAX fds (more than a message may carry: the broker
@@ -54,6 +59,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -666,13 +672,212 @@ static int hang_up(struct client *c, const uint8_t *data, size_t size, size_t *a
 	return recv_reply(c, c->seq);
 }
 
+/* One reply with its fds kept (up to WSYNC_MSG_MAX_FDS): its length, or
+ * -1 when the connection is gone. Silence is a broker bug. */
+static ssize_t recv_keep(int fd, union wsync_msg_any *m, int *fds, int *n)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * WSYNC_MSG_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct iovec iov = { m, sizeof(*m) };
+	struct msghdr mh;
+	ssize_t len;
+	int r;
+
+	*n = 0;
+	do
+		r = poll(&p, 1, REPLY_MS);
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		fprintf(stderr, "fuzz_session: no reply within %d ms (fds in flight)\n", REPLY_MS);
+		abort();
+	}
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = sizeof(ctl.buf);
+	len = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (len <= 0)
+		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+				memcpy(&fds[(*n)++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+	return len;
+}
+
+/* A request on s (a side session) and its reply, fds kept: the reply's
+ * type, or 0 when the connection is gone. */
+static uint32_t side_call(struct client *s, union wsync_msg_any *m, const int *sfds, int ns,
+                          int *fds, int *n)
+{
+	if (send_msg(s, m, m->hdr.len, sfds, ns) || recv_keep(s->fd, m, fds, n) <= 0)
+		return 0;
+	return m->hdr.type;
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+static int pub_open_msg(struct client *s, union wsync_msg_any *m, const char *name)
+{
+	memset(m, 0, sizeof(*m));
+	wsync_msg_init(&m->hdr, WSYNC_MSG_PUB_OPEN, ++s->seq);
+	snprintf(m->pub_open.model, sizeof(m->pub_open.model), "%s", name);
+	m->pub_open.n_tensors = s->n_desc;
+	m->pub_open.bytes = s->bytes;
+	m->pub_open.layout_hash = s->hash;
+	m->pub_open.flags = WSYNC_OPEN_REPLACE;
+	return layout_memfd(s, 0);
+}
+
+/*
+ * Fds in flight: a reply is queued in one event and sent after the whole
+ * batch was handled. ATTACH(X), DELETE(X) and PUB_OPEN(Y) on three sessions
+ * sent back to back: when they share a batch, X's fds are closed and Y's
+ * new memfds take their numbers before the ATTACH_OK leaves. Its fds must
+ * still name X's memory (the inodes SUB_OPEN_OK gave). Setup failures (X
+ * published by the main client, names taken) just end the op.
+ */
+static int fds_in_flight(const uint8_t *data, size_t size, size_t *at)
+{
+	struct client s[3];
+	union wsync_msg_any m;
+	int sfds[WSYNC_MSG_MAX_FDS], afds[WSYNC_MSG_MAX_FDS], ns = 0, na = 0, fd;
+	struct stat st;
+	ino_t want[WSYNC_MSG_MAX_FDS];
+	const uint8_t *layout;
+	const char *x, *y;
+	uint32_t x_id;
+	uint8_t f;
+
+	if (size - *at < 7)
+		return -1;
+	f = data[*at];
+	layout = data + *at + 1;
+	*at += 7;
+	x = model_names[f & 3];
+	y = model_names[(f & 3) ^ (1 + ((f >> 2) % 3))];
+	memset(s, 0, sizeof(s));
+	for (int i = 0; i < 3; i++) {
+		make_layout(&s[i], layout);
+		s[i].fd = client_connect();
+		memset(&m, 0, sizeof(m));
+		wsync_msg_init(&m.hdr, WSYNC_MSG_HELLO, ++s[i].seq);
+		m.hello.layout_version = WSYNC_LAYOUT_VERSION;
+		snprintf(m.hello.name, sizeof(m.hello.name), "fuzz-side-%d", i);
+		if (side_call(&s[i], &m, NULL, 0, afds, &na) != WSYNC_MSG_HELLO_OK)
+			goto out;
+		close_all(afds, na);
+	}
+	/* X: READY, nobody publishing it, s[0] subscribed with its fds */
+	fd = pub_open_msg(&s[0], &m, x);
+	if (side_call(&s[0], &m, &fd, 1, afds, &na) != WSYNC_MSG_PUB_OPEN_OK)
+		goto out_fds;
+	close_all(afds, na);
+	x_id = m.pub_open_ok.model_id;
+	/* a version, so X stays once its publisher left */
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_BEGIN, ++s[0].seq);
+	m.begin.m.model_id = x_id;
+	if (side_call(&s[0], &m, NULL, 0, afds, &na) != WSYNC_MSG_GRANT)
+		goto out_fds;
+	close_all(afds, na);
+	{
+		uint32_t slot = m.grant.slot;
+		uint64_t version = m.grant.version;
+
+		memset(&m, 0, sizeof(m));
+		wsync_msg_init(&m.hdr, WSYNC_MSG_COMMIT, ++s[0].seq);
+		m.commit.m.model_id = x_id;
+		m.commit.slot = slot;
+		m.commit.version = version;
+		m.commit.step = 1;
+	}
+	if (side_call(&s[0], &m, NULL, 0, afds, &na) != WSYNC_MSG_COMMIT_OK)
+		goto out_fds;
+	close_all(afds, na);
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_CLOSE, ++s[0].seq);
+	m.close.m.model_id = x_id;
+	m.close.what = WSYNC_CLOSE_PUB;
+	if (side_call(&s[0], &m, NULL, 0, afds, &na) != WSYNC_MSG_CLOSE_OK)
+		goto out_fds;
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_SUB_OPEN, ++s[0].seq);
+	snprintf(m.sub_open.model, sizeof(m.sub_open.model), "%s", x);
+	if (side_call(&s[0], &m, NULL, 0, sfds, &ns) != WSYNC_MSG_SUB_OPEN_OK ||
+	    m.sub_open_ok.model_id != x_id)
+		goto out_fds;
+	for (int i = 0; i < ns; i++) {
+		if (fstat(sfds[i], &st))
+			abort();
+		want[i] = st.st_ino;
+	}
+	/* the three, back to back */
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_ATTACH, ++s[0].seq);
+	m.attach.m.model_id = x_id;
+	if (send_msg(&s[0], &m, sizeof(m.attach), NULL, 0))
+		goto out_fds;
+	memset(&m, 0, sizeof(m));
+	wsync_msg_init(&m.hdr, WSYNC_MSG_DELETE, ++s[1].seq);
+	snprintf(m.delete_.model, sizeof(m.delete_.model), "%s", x);
+	if (send_msg(&s[1], &m, sizeof(m.delete_), NULL, 0))
+		goto out_fds;
+	fd = pub_open_msg(&s[2], &m, y);
+	if (send_msg(&s[2], &m, sizeof(m.pub_open), &fd, 1))
+		goto out_fds;
+	if (recv_keep(s[0].fd, &m, afds, &na) <= 0)
+		goto out_fds;
+	if (m.hdr.type == WSYNC_MSG_ATTACH_OK) {
+		if (na != ns) {
+			fprintf(stderr, "fuzz_session: ATTACH_OK with %d fds, SUB_OPEN_OK had %d\n",
+			        na, ns);
+			abort();
+		}
+		for (int i = 0; i < na; i++) {
+			if (fstat(afds[i], &st))
+				abort();
+			if (st.st_ino != want[i]) {
+				fprintf(stderr, "fuzz_session: ATTACH_OK's fd %d names inode %lu, "
+				        "the model's is %lu: a number reused before the reply "
+				        "left\n", i, (unsigned long)st.st_ino,
+				        (unsigned long)want[i]);
+				abort();
+			}
+		}
+	}
+	close_all(afds, na);
+	na = 0;
+	for (int i = 1; i < 3; i++)
+		if (recv_keep(s[i].fd, &m, afds, &na) > 0)
+			close_all(afds, na);
+	na = 0;
+out_fds:
+	close_all(sfds, ns);
+	close_all(afds, na);
+out:
+	for (int i = 0; i < 3; i++)
+		if (s[i].fd > 0)
+			close(s[i].fd);
+	return 0;
+}
+
 static int extended_op(struct client *c, uint8_t op, const uint8_t *data, size_t size,
                        size_t *at)
 {
 	switch (op) {
 	case 0:  return burst(c, data, size, at);
 	case 1:  return group_open(c, data, size, at);
-	default: return hang_up(c, data, size, at);
+	case 2:  return hang_up(c, data, size, at);
+	default: return fds_in_flight(data, size, at);
 	}
 }
 
@@ -701,7 +906,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int fds[SEND_FDS_MAX], n;
 
 		if (a >= 0xC0) {                           /* bursts, ranks, hang-ups */
-			if (extended_op(&c, (uint8_t)((a - 0xC0) % 3), data, size, &at))
+			if (extended_op(&c, a >= 0xFC ? 3 : (uint8_t)((a - 0xC0) % 3), data, size,
+			                &at))
 				break;
 		} else if (a % 4 == 0) {                   /* raw datagram */
 			size_t len;

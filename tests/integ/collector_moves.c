@@ -2,7 +2,8 @@
  * collector_moves — a long-lived collector does not keep every memory its
  * model ever had. With --group, a publisher of another uid opens the model,
  * commits a version and leaves, MOVES times over (a trainer that restarts):
- * each leave gives the model new memory (model_rotate). Meanwhile a
+ * each leave gives the model new memory (model_rotate), and so does its
+ * first open (it follows the trainer). Meanwhile a
  * collector acquires and releases as fast as it can on two threads, and
  * holds one view, taken before the first move, across all of them: that
  * view stays readable with its own bytes. Afterwards the collector maps

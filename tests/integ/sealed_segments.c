@@ -5,7 +5,8 @@
  * 1. --group: v1 is published; then a hostile publisher of another uid
  *    (65534, admitted through the group) speaking the raw protocol takes the
  *    model over (PUB_OPEN, BEGIN) and holds the read-write fds of its model
- *    page and of its granted slab, as the replies carried them; it calls
+ *    page and of its granted slab, as the replies carried them (the slab
+ *    with the grant: another uid is handed no slab holding a version); it calls
  *    ftruncate(fd, 0) on each: both fail with EPERM (sealed memfds). A root
  *    collector then reads v1, verified, and after the hostile one left a
  *    normal publisher and collector still work.
@@ -43,8 +44,10 @@ static void expect_sealed(int fd, const char *what)
 	                "expected EPERM", what, rc, rc ? strerror(errno) : "it shrank");
 }
 
-/* PUB_OPEN and BEGIN on a raw session; the page's and the slab's rw fds. */
-static void raw_take_over(int fd, int *page_fd, int *slab_fd)
+/* PUB_OPEN and BEGIN on a raw session; the page's and the slab's rw fds.
+ * other: the session is of another uid than the broker's, which gets the
+ * slab with its grant (the model holds a version), else with PUB_OPEN_OK. */
+static void raw_take_over(int fd, int other, int *page_fd, int *slab_fd)
 {
 	union wsync_msg_any m;
 	wsync_tensor_desc d[2];
@@ -64,12 +67,14 @@ static void raw_take_over(int fd, int *page_fd, int *slab_fd)
 	close(lfd);
 	nfds = WSYNC_MSG_MAX_FDS;
 	TEST_ASSERT(faults_raw_recv(fd, &m, fds, &nfds, HARNESS_WAIT_MS) > 0);
-	/* the page, then every slab writable (mapped at open, off the publish path) */
-	TEST_ASSERT_MSG(m.hdr.type == WSYNC_MSG_PUB_OPEN_OK && nfds == 1 + (int)m.pub_open_ok.n_slots,
-	                "PUB_OPEN: %s %s", wsync_msg_name(m.hdr.type),
-	                m.hdr.type == WSYNC_MSG_ERROR ? m.error.msg : "");
+	/* the page, then every slab writable (mapped at open, off the publish
+	 * path), unless the session is of another uid: the slots hold v1 */
+	TEST_ASSERT_MSG(m.hdr.type == WSYNC_MSG_PUB_OPEN_OK &&
+	                nfds == (other ? 1 : 1 + (int)m.pub_open_ok.n_slots),
+	                "PUB_OPEN: %s %s (%d fds)", wsync_msg_name(m.hdr.type),
+	                m.hdr.type == WSYNC_MSG_ERROR ? m.error.msg : "", nfds);
 	*page_fd = fds[0];
-	*slab_fd = fds[1];
+	*slab_fd = other ? -1 : fds[1];
 	for (int i = 2; i < nfds; i++)
 		close(fds[i]);
 	uint32_t id = m.pub_open_ok.model_id;
@@ -79,9 +84,12 @@ static void raw_take_over(int fd, int *page_fd, int *slab_fd)
 	TEST_OK(faults_raw_send(fd, &m, sizeof m.begin, NULL, 0));
 	nfds = WSYNC_MSG_MAX_FDS;
 	TEST_ASSERT(faults_raw_recv(fd, &m, fds, &nfds, HARNESS_WAIT_MS) > 0);
-	TEST_ASSERT_MSG(m.hdr.type == WSYNC_MSG_GRANT && nfds == 0, "BEGIN: %s %s",
+	TEST_ASSERT_MSG(m.hdr.type == WSYNC_MSG_GRANT && nfds == (other ? 1 : 0) &&
+	                !(m.grant.flags & WSYNC_GRANT_HAS_FD) == !other, "BEGIN: %s %s",
 	                wsync_msg_name(m.hdr.type), m.hdr.type == WSYNC_MSG_ERROR ?
 	                m.error.msg : "");
+	if (other)
+		*slab_fd = fds[0];
 }
 
 static int hostile(void *arg)
@@ -95,7 +103,7 @@ static int hostile(void *arg)
 	}
 	int fd = faults_raw_connect(&B);
 	faults_raw_hello(fd, 1, "hostile", NULL, NULL);
-	raw_take_over(fd, &page_fd, &slab_fd);
+	raw_take_over(fd, group, &page_fd, &slab_fd);
 	expect_sealed(page_fd, "model page");
 	if (group)
 		expect_sealed(slab_fd, "slab");

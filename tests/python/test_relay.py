@@ -556,6 +556,42 @@ def test_damaged_versions_are_never_published(nodes):
         trainer.close()
 
 
+def test_a_version_declaring_too_many_bytes_is_refused(nodes):
+    """A hostile source (--inject oversize:2: its second whole version
+    declares, and sends, 1 MiB more than its layout spans): the destination
+    refuses it before a byte is written, saying so; the slot a local
+    collector holds keeps its bytes (before: the relay wrote past its slab
+    into it, or died of SIGSEGV); the next generation carries the version
+    again, bit-exact, and the one after."""
+    src, dst = nodes(2)
+    trainer = Trainer(src)
+    rsrc, rdst = nodes.relays([src, dst], ["--delta", "off", "--inject", "oversize:2"],
+                              ["--delta", "off"])
+    col = Collector(dst)
+    try:
+        v1 = trainer.publish()[0]
+        col.wait_origin(v1)
+        held = col.sub.acquire()
+        before = bytes(held.buffer())
+        held.verify()
+        v2 = trainer.publish()[0]
+        bad = wait_for("the destination's refusal",
+                       lambda: [e for e in rdst.events("group_failed")
+                                if "declares" in e["error"]])
+        assert "refused before a byte of it was written" in bad[0]["error"], bad[0]
+        assert rsrc.events("injected")[0]["fault"] == "oversize"
+        assert col.wait_origin(v2)[3]
+        v3 = trainer.publish()[0]
+        assert col.wait_origin(v3)[3]
+        assert bytes(held.buffer()) == before, "the held slot changed"
+        held.verify()
+        assert relay.origin(held).version == v1 and Collector.same(held, relay.origin(held))
+        held.release()
+    finally:
+        col.close()
+        trainer.close()
+
+
 # ---- exposure -----------------------------------------------------------------
 
 

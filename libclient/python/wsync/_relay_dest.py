@@ -10,25 +10,73 @@ it again, whole. A whole version is received straight into the slab. In
 both cases the whole-version checksum of what is in the slab is compared
 with the source's before the commit; a mismatch aborts the slab (nothing
 half-applied is ever published) and acks ACK_FAILED.
+
+Nothing from the wire is trusted with memory: a layout document is parsed
+and checked (its size bounded, its fingerprint recomputed, every tensor's
+offset and length within the version and equal to the local publisher's),
+and a version's byte count must be exactly its layout's end and fit the
+slab (and the base view) before a byte is received into either; a version
+that does not is refused before the payload (GroupFailed, the generation
+ends and the source sends again), never written past the slab.
 """
 import ctypes
 import json
+import math
 import time
 
 import numpy as np
 
 import wsync
 
+from . import _dtypes
 from ._relay_codec import Codec, CodecError
 from ._relay_common import (FULL_TRAILER_MAGIC, ACK_DROPPED, ACK_FAILED, ACK_OK, H_BASE_PUBNS, H_BASE_VERSION,
                             H_CHUNK, H_FIRST_LEN, H_FRAME_CAP, H_HOPS, H_KIND,
                             H_LAYOUT_FP, H_LAYOUT_LEN, H_MAGIC, H_MODE, H_NBYTES, H_PUBNS,
                             H_SEQ, H_SKIPPED, H_STEP, H_VERSION, K_BEAT, MAGIC, MODE_DELTA,
-                            ORIGIN_TENSOR, T_LAST, TRAILER_BYTES, GroupFailed,
+                            ORIGIN_TENSOR, T_LAST, TRAILER_BYTES, GroupFailed, fingerprint,
                             to_u64, trailer_unpack)
 from ._relay_policy import Counters
 
 MAX_FRAME = 64 << 20
+MAX_LAYOUT_DOC = 16 << 20   # bytes of a layout document (65,536 tensors fit)
+WSYNC_ALIGN = 256           # wsync.h: every tensor offset is a multiple of this
+WSYNC_MAX_DIMS = 8
+
+
+def parse_layout(raw, fp):
+    """The layout document the source sent (name, dtype, shape, offset,
+    nbytes per tensor), checked against the canonical layout of those
+    tensors (in order, each at the next multiple of WSYNC_ALIGN, as long as
+    its dtype and shape make it): (doc, end), or GroupFailed saying why."""
+    try:
+        doc = json.loads(raw.decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise GroupFailed("layout %x: not a layout document (%s)" % (fp, e)) from None
+    if fingerprint(doc) != fp:
+        raise GroupFailed("layout %x: the document's fingerprint is %x"
+                          % (fp, fingerprint(doc)))
+    if not isinstance(doc, list):
+        raise GroupFailed("layout %x: not a list of tensors" % fp)
+    names, end = set(), 0
+    for i, t in enumerate(doc):
+        ok = (isinstance(t, list) and len(t) == 5 and isinstance(t[0], str) and
+              t[1] in _dtypes.CODE and isinstance(t[2], list) and
+              len(t[2]) <= WSYNC_MAX_DIMS and
+              all(type(x) is int and x >= 0 for x in t[2]) and
+              all(type(x) is int and x >= 0 for x in t[3:5]))
+        if not ok or t[0] in names or t[0] == ORIGIN_TENSOR:
+            raise GroupFailed("layout %x: tensor %d is not (a new name, dtype, shape, "
+                              "offset, bytes): %.120r" % (fp, i, t))
+        at = (end + WSYNC_ALIGN - 1) // WSYNC_ALIGN * WSYNC_ALIGN
+        nbytes = _dtypes.ITEMSIZE[_dtypes.CODE[t[1]]] * math.prod(t[2])
+        if t[3] != at or t[4] != nbytes:
+            raise GroupFailed("layout %x: tensor %d %.64r at offset %d with %d bytes; its "
+                              "dtype and shape put it at %d with %d" % (fp, i, t[0], t[3],
+                                                                        t[4], at, nbytes))
+        names.add(t[0])
+        end = at + nbytes
+    return doc, end
 
 
 def origin_of(view):
@@ -45,6 +93,7 @@ class Destination:
         self.pub = None
         self.pub_fp = None
         self.layouts = {}           # fingerprint -> layout doc
+        self.layout_end = {}        # fingerprint -> bytes its tensors span
         self.committed = 0
         self.dropped = 0
         self.staging = None
@@ -86,9 +135,15 @@ class Destination:
             if h[H_KIND] == K_BEAT:
                 continue
             if h[H_LAYOUT_LEN]:
+                if not 0 < h[H_LAYOUT_LEN] <= MAX_LAYOUT_DOC:
+                    raise GroupFailed("a layout document of %d bytes (at most %d)"
+                                      % (h[H_LAYOUT_LEN], MAX_LAYOUT_DOC))
                 lt = g.header().new_zeros(h[H_LAYOUT_LEN], dtype=g.torch.uint8)
                 g.bcast(lt)
-                self.layouts[h[H_LAYOUT_FP]] = json.loads(bytes(lt.cpu().numpy()).decode())
+                fp = h[H_LAYOUT_FP]
+                self.layouts[fp], self.layout_end[fp] = parse_layout(
+                    bytes(lt.cpu().numpy()), fp)
+            self._check_nbytes(h)
             if h[H_MODE] == MODE_DELTA:
                 code = self._receive_delta(h)
             else:
@@ -98,6 +153,33 @@ class Destination:
             g.ack(code)
 
     # -- where versions go --
+
+    def _check_nbytes(self, h):
+        """A version's byte count is its layout's end, or nothing of it is
+        received (GroupFailed): what is received is sized by it."""
+        fp, n = h[H_LAYOUT_FP], h[H_NBYTES]
+        if fp not in self.layout_end:
+            raise GroupFailed("source version %d: an unknown layout %x" % (h[H_VERSION], fp))
+        if n != self.layout_end[fp]:
+            raise GroupFailed("source version %d declares %d bytes; its layout %x spans %d: "
+                              "refused before a byte of it was written"
+                              % (h[H_VERSION], n, fp, self.layout_end[fp]))
+
+    def _unfit(self, slab, h):
+        """Why the version of header h does not fit slab, or None: every
+        tensor of its layout is one of the slab's, as long, and the bytes
+        fit the slab."""
+        n, doc = h[H_NBYTES], self.layouts[h[H_LAYOUT_FP]]
+        if n > slab.nbytes:
+            return ("source version %d declares %d bytes; the slab holds %d"
+                    % (h[H_VERSION], n, slab.nbytes))
+        mine = {s.name: s for s in slab.layout}
+        for name, _, _, _, nbytes in doc:
+            if name not in mine or mine[name].nbytes != nbytes:
+                return ("source version %d: tensor %.64r is %d bytes, here %s"
+                        % (h[H_VERSION], name, nbytes,
+                           "absent" if name not in mine else "%d" % mine[name].nbytes))
+        return None
 
     def _publisher(self, fp):
         if self.pub is not None and self.pub_fp == fp:
@@ -175,6 +257,9 @@ class Destination:
             self.counters.dropped = self.dropped
             return ACK_DROPPED
         try:
+            unfit = self._unfit(slab, h)
+            if unfit:                    # before a byte of the payload
+                raise GroupFailed(unfit)
             direct = self._direct(slab, h[H_LAYOUT_FP], n) \
                 if g.device is None and not self.a.staging else None
             if direct is not None:
@@ -284,9 +369,14 @@ class Destination:
         wire = 0
         try:
             if slab is not None:
+                # nothing is decoded into a slab the version does not fit
+                why = self._unfit(slab, h)
+                if why is None and view.nbytes < n:
+                    why = "the base holds %d bytes, the version %d" % (view.nbytes, n)
                 try:
-                    codec.dec_begin(view._c.base, slab._c.base, n, h[H_CHUNK])
-                    decoding = True
+                    if why is None:
+                        codec.dec_begin(view._c.base, slab._c.base, n, h[H_CHUNK])
+                        decoding = True
                 except CodecError as e:
                     why = str(e)
             self.deltas_seen += 1

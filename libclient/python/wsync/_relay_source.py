@@ -40,6 +40,9 @@ def as_uint8(torch, mv, n):
             torch.zeros(0, dtype=torch.uint8)
 
 
+OVERSIZE = 1 << 20          # --inject oversize:N: the bytes declared past the layout
+
+
 def frame_cap_for(codec, end, chunk):
     """Frames of 1/16 of the version, 1 to 8 MiB, and at least one record."""
     return max(codec.frame_min(chunk), min(8 << 20, max(1 << 20, end // 16)))
@@ -65,6 +68,11 @@ class Source:
         self.confirmed = False      # every destination holds base_ident
         self.why_full = "first version"
         self.frames = None
+        self.wholes_sent = 0        # for --inject oversize:N
+        self.inject = set()
+        for fault in (a.inject.split(",") if getattr(a, "inject", None) else ()):
+            kind, _, n = fault.partition(":")
+            self.inject.add((kind, int(n)))
 
     def run_generation(self):
         g = self.g
@@ -180,6 +188,14 @@ class Source:
         codec = self.codec
         addr = view._c.base
         vals.update({H_MODE: MODE_FULL, H_SENT_NS: time.time_ns()})
+        self.wholes_sent += 1
+        # Tests: a hostile source whose whole version declares (and sends)
+        # more bytes than its layout spans.
+        over = OVERSIZE if ("oversize", self.wholes_sent) in self.inject else 0
+        if over:
+            self.log("injected", important=True, fault="oversize", whole=self.wholes_sent,
+                     declared=end + over)
+            vals[H_NBYTES] = end + over
         for k, v in vals.items():
             h[k] = v
         g.bcast(h)
@@ -187,6 +203,8 @@ class Source:
             lt = torch.frombuffer(bytearray(lay), dtype=torch.uint8)
             g.bcast(lt.to(g.device) if g.device is not None else lt)
         payload = as_uint8(torch, view.buffer(), end)
+        if over:
+            payload = torch.cat([payload, torch.full((over,), 0xee, dtype=torch.uint8)])
         if g.device is not None:
             payload = payload.to(g.device)
         elif self.a.staging:

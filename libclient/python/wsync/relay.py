@@ -190,7 +190,9 @@ one JSON object on stdout at the end: {"ok": true, ...counters} or
     p.add_argument("--throttle", type=float, default=0.0,
                    help=argparse.SUPPRESS)   # tests: sleep this long after each received version
     p.add_argument("--inject", default=None,
-                   help=argparse.SUPPRESS)   # tests: flip:N / truncate:N (the N-th delta received)
+                   help=argparse.SUPPRESS)   # tests: flip:N / truncate:N (the N-th delta
+                                             # received), wholeflip:N, oversize:N (the
+                                             # source's N-th whole version too long)
     p.add_argument("--alternate", action="store_true",
                    help=argparse.SUPPRESS)   # bench: delta and whole versions in turn
     return p
@@ -237,9 +239,9 @@ def parse_args(argv=None):
         raise UsageError("--level must be -7 .. 19")
     for fault in (a.inject or "").split(",") if a.inject else ():
         kind, _, n = fault.partition(":")
-        if kind not in ("flip", "truncate", "wholeflip") or not n.isdigit():
-            raise UsageError("--inject must be flip:N, truncate:N or wholeflip:N, "
-                             "comma-separated")
+        if kind not in ("flip", "truncate", "wholeflip", "oversize") or not n.isdigit():
+            raise UsageError("--inject must be flip:N, truncate:N, wholeflip:N or "
+                             "oversize:N, comma-separated")
     return a
 
 
