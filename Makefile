@@ -145,7 +145,8 @@ help:
 	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
 	@echo "                    completion, the Python package"
 	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
-	@echo "  make wheel        the Python package as a wheel with libwsync and wsyncd inside"
+	@echo "  make wheel        the Python package as a wheel with libwsync, libwsync-delta,"
+	@echo "                    wsyncd, wsyncctl and wsync-top inside"
 	@echo "  make clean        remove the build directories"
 	@echo "options: V=1 (show commands), CC=clang, BUILD=dir, SAN=asan|tsan|fuzz, PREFIX, DESTDIR, PYTHON"
 
@@ -304,10 +305,12 @@ PYSITE ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
 PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libclient/python/wsync/py.typed
 
 # What the Python package's build backend (libclient/python/backend) runs:
-# the library and the broker it bundles in the wheel, without deps' apt.
-.PHONY: python-lib python-broker wheel
+# the library, the broker and the tools it bundles in the wheel (the
+# relay's codec, wsyncctl, wsync-top), without deps' apt.
+.PHONY: python-lib python-broker python-tools wheel
 python-lib: $(LIB_SO)
 python-broker: $(WSYNCD)
+python-tools: $(DELTA_SO) $(call tool_bin,ctl) $(call tool_bin,top)
 
 # A wheel of the Python package with libwsync and wsyncd inside, built with
 # nothing but the standard library (no index, no network): $(BUILD)/wheel/.
