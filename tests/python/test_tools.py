@@ -462,7 +462,9 @@ def test_top_batch_text(broker, busy_model):
         assert row["VERSION"] == str(busy_model["latest"]) and row["STEP"] == "4"
         assert (row["COLL"], row["LAG"]) == ("1", "1") and row["CHECKSUM"] != "-"
         title = [ln for ln in lines if ln.split()[:2] == ["ID", "PID"]][0].split()
-        rd = dict(zip(title, [ln for ln in lines if " reader " in ln][0].split()))
+        # the session's row (the slot map names the reader too)
+        rd = dict(zip(title, [ln for ln in lines if " reader " in ln and " sub " in ln][0]
+                      .split()))
         assert (rd["ROLE"], rd["MODELS"], rd["VERSION"], rd["LAG"]) == \
             ("sub", "pol", "%d*" % busy_model["view"].version, "1")
         assert "\x1b" not in f                       # no escape codes in batch mode

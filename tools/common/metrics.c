@@ -157,7 +157,7 @@ int metrics_write(FILE *f, const struct snap *s, const char *instance, double cp
 	broker_sample(f, "wsync_broker_stats_age_seconds", b,
 	              s->stats_ns ? (double)(s->now_ns - s->stats_ns) / 1e9 : 0);
 	family(f, "wsync_broker_uptime_seconds", "gauge", "Time since the broker started.");
-	broker_sample(f, "wsync_broker_uptime_seconds", b, (double)(s->now_ns - s->started_ns) / 1e9);
+	broker_sample(f, "wsync_broker_uptime_seconds", b, (double)s->uptime_ns / 1e9);
 	family(f, "wsync_broker_generation", "gauge", "Broker starts that adopted this state.");
 	broker_sample(f, "wsync_broker_generation", b, (double)s->generation);
 	family(f, "wsync_broker_sessions", "gauge", "Connected client sessions.");

@@ -38,8 +38,7 @@ int ctl_common_opt(int opt, struct ctl_opts *o, const char *cmd, const char *usa
 		fputs(CTL_COMMON_USAGE, stdout);
 		return EXIT_DONE;
 	case 'V':
-		printf("wsyncctl %s\n", wsync_version_string());
-		return EXIT_DONE;
+		return report_version(wsync_version_string());
 	default:
 		return report_bad_option(cmd, opt, argv);
 	}
