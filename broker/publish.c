@@ -248,11 +248,9 @@ static void grant_settle(struct broker *b, struct model *m)
 		model_wake(m);
 		return;
 	}
-	if (m->granted) {
-		model_set_slot(m, m->grant_slot, WSYNC_SLOT_FREE, 0);
-		model_set_grant(m, 0);
-		m->granted = false;
-	}
+	/* a publisher gone mid-write: its version is aborted, and counted so */
+	if (m->granted)
+		publish_abort(b, m);
 	if (cur != m->latest)
 		publish_restore(b, m, cur);
 }

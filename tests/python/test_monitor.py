@@ -503,3 +503,35 @@ def test_top_n_range():
     for bad in ("0", "-1", "x", "1e3", "99999999999999999999", "1000000001"):
         r = run(TOP, "-b", "-n", bad)
         assert r.returncode == 2 and "-n wants a count from 1 to 1000000000" in r.stderr, r
+
+
+def test_a_publisher_killed_mid_write_counts_an_abort(broker):
+    """The version a publisher had begun when it was killed is dropped by
+    the broker, and counted in aborts like an abort() (wsync_model_aborts_total)."""
+    import sys
+    script = ("import sys, time, wsync\n"
+              "c = wsync.connect(sys.argv[1], 'doomed')\n"
+              "p = c.publisher('mid', [('w', 'f32', (16,))])\n"
+              "p.publish({'w': [0.0] * 16}, 1)\n"
+              "s = p.begin(timeout=10)\n"
+              "print('begun', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, broker.sock],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "begun"
+        proc.kill()
+        proc.wait(WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        m = [x for x in ctl_json("models")["models"] if x["name"] == "mid"][0]
+        if m["aborts"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert m["aborts"] == 1 and m["version"] == 1 and m["commits"] == 1, m
+    assert 'wsync_model_aborts_total{broker="%s",model="mid"} 1' % broker.name \
+        in run(CTL, "metrics").stdout

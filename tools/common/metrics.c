@@ -75,7 +75,7 @@ static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	[M_STEP]    = { "wsync_model_step", "gauge", "Trainer step of the latest version." },
 	[M_COMMITS] = { "wsync_model_commits_total", "counter",
 	                "Versions committed; rate() of it is the commit rate." },
-	[M_ABORTS]  = { "wsync_model_aborts_total", "counter", "Writes aborted by the publisher." },
+	[M_ABORTS]  = { "wsync_model_aborts_total", "counter", "Writes aborted by the publisher, or dropped when it left mid-write." },
 	[M_BUSY]    = { "wsync_model_busy_total", "counter",
 	                "Begins refused with EBUSY: every slot was held." },
 	[M_BYTES]   = { "wsync_model_slab_bytes", "gauge", "Size of one version (one slab)." },
