@@ -155,3 +155,18 @@ def test_multinode_torchrun_recipe_starts_the_relay(tmp_path):
                        timeout=120)
     assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-2000:])
     assert "wsync-relay 0.2.0" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("prog,func", [("wsyncd", "_wsyncd"), ("wsync-top", "_wsync_top"),
+                                       ("wsync-bench", "_wsync_bench")])
+def test_completion_offers_every_option_of_the_help(prog, func):
+    """`PROG --<TAB>` offers every long option PROG --help lists, and
+    nothing it does not know (wsyncd --keep: accepted, the default)."""
+    help_text = run(os.path.join(BIN, prog), "--help").stdout
+    want = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", help_text, re.M))
+    if "--version" in help_text:                 # some list it after --help
+        want.add("--version")
+    assert "--help" in want and len(want) > 3, help_text
+    got = set(complete(func, prog, "--"))
+    extra = got - want - {"--keep"}
+    assert want <= got and not extra, (sorted(want - got), sorted(extra))
