@@ -102,7 +102,13 @@ def test_help_and_usage_errors():
                         (["wait", "m", "--timeout"], "'--timeout' needs a value"),
                         (["dump", "m"], "-o FILE"), (["load", "f"], "--model"),
                         (["verify", "m", "--version", "x"], "'x'"),
-                        (["models", "-z"], "'-z'")):
+                        (["models", "-z"], "'-z'"),
+                        # a name no broker can hold is a usage error, before any broker
+                        (["load", "f", "--model", "bad name!"], "model name 'bad name!'"),
+                        (["wait", "bad!"], "model name 'bad!'"),
+                        (["dump", ".m", "-o", "x"], "model name '.m'"),
+                        (["verify", "/m"], "model name '/m'"),
+                        (["rm", "ok", "bad!"], "model name 'bad!'")):
         r = ctl(*args)
         assert r.returncode == 2, (args, r)
         assert r.stderr.startswith("wsyncctl: "), r.stderr
