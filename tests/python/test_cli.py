@@ -170,3 +170,29 @@ def test_completion_offers_every_option_of_the_help(prog, func):
     got = set(complete(func, prog, "--"))
     extra = got - want - {"--keep"}
     assert want <= got and not extra, (sorted(want - got), sorted(extra))
+
+
+def test_demo_collector_says_what_it_waits_for(broker):
+    """A mistyped --model is said within a couple of seconds, naming the
+    models that are published, instead of a silent wait."""
+    import select
+    with wsync.connect(broker.sock, "trainer") as c:
+        pub = c.publisher("policy", [("w", "f32", (64,))])
+        with pub.begin(timeout=WAIT_S) as slab:
+            slab.commit(1)
+        t0 = time.monotonic()
+        p = subprocess.Popen([os.path.join(BIN, "wsync-demo"), "collector", "--endpoint",
+                              broker.sock, "--model", "polcy"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = ""
+            while "waiting" not in line and time.monotonic() - t0 < WAIT_S:
+                ready, _, _ = select.select([p.stderr], [], [], 0.2)
+                if ready:
+                    line = p.stderr.readline()
+            took = time.monotonic() - t0
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=WAIT_S)
+    assert "waiting for model 'polcy'" in line and "published here: policy" in line, line
+    assert "is the name right?" in line and took < 5, (took, line)
