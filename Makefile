@@ -124,10 +124,12 @@ help:
 	@echo "                    wsync-demo(1), wsync-bench(1), wsync-relay(1), libwsync(3)"
 	@echo "  make deps         install missing Debian packages"
 	@echo "test:"
-	@echo "  make test         the layering check, unit + integration tests, then test-python"
+	@echo "  make test         the layering check, unit + integration tests, then test-python,"
+	@echo "                    each whatever the others did; the last line sums them all"
 	@echo "  make layering     no include cycle among the headers of LAYER_DIRS, no call cycle"
 	@echo "                    among the files of each (tests/layering.sh), and its self-test"
-	@echo "  make test-python  the Python package's and the tools' tests (part of make test)"
+	@echo "  make test-python  the Python package's and the tools' tests (part of make test;"
+	@echo "                    PYTEST_ARGS=tests/python/test_cli.py for some of them)"
 	@echo "  make check        the suite under ASan+UBSan (build-asan/)"
 	@echo "  make check-tsan   the concurrency tests under ThreadSanitizer (build-tsan/)"
 	@echo "  make fuzz         libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
@@ -269,10 +271,12 @@ PYTHON ?= /usr/bin/python3
 # exposition with the Prometheus project's own parser too.
 PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip iproute2 \
 	python3-prometheus-client
+# PYTEST_ARGS: which tests (default all of them), e.g. tests/python/test_cli.py
+PYTEST_ARGS ?= tests/python
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
-		$(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+		$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=asan CC=clang test
