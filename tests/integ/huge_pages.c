@@ -23,8 +23,9 @@
  *
  * Skips (77), saying why, where pages cannot be reserved (not root, a
  * read-only /proc/sys, the kernel found no memory for them), and where
- * nr_hugepages moves underneath the test: it is machine-wide, so another
- * process changing it would make every count here wrong. Runs of this test
+ * a count of free pages is off because of another process: nr_hugepages
+ * moved underneath the test, or a process that is not this test's maps
+ * hugetlb pages (a broker with the default --huge-pages auto takes them). Runs of this test
  * on one machine (other checkouts, other builds) take turns on a lock file;
  * at the end the test takes back only the pages it added.
  */
@@ -32,10 +33,11 @@
 #include "tests/lib/harness.h"
 #include "shm/hugepages.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <sys/file.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,18 +88,61 @@ static void restore_nr(void)
 	(void)wsync_file_write(NR_PATH, s);
 }
 
-/* nr_hugepages is machine-wide: where another process changed it, the
- * counts of free pages below mean nothing; skip, saying so (the cleanup
- * hook restores). */
+/* A process other than this test and its children (its brokers) that maps
+ * hugetlb pages (HugetlbPages in /proc/<pid>/status): its pid and kB, or 0. */
+static pid_t other_holder(long *kb)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	while (d && !found && (e = readdir(d)) != NULL) {
+		char path[64], line[256];
+		long ppid = -1, pages = 0;
+		pid_t pid = (pid_t)atol(e->d_name);
+		FILE *f;
+
+		if (pid <= 0 || pid == getpid())
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof line, f)) {
+			sscanf(line, "PPid: %ld", &ppid);
+			sscanf(line, "HugetlbPages: %ld", &pages);
+		}
+		fclose(f);
+		if (pages > 0 && ppid != (long)getpid()) {
+			found = pid;
+			*kb = pages;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* nr_hugepages and the free pages are machine-wide: where another process
+ * changed the one or holds some of the other, the counts of free pages
+ * below mean nothing; skip, saying so (the cleanup hook restores). */
 static void steady_or_skip(const char *where)
 {
-	long now = wsync_file_long(NR_PATH);
+	long now = wsync_file_long(NR_PATH), kb = 0;
+	pid_t other;
 
-	if (our_nr < 0 || now == our_nr)
+	if (our_nr < 0)
 		return;
-	harness_log("SKIP: %s moved underneath the test (%ld, want %ld) %s: another process "
-	            "changed the machine's hugetlb pages", NR_PATH, now, our_nr, where);
-	exit(HARNESS_SKIP);
+	if (now != our_nr) {
+		harness_log("SKIP: %s moved underneath the test (%ld, want %ld) %s: another "
+		            "process changed the machine's hugetlb pages", NR_PATH, now, our_nr,
+		            where);
+		exit(HARNESS_SKIP);
+	}
+	if ((other = other_holder(&kb)) != 0) {
+		harness_log("SKIP: pid %d, not this test's, maps %ld kB of hugetlb pages %s: the "
+		            "free pages are not this test's to count", (int)other, kb, where);
+		exit(HARNESS_SKIP);
+	}
 }
 
 /* Waits its turn behind other runs of this test; 0, or HARNESS_SKIP. */
