@@ -128,13 +128,16 @@ help:
 	@echo "  make              libwsync (.a, .so), wsyncd, the tools and the man pages"
 	@echo "                    into $(BUILD)/ (installs missing Debian packages first)"
 	@echo "  make tools        only wsyncctl, wsync-top, wsync-demo, wsync-bench"
-	@echo "  make man          only the man pages (scdoc): wsyncd(8), wsyncctl(1), wsync-top(1), libwsync(3)"
+	@echo "  make man          only the man pages (scdoc): wsyncd(8), wsyncctl(1), wsync-top(1),"
+	@echo "                    wsync-demo(1), wsync-bench(1), wsync-relay(1), libwsync(3)"
 	@echo "  make deps         install missing Debian packages"
 	@echo "test:"
-	@echo "  make test         the layering check, unit + integration tests, then test-python"
+	@echo "  make test         the layering check, unit + integration tests, then test-python,"
+	@echo "                    each whatever the others did; the last line sums them all"
 	@echo "  make layering     no include cycle among the headers of LAYER_DIRS, no call cycle"
 	@echo "                    among the files of each (tests/layering.sh), and its self-test"
-	@echo "  make test-python  the Python package's and the tools' tests (part of make test)"
+	@echo "  make test-python  the Python package's and the tools' tests (part of make test;"
+	@echo "                    PYTEST_ARGS=tests/python/test_cli.py for some of them)"
 	@echo "  make check        the suite under ASan+UBSan (build-asan/)"
 	@echo "  make check-tsan   the concurrency tests under ThreadSanitizer (build-tsan/)"
 	@echo "  make fuzz         libFuzzer harnesses, each FUZZ_SECONDS (60) on its seed corpus (build-fuzz/)"
@@ -153,7 +156,8 @@ help:
 	@echo "                    wsync.pc, programs, man pages, systemd user units, bash"
 	@echo "                    completion, the Python package"
 	@echo "  make uninstall    removes all of that again (same PREFIX and DESTDIR)"
-	@echo "  make wheel        the Python package as a wheel with libwsync and wsyncd inside"
+	@echo "  make wheel        the Python package as a wheel with libwsync, libwsync-delta,"
+	@echo "                    wsyncd, wsyncctl and wsync-top inside"
 	@echo "  make deb          Debian packages (wsync, libwsync0, libwsync-dev, python3-wsync)"
 	@echo "                    into $(BUILD)/deb/, checked by lintian (docs/PACKAGING.md)"
 	@echo "  make clean        remove the build directories"
@@ -256,10 +260,15 @@ layering: all
 
 # The Python tests load libwsync into the interpreter, which a sanitizer
 # build cannot do without preloading its runtime: they run in plain builds.
+# tests/suite.sh runs each suite even when one before it failed, and closes
+# with the count of all of them on its own line (CI reads it).
 test: tests
-	$(layering_check)
-	$(Q)BUILD=$(BUILD) sh tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
-	$(Q)$(if $(SAN),echo "test-python: skipped in a SAN=$(SAN) build",$(MAKE) --no-print-directory test-python)
+	$(Q)$(if $(SAN),echo "test-python: skipped in a SAN=$(SAN) build")
+	$(Q)BUILD=$(BUILD) sh tests/suite.sh \
+		layering 'CC="$(CC)" sh tests/layering_test.sh && \
+			sh tests/layering.sh -o $(BUILD)/obj $(filter -I%,$(CPPFLAGS)) $(LAYER_DIRS)' \
+		unit+integ 'sh tests/run.sh $(UNIT_BIN) $(INTEG_BIN)' \
+		$(if $(SAN),,python '$(MAKE) --no-print-directory test-python')
 
 # The Python binding's tests, through Debian's interpreter (the python3
 # first on PATH may be another build without numpy). python3-torch is
@@ -272,10 +281,12 @@ PYTHON ?= /usr/bin/python3
 # exposition with the Prometheus project's own parser too.
 PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip iproute2 \
 	python3-prometheus-client
+# PYTEST_ARGS: which tests (default all of them), e.g. tests/python/test_cli.py
+PYTEST_ARGS ?= tests/python
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
 	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
-		$(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+		$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=asan CC=clang test
@@ -309,10 +320,12 @@ PYSITE ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
 PY_SRC  = $(filter-out %/_paths.py,$(wildcard libclient/python/wsync/*.py)) libclient/python/wsync/py.typed
 
 # What the Python package's build backend (libclient/python/backend) runs:
-# the library and the broker it bundles in the wheel, without deps' apt.
-.PHONY: python-lib python-broker wheel deb
+# the library, the broker and the tools it bundles in the wheel (the
+# relay's codec, wsyncctl, wsync-top), without deps' apt.
+.PHONY: python-lib python-broker python-tools wheel deb
 python-lib: $(LIB_SO)
 python-broker: $(WSYNCD)
+python-tools: $(DELTA_SO) $(call tool_bin,ctl) $(call tool_bin,top)
 
 # A wheel of the Python package with libwsync and wsyncd inside, built with
 # nothing but the standard library (no index, no network): $(BUILD)/wheel/.

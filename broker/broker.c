@@ -136,6 +136,9 @@ void broker_stop(struct broker *b)
 
 	service_stopping();
 	b->stopping = true;
+	/* The last beat is the stop: monitors count a stopped broker's uptime
+	 * up to it. */
+	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
 	/* Waiters first: every wait returns now. STOPPED (in memory only the
 	 * broker writes) before the wake, so a woken waiter sees it. */
 	atomic_store(&b->ctl->state, WSYNC_BROKER_STOPPED);

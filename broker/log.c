@@ -15,9 +15,13 @@ static int log_threshold = LOG_LEVEL_INFO;
 static int log_fd = STDERR_FILENO;
 static char log_path[PATH_MAX];
 
+/* A new file is 0600 at start and at every SIGHUP alike: the start opens it
+ * before the broker sets its umask (077), a reopen after, so any wider mode
+ * asked for here would differ between the two. A file that exists (made by
+ * logrotate's create) keeps its mode. */
 static int log_file_open(const char *path)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0640);
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
 
 	return fd < 0 ? -errno : fd;
 }

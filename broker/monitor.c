@@ -7,6 +7,11 @@
  * Every commit is recorded when it is booked (monitor_commit, from
  * publish_book), so lags are exact; the tick adds the latest version and the
  * versions still in slots as well, which covers versions adopted at start.
+ * The checksum is mirrored at each commit too (a model published faster
+ * than the tick would otherwise never show one), with checksum_version as
+ * a sequence word: 0 while the pair is rewritten, then the version it
+ * belongs to (release); a monitor takes the checksum only when it reads
+ * the same version before and after it (tools/common/snap.c).
  * Everything here is informational: nothing read or written decides
  * anything in the broker, and only the broker writes these words.
  */
@@ -20,7 +25,26 @@
 
 #define RELAXED memory_order_relaxed
 
-void monitor_commit(struct model *m, uint64_t version, int64_t ns)
+/* The checksum its publisher stored with version v in slot (0 = none)
+ * into the ctl entry, for monitors. */
+static void mirror_checksum(struct model *m, uint32_t slot, uint64_t v)
+{
+	struct wsync_ctl_model *e = m->ctl;
+	uint64_t sum = 0;
+
+	if (v && m->page && slot < WSYNC_MAX_SLOTS &&
+	    atomic_load_explicit(&m->page->slots[slot].version, RELAXED) == v)
+		sum = atomic_load_explicit(&m->page->slots[slot].checksum, RELAXED);
+	if (atomic_load_explicit(&e->checksum_version, RELAXED) == (sum ? v : 0) &&
+	    atomic_load_explicit(&e->checksum, RELAXED) == sum)
+		return;
+	atomic_store_explicit(&e->checksum_version, 0, RELAXED);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&e->checksum, sum, RELAXED);
+	atomic_store_explicit(&e->checksum_version, sum ? v : 0, memory_order_release);
+}
+
+void monitor_commit(struct model *m, uint64_t version, uint32_t slot, int64_t ns)
 {
 	struct stats_point pt = {
 		.version = version,
@@ -30,6 +54,7 @@ void monitor_commit(struct model *m, uint64_t version, int64_t ns)
 	};
 
 	stats_history_add(&m->hist, &pt);
+	mirror_checksum(m, slot, version);
 }
 
 /* Versions still in slots between the newest point and the latest `top`
@@ -91,7 +116,6 @@ void monitor_model(struct model *m)
 	uint64_t commits = atomic_load_explicit(&e->commits, RELAXED);
 	int64_t ns = atomic_load_explicit(&e->last_commit_ns, RELAXED);
 	struct stats_history *h = &m->hist;
-	uint64_t sum = 0, sum_version = 0;
 	uint32_t pid = 0;
 
 	if (m->pub)
@@ -103,8 +127,7 @@ void monitor_model(struct model *m)
 	if (m->state != WSYNC_MODEL_READY || slot == WSYNC_SLOT_NONE || !v) {
 		h->latest = 0;
 		atomic_store_explicit(&e->stats_commits, 0, RELAXED);
-		atomic_store_explicit(&e->checksum, 0, RELAXED);
-		atomic_store_explicit(&e->checksum_version, 0, RELAXED);
+		mirror_checksum(m, WSYNC_SLOT_NONE, 0);
 		return;
 	}
 	if (!h->n || v > stats_point_at(h, h->n - 1)->version) {
@@ -117,11 +140,5 @@ void monitor_model(struct model *m)
 	h->commits = commits;
 	h->latest_ns = ns;
 	atomic_store_explicit(&e->stats_commits, commits | WSYNC_STATS_COMMITS_SET, RELAXED);
-	if (m->page && slot < WSYNC_MAX_SLOTS &&
-	    atomic_load_explicit(&m->page->slots[slot].version, RELAXED) == v) {
-		sum = atomic_load_explicit(&m->page->slots[slot].checksum, RELAXED);
-		sum_version = sum ? v : 0;
-	}
-	atomic_store_explicit(&e->checksum, sum, RELAXED);
-	atomic_store_explicit(&e->checksum_version, sum_version, RELAXED);
+	mirror_checksum(m, slot, v);
 }

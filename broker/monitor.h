@@ -9,7 +9,7 @@
 struct model;
 
 /* Records a commit of m (its commits counter already counts it). */
-void monitor_commit(struct model *m, uint64_t version, int64_t ns);
+void monitor_commit(struct model *m, uint64_t version, uint32_t slot, int64_t ns);
 /* Brings m's history up to its latest version and mirrors its publisher's
  * pid, its latest checksum and the commits counter the tick's lags are
  * counted against into its ctl entry (the tick). */

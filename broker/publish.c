@@ -181,7 +181,7 @@ void publish_book(struct broker *b, struct model *m, uint64_t step, int64_t ns)
 	atomic_fetch_add(&m->ctl->commits, 1);
 	atomic_store(&m->ctl->last_step, step);
 	atomic_store(&m->ctl->last_commit_ns, ns);
-	monitor_commit(m, v, ns);
+	monitor_commit(m, v, slot, ns);
 	log_debug("model '%s': v%llu committed in slot %u, step %llu", m->name,
 	          (unsigned long long)v, slot, (unsigned long long)step);
 	publish_notify(b, m);
@@ -248,11 +248,9 @@ static void grant_settle(struct broker *b, struct model *m)
 		model_wake(m);
 		return;
 	}
-	if (m->granted) {
-		model_set_slot(m, m->grant_slot, WSYNC_SLOT_FREE, 0);
-		model_set_grant(m, 0);
-		m->granted = false;
-	}
+	/* a publisher gone mid-write: its version is aborted, and counted so */
+	if (m->granted)
+		publish_abort(b, m);
 	if (cur != m->latest)
 		publish_restore(b, m, cur);
 }

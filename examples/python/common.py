@@ -9,6 +9,7 @@ REINFORCE; the collectors act with their own copy of the policy and take
 new weights between rollouts.
 """
 import argparse
+import importlib.util
 import multiprocessing as mp
 import os
 import signal
@@ -18,8 +19,12 @@ from multiprocessing.connection import wait as wait_conns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-if os.path.isdir(os.path.join(ROOT, "libclient", "python", "wsync")):
-    sys.path.insert(0, os.path.join(ROOT, "libclient", "python"))
+# The wsync this interpreter has (a wheel in a venv, make install,
+# PYTHONPATH) is the one the examples run on; only where it has none, the
+# source tree's package around this file.
+if importlib.util.find_spec("wsync") is None and \
+        os.path.isdir(os.path.join(ROOT, "libclient", "python", "wsync")):
+    sys.path.append(os.path.join(ROOT, "libclient", "python"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

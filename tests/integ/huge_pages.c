@@ -22,15 +22,22 @@
  * every client is gone, every huge page is free again.
  *
  * Skips (77), saying why, where pages cannot be reserved (not root, a
- * read-only /proc/sys, the kernel found no memory for them).
+ * read-only /proc/sys, the kernel found no memory for them), and where
+ * a count of free pages is off because of another process: nr_hugepages
+ * moved underneath the test, or a process that is not this test's maps
+ * hugetlb pages (a broker with the default --huge-pages auto takes them). Runs of this test
+ * on one machine (other checkouts, other builds) take turns on a lock file;
+ * at the end the test takes back only the pages it added.
  */
 #include "tests/lib/faults.h"
 #include "tests/lib/harness.h"
 #include "shm/hugepages.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,13 +45,126 @@
 #define FREE_PATH WSYNC_HUGETLB_FREE
 #define EXTRA     32
 
-static char old_nr[32];          /* what NR_PATH held, written back at the end */
+/* Machine-wide: runs of this test from any checkout take turns on it. */
+#define LOCK_PATH "/tmp/wsync-test-huge-pages.lock"
+#define LOCK_WAIT_S 120
 
-/* harness cleanup hook: async-signal-safe */
+static long old_nr = -1;         /* what NR_PATH held before the test */
+static long our_nr = -1;         /* what it holds with the test's pages added */
+
+/* decimal of v >= 0 into buf (async-signal-safe, unlike snprintf) */
+static void long_str(long v, char *buf)
+{
+	char tmp[24];
+	int n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0);
+	while (n > 0)
+		*buf++ = tmp[--n];
+	*buf = '\0';
+}
+
+/* harness cleanup hook, on every exit (signals too): async-signal-safe.
+ * Takes back only the pages the test added: if another process set
+ * nr_hugepages meanwhile, its change stays. */
 static void restore_nr(void)
 {
-	if (old_nr[0])
-		(void)wsync_file_write(NR_PATH, old_nr);
+	char s[24];
+	long now, want;
+
+	if (old_nr < 0)
+		return;
+	now = wsync_file_long(NR_PATH);
+	if (now < 0 || now >= our_nr)
+		want = now < 0 ? old_nr : now - EXTRA;
+	else                     /* fewer made than asked, or lowered by another */
+		want = now < old_nr ? now : old_nr;
+	if (want == now)
+		return;
+	long_str(want, s);
+	(void)wsync_file_write(NR_PATH, s);
+}
+
+/* A process other than this test and its children (its brokers) that maps
+ * hugetlb pages (HugetlbPages in /proc/<pid>/status): its pid and kB, or 0. */
+static pid_t other_holder(long *kb)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	while (d && !found && (e = readdir(d)) != NULL) {
+		char path[64], line[256];
+		long ppid = -1, pages = 0;
+		pid_t pid = (pid_t)atol(e->d_name);
+		FILE *f;
+
+		if (pid <= 0 || pid == getpid())
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof line, f)) {
+			sscanf(line, "PPid: %ld", &ppid);
+			sscanf(line, "HugetlbPages: %ld", &pages);
+		}
+		fclose(f);
+		if (pages > 0 && ppid != (long)getpid()) {
+			found = pid;
+			*kb = pages;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* nr_hugepages and the free pages are machine-wide: where another process
+ * changed the one or holds some of the other, the counts of free pages
+ * below mean nothing; skip, saying so (the cleanup hook restores). */
+static void steady_or_skip(const char *where)
+{
+	long now = wsync_file_long(NR_PATH), kb = 0;
+	pid_t other;
+
+	if (our_nr < 0)
+		return;
+	if (now != our_nr) {
+		harness_log("SKIP: %s moved underneath the test (%ld, want %ld) %s: another "
+		            "process changed the machine's hugetlb pages", NR_PATH, now, our_nr,
+		            where);
+		exit(HARNESS_SKIP);
+	}
+	if ((other = other_holder(&kb)) != 0) {
+		harness_log("SKIP: pid %d, not this test's, maps %ld kB of hugetlb pages %s: the "
+		            "free pages are not this test's to count", (int)other, kb, where);
+		exit(HARNESS_SKIP);
+	}
+}
+
+/* Waits its turn behind other runs of this test; 0, or HARNESS_SKIP. */
+static int take_turn(void)
+{
+	int fd = open(LOCK_PATH, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+	int64_t until = harness_mono_ns() + (int64_t)LOCK_WAIT_S * HARNESS_S;
+
+	if (fd < 0) {
+		harness_log("cannot open %s (%s): running without taking turns", LOCK_PATH,
+		            strerror(errno));
+		return 0;
+	}
+	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno != EWOULDBLOCK || harness_mono_ns() >= until) {
+			harness_log("SKIP: another run of this test held %s for %d s", LOCK_PATH,
+			            LOCK_WAIT_S);
+			return HARNESS_SKIP;
+		}
+		harness_sleep_ms(100);
+	}
+	return 0;                /* held until the process exits */
 }
 
 static int thp_usable(void)
@@ -89,12 +209,22 @@ static int open_big(wsync_client *c, const char *model, uint32_t slots, uint32_t
 }
 #define PAGES_PER_SLAB 4
 
+/* the free hugetlb pages are `want`, unless nr_hugepages moved underneath */
+#define FREE_IS(want) do { \
+	long free_ = wsync_file_long(FREE_PATH); \
+	if (free_ != (long)(want)) \
+		steady_or_skip("while counting free pages"); \
+	TEST_EQ_U64(free_, (want)); \
+} while (0)
+
 static void wait_free(long want)
 {
 	int64_t until = harness_mono_ns() + 5 * HARNESS_S;
 
 	while (wsync_file_long(FREE_PATH) != want && harness_mono_ns() < until)
 		harness_sleep_ms(20);
+	if (wsync_file_long(FREE_PATH) != want)
+		steady_or_skip("while the pages were given back");
 	TEST_ASSERT_MSG(wsync_file_long(FREE_PATH) == want, "%ld hugetlb pages free, %ld before "
 	                "the broker started", wsync_file_long(FREE_PATH), want);
 }
@@ -142,15 +272,16 @@ static int reserve(long *free0)
 		harness_log("SKIP: no %s or %s: no 2 MiB hugetlb pages here", NR_PATH, FREE_PATH);
 		return HARNESS_SKIP;
 	}
-	snprintf(old_nr, sizeof old_nr, "%ld", nr);
+	old_nr = nr;
+	our_nr = nr + EXTRA;
 	harness_at_cleanup(restore_nr);
-	snprintf(want, sizeof want, "%ld", nr + EXTRA);
+	snprintf(want, sizeof want, "%ld", our_nr);
 	if (wsync_file_write(NR_PATH, want) < 0) {
 		harness_log("SKIP: cannot write %s to %s: %s", want, NR_PATH, strerror(errno));
 		return HARNESS_SKIP;
 	}
 	*free0 = wsync_file_long(FREE_PATH);
-	if (wsync_file_long(NR_PATH) < nr + EXTRA || *free0 < EXTRA) {
+	if (wsync_file_long(NR_PATH) < our_nr || *free0 < EXTRA) {
 		harness_log("SKIP: asked for %s hugetlb pages, the kernel made %ld (%ld free)",
 		            want, wsync_file_long(NR_PATH), *free0);
 		return HARNESS_SKIP;
@@ -175,7 +306,7 @@ static void on_hugetlb(long free0)
 	LOG_HAS(&H, "on 2 MiB hugetlb pages");
 	ctl_says_pages(&H, "hugetlb");
 	/* fallocated, all of them, before any client touched one */
-	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0 - 2 * PAGES_PER_SLAB);
+	FREE_IS(free0 - 2 * PAGES_PER_SLAB);
 	TEST_OK(wsync_sub_open(c, "hp.model", &s));
 	harness_publish_verify(p, s, 1);
 	harness_publish_verify(p, s, 2);
@@ -201,7 +332,7 @@ static void on_hugetlb(long free0)
 	TEST_OK(wsync_sub_open(c, "hp.guarded", &sg));
 	harness_publish_verify(pg, sg, 7);
 	harness_publish_verify(pg, sg, 8);
-	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0 - 4 * PAGES_PER_SLAB);
+	FREE_IS(free0 - 4 * PAGES_PER_SLAB);
 
 	/* 20 pages wanted, 16 free, --huge-pages on: refused, naming them
 	 * (where shmem THP is on, the model goes there instead) */
@@ -261,7 +392,7 @@ static void auto_too_few(long free0)
 	TEST_OK(harness_connect(&A, "hp-auto", &c));
 	TEST_OK(open_big(c, "hp.auto", slots, 0, &p));
 	TEST_OK(wsync_sub_open(c, "hp.auto", &s));
-	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0);
+	FREE_IS(free0);
 	harness_publish_verify(p, s, 11);
 	harness_publish_verify(p, s, 12);
 	wsync_sub_close(s);
@@ -293,7 +424,7 @@ static void auto_runs_out(long free0)
 	LOG_HAS(&F, "fault injection: failing segment creation #6 (WSYNC_FAULT_SEG=6) at "
 	        "wsync-slab");
 	LOG_HAS(&F, "hugetlb pages ran out while making its slabs");
-	TEST_EQ_U64(wsync_file_long(FREE_PATH), free0);
+	FREE_IS(free0);
 	TEST_OK(wsync_sub_open(c, "hp.out", &s));
 	harness_publish_verify(p, s, 21);
 	wsync_sub_close(s);
@@ -309,6 +440,9 @@ int main(void)
 	long free0 = 0;
 	int rc;
 
+	rc = take_turn();
+	if (rc)
+		return rc;
 	without_pages();
 	rc = reserve(&free0);
 	if (rc)

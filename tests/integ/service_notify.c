@@ -4,7 +4,8 @@
  * second when WATCHDOG_USEC asks for it, says RELOADING=1 then READY=1 around
  * a SIGHUP, and STOPPING=1 at SIGTERM. SIGHUP never stops it (a closed
  * terminal sends one): it reopens its --log-file, which logrotate moved
- * away, and goes on serving.
+ * away, and goes on serving. The log file it creates is 0600 at start and
+ * after the reopen alike (whatever the umask it was started with).
  */
 #include "tests/lib/harness.h"
 
@@ -14,10 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 static struct broker B;
+
+static unsigned file_mode(const char *path)
+{
+	struct stat st;
+
+	TEST_ASSERT_MSG(stat(path, &st) == 0, "stat %s: %s", path, strerror(errno));
+	return (unsigned)(st.st_mode & 07777);
+}
 
 /* The next notification containing want, within ms; fails the test
  * otherwise. Others are logged and skipped. */
@@ -58,6 +68,7 @@ int main(void)
 	snprintf(logf, sizeof logf, "%s/wsyncd.log", dir);
 	snprintf(moved, sizeof moved, "%s/wsyncd.log.1", dir);
 
+	umask(022);              /* a usual shell's: the start must not widen the file */
 	if (harness_broker_start(&B, "--log-file", logf, NULL))
 		return 1;
 	unsetenv("NOTIFY_SOCKET");
@@ -65,6 +76,8 @@ int main(void)
 	expect_notify(fd, "READY=1", 5000);
 	expect_notify(fd, "WATCHDOG=1", 3000);
 	TEST_CONTAINS(harness_read_file(logf, text, sizeof text), "started");
+	TEST_ASSERT_MSG(file_mode(logf) == 0600, "the log file is %04o at start, want 0600",
+	                file_mode(logf));
 
 	/* logrotate moves the file, then HUP */
 	TEST_ASSERT(rename(logf, moved) == 0);
@@ -74,6 +87,8 @@ int main(void)
 	TEST_OK(harness_connect(&B, "after-hup", &c));
 	wsync_close(c);
 	TEST_CONTAINS(harness_read_file(logf, text, sizeof text), "log file reopened");
+	TEST_ASSERT_MSG(file_mode(logf) == 0600, "the reopened log file is %04o, want 0600",
+	                file_mode(logf));
 	TEST_ASSERT(strstr(harness_read_file(moved, text, sizeof text), "reopened") == NULL);
 	/* a second HUP, as a closing terminal sends: still serving */
 	TEST_ASSERT(kill(B.pid, SIGHUP) == 0);

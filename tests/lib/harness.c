@@ -842,6 +842,13 @@ void harness_broker_finish_at(struct broker *b, const char *file, int line)
 		             "clean stop", left, b->name);
 }
 
+void harness_broker_forget(struct broker *b)
+{
+	if (b->reg >= 0 && b->reg < REG_MAX && reg[b->reg].used)
+		reg_kill_and_clean(&reg[b->reg]);
+	b->reg = -1;
+}
+
 int harness_shm_leftovers(const struct broker *b, int print)
 {
 	char prefix[128];

@@ -147,6 +147,10 @@ void harness_broker_finish_at(struct broker *b, const char *file, int line);
 /* Number of /dev/shm/wsync.<uid>.<name>.* entries, and of the entries in
  * those that are (private) directories; prints them if print. */
 int  harness_shm_leftovers(const struct broker *b, int print);
+/* Kills b's broker if it runs and removes its segments and its directory
+ * now, not at exit: for a broker started in a forked child, which leaves
+ * with _exit (the cleanup at exit belongs to the test's own process). */
+void harness_broker_forget(struct broker *b);
 /* "/dev/shm/<the instance's current private directory>/<seg>" (seg "" for
  * the directory itself), from the state file in its run directory:
  * 0, or -1 if there is none. */

@@ -2,6 +2,7 @@
 exits 2 for it; the demo roles take --model (and --name, the broker
 instance, as wsyncctl and wsync-top do) and refuse a model the demo trainer
 did not publish instead of counting its bytes as failures."""
+import json
 import os
 import re
 import signal
@@ -35,6 +36,16 @@ def test_help_version_bad_option(prog):
     assert r.stdout.split()[1][0].isdigit(), r.stdout
     r = run(path, "--no-such-option")
     assert r.returncode == 2 and "'--no-such-option'" in r.stderr, r
+    if prog in ("wsyncctl", "wsync-top"):         # the tools' --json contract
+        for args in (("--json", "--version"), ("--version", "--json")):
+            r = run(path, *args)
+            doc = json.loads(r.stdout)
+            assert r.returncode == 0 and doc == {"ok": True, "program": prog,
+                                                 "version": doc["version"]}, r
+            assert doc["version"][0].isdigit(), doc
+    if prog == "wsync-bench":                    # --json takes a FILE, never an option
+        r = run(path, "--json", "--version", timeout=10)
+        assert r.returncode == 2 and "--json wants the FILE" in r.stderr, r
 
 
 def test_demo_roles_take_a_model(broker):
@@ -114,3 +125,74 @@ def test_completion_agrees_with_the_programs():
     got = set(complete("_wsync_relay", "wsync-relay", "--"))
     assert want <= got and got <= want, (want - got, got - want)
     assert complete("_wsync_relay", "wsync-relay", "--backend", "") == ["auto", "gloo", "nccl"]
+
+
+def test_multinode_torchrun_recipe_starts_the_relay(tmp_path):
+    """docs/MULTINODE.md's torchrun line, as one node of one, launches
+    wsync.relay with the torchrun installed here (Debian's torch 1.13:
+    underscore flags only)."""
+    import shutil
+    if not shutil.which("torchrun"):
+        pytest.skip("no torchrun (python3-torch) installed")
+    doc = open(os.path.join(ROOT, "docs", "MULTINODE.md")).read()
+    m = re.search(r"^torchrun .*?-m wsync\.relay --model policy$", doc, re.M | re.S)
+    assert m, "no torchrun recipe in docs/MULTINODE.md"
+    args = m.group(0).replace("\\\n", " ").split()
+    assert args[-2:] == ["--model", "policy"]
+    args = [a for a in args[:-2]] + ["--version"]
+    subst = {"3": "1", "$NODE": "0", "10.0.0.1": "127.0.0.1",
+             "29500": str(29600 + os.getpid() % 300)}
+    for i, a in enumerate(args):
+        if args[i - 1] in ("--nnodes", "--node_rank", "--master_addr", "--master_port"):
+            args[i] = subst.get(a, a)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "libclient", "python"),
+               WSYNC_DELTA_LIBRARY=os.path.join(ROOT, BUILD, "lib", "libwsync-delta.so"))
+    if "WSYNC_LIBRARY" in env:
+        env["WSYNC_LIBRARY"] = os.path.abspath(env["WSYNC_LIBRARY"])
+    at = args.index("-m")
+    args[at:at] = ["--log_dir", str(tmp_path)]
+    r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                       timeout=120)
+    assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-2000:])
+    assert "wsync-relay 0.2.0" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("prog,func", [("wsyncd", "_wsyncd"), ("wsync-top", "_wsync_top"),
+                                       ("wsync-bench", "_wsync_bench")])
+def test_completion_offers_every_option_of_the_help(prog, func):
+    """`PROG --<TAB>` offers every long option PROG --help lists, and
+    nothing it does not know (wsyncd --keep: accepted, the default)."""
+    help_text = run(os.path.join(BIN, prog), "--help").stdout
+    want = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", help_text, re.M))
+    if "--version" in help_text:                 # some list it after --help
+        want.add("--version")
+    assert "--help" in want and len(want) > 3, help_text
+    got = set(complete(func, prog, "--"))
+    extra = got - want - {"--keep"}
+    assert want <= got and not extra, (sorted(want - got), sorted(extra))
+
+
+def test_demo_collector_says_what_it_waits_for(broker):
+    """A mistyped --model is said within a couple of seconds, naming the
+    models that are published, instead of a silent wait."""
+    import select
+    with wsync.connect(broker.sock, "trainer") as c:
+        pub = c.publisher("policy", [("w", "f32", (64,))])
+        with pub.begin(timeout=WAIT_S) as slab:
+            slab.commit(1)
+        t0 = time.monotonic()
+        p = subprocess.Popen([os.path.join(BIN, "wsync-demo"), "collector", "--endpoint",
+                              broker.sock, "--model", "polcy"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = ""
+            while "waiting" not in line and time.monotonic() - t0 < WAIT_S:
+                ready, _, _ = select.select([p.stderr], [], [], 0.2)
+                if ready:
+                    line = p.stderr.readline()
+            took = time.monotonic() - t0
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=WAIT_S)
+    assert "waiting for model 'polcy'" in line and "published here: policy" in line, line
+    assert "is the name right?" in line and took < 5, (took, line)

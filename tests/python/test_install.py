@@ -113,7 +113,8 @@ def test_make_install_service_man_completion(tmp, broker):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
     man = os.path.join(prefix, "share", "man")
-    for page in ("man8/wsyncd.8", "man1/wsyncctl.1", "man1/wsync-top.1", "man3/libwsync.3"):
+    for page in ("man8/wsyncd.8", "man1/wsyncctl.1", "man1/wsync-top.1", "man3/libwsync.3",
+                 "man1/wsync-demo.1", "man1/wsync-bench.1", "man1/wsync-relay.1"):
         text = open(os.path.join(man, page)).read()
         assert text.startswith(".\\\"") or ".TH" in text, page
         assert ".SH NAME" in text or ".SH \"NAME\"" in text, page

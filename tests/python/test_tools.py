@@ -102,7 +102,13 @@ def test_help_and_usage_errors():
                         (["wait", "m", "--timeout"], "'--timeout' needs a value"),
                         (["dump", "m"], "-o FILE"), (["load", "f"], "--model"),
                         (["verify", "m", "--version", "x"], "'x'"),
-                        (["models", "-z"], "'-z'")):
+                        (["models", "-z"], "'-z'"),
+                        # a name no broker can hold is a usage error, before any broker
+                        (["load", "f", "--model", "bad name!"], "model name 'bad name!'"),
+                        (["wait", "bad!"], "model name 'bad!'"),
+                        (["dump", ".m", "-o", "x"], "model name '.m'"),
+                        (["verify", "/m"], "model name '/m'"),
+                        (["rm", "ok", "bad!"], "model name 'bad!'")):
         r = ctl(*args)
         assert r.returncode == 2, (args, r)
         assert r.stderr.startswith("wsyncctl: "), r.stderr
@@ -462,7 +468,9 @@ def test_top_batch_text(broker, busy_model):
         assert row["VERSION"] == str(busy_model["latest"]) and row["STEP"] == "4"
         assert (row["COLL"], row["LAG"]) == ("1", "1") and row["CHECKSUM"] != "-"
         title = [ln for ln in lines if ln.split()[:2] == ["ID", "PID"]][0].split()
-        rd = dict(zip(title, [ln for ln in lines if " reader " in ln][0].split()))
+        # the session's row (the slot map names the reader too)
+        rd = dict(zip(title, [ln for ln in lines if " reader " in ln and " sub " in ln][0]
+                      .split()))
         assert (rd["ROLE"], rd["MODELS"], rd["VERSION"], rd["LAG"]) == \
             ("sub", "pol", "%d*" % busy_model["view"].version, "1")
         assert "\x1b" not in f                       # no escape codes in batch mode

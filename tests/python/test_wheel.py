@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 
 import pytest
@@ -84,16 +85,28 @@ def test_wheel_holds_the_package_the_library_and_the_broker(wheel):
         names = set(z.namelist())
         for f in ("wsync/__init__.py", "wsync/rl.py", "wsync/broker.py", "wsync/py.typed",
                   "wsync/_native/libwsync.so.0", "wsync/_native/wsyncd",
+                  "wsync/_native/libwsync-delta.so.0", "wsync/_native/wsyncctl",
+                  "wsync/_native/wsync-top", "wsync-0.2.0.data/scripts/wsyncd",
+                  "wsync-0.2.0.data/scripts/wsyncctl", "wsync-0.2.0.data/scripts/wsync-top",
                   "wsync-0.2.0.dist-info/METADATA", "wsync-0.2.0.dist-info/RECORD",
-                  "wsync-0.2.0.dist-info/WHEEL"):
+                  "wsync-0.2.0.dist-info/WHEEL", "wsync-0.2.0.dist-info/LICENSE"):
             assert f in names, (f, sorted(names))
         assert not any(n.endswith("_paths.py") for n in names)
-        mode = z.getinfo("wsync/_native/wsyncd").external_attr >> 16
-        assert mode & 0o111, oct(mode)
+        for prog in ("wsyncd", "wsyncctl", "wsync-top"):
+            mode = z.getinfo("wsync/_native/" + prog).external_attr >> 16
+            assert mode & 0o111, (prog, oct(mode))
+            mode = z.getinfo("wsync-0.2.0.data/scripts/" + prog).external_attr >> 16
+            assert mode & 0o111, (prog, oct(mode))
         meta = z.read("wsync-0.2.0.dist-info/METADATA").decode()
         assert "Requires-Dist: numpy" in meta and "Requires-Python: >=3.8" in meta, meta
+        assert "License: BSD-3-Clause" in meta and "License-File: LICENSE" in meta, meta
+        with open(os.path.join(ROOT, "LICENSE"), "rb") as f:
+            assert z.read("wsync-0.2.0.dist-info/LICENSE") == f.read()
+        entry = z.read("wsync-0.2.0.dist-info/entry_points.txt").decode()
+        assert "wsync-relay = wsync.relay:cli" in entry, entry
         record = z.read("wsync-0.2.0.dist-info/RECORD").decode()
         assert "wsync/_native/libwsync.so.0,sha256=" in record
+        assert "wsync/_native/libwsync-delta.so.0,sha256=" in record
 
 
 def test_venv_runs_the_example_outside_the_tree(wheel, tmp):
@@ -110,6 +123,13 @@ def test_venv_runs_the_example_outside_the_tree(wheel, tmp):
     out = run([py, "-m", "wsync.broker", "--version"], env, tmp).stdout
     assert "wsyncd 0.2.0" in out, out
     assert os.access(os.path.join(tmp, "venv", "bin", "wsyncd"), os.X_OK)
+    # the tools and the relay, from the environment's bin/; the relay finds
+    # the bundled codec
+    bindir = os.path.join(tmp, "venv", "bin")
+    for prog, want in (("wsyncctl", "wsyncctl 0.2.0"), ("wsync-top", "wsync-top 0.2.0"),
+                       ("wsync-relay", "libwsync-delta 1 (")):
+        out = run([os.path.join(bindir, prog), "--version"], env, tmp).stdout
+        assert want in out, (prog, out)
 
     # the example, copied where no source tree is near, starts the bundled
     # broker, a trainer and 4 collector processes, kills one midway
@@ -133,6 +153,27 @@ def test_a_venv_without_numpy_is_told_what_to_do(wheel, tmp):
     last = p.stdout.strip().splitlines()[-1]
     assert last.startswith("ImportError: wsync needs numpy"), p.stdout
     assert "--system-site-packages" in last and "python3-numpy" in last, last
+    # the native programs need no numpy: the broker starts and answers the tools
+    bindir = os.path.join(tmp, "bare", "bin")
+    out = run([os.path.join(bindir, "wsyncd"), "--version"], env, tmp).stdout
+    assert "wsyncd 0.2.0" in out, out
+    name = "wheel-bare-%d" % os.getpid()
+    env = dict(env, XDG_RUNTIME_DIR=tmp)
+    broker = subprocess.Popen([os.path.join(bindir, "wsyncd"), "--name", name, "--no-keep"],
+                              env=env, cwd=tmp, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            p = run([os.path.join(bindir, "wsyncctl"), "--name", name, "status"], env, tmp,
+                    ok=False)
+            if p.returncode == 0 or time.monotonic() > deadline or broker.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert p.returncode == 0 and "health      running" in p.stdout, p.stdout
+    finally:
+        broker.terminate()
+        broker.wait(20)
     # pip, asked to satisfy the dependency with no index, names it
     p = run([py, "-m", "pip", "install", "--no-index", wheel], env, tmp, ok=False)
     assert p.returncode != 0 and "numpy" in p.stdout, p.stdout

@@ -164,7 +164,16 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			}
 			b->repeats = (int)v;
 			break;
-		case OPT_JSON:   b->json_path = optarg; break;
+		case OPT_JSON:
+			/* `--json --version` must not run the whole bench into a file
+			 * named --version */
+			if (optarg[0] == '-' && optarg[1]) {
+				say_error("--json wants the FILE to write the report to, not the "
+				          "option '%s' (a file of that name: ./%s)", optarg, optarg);
+				return -1;
+			}
+			b->json_path = optarg;
+			break;
 		case OPT_PYTHON: b->python = optarg; break;
 		case OPT_SCRIPT: b->peers_script = optarg; break;
 		case OPT_HELP:

@@ -160,8 +160,18 @@ void health_wait(const struct seg *s, int64_t timeout_ns, struct health *out)
 		return;
 	first_hb = atomic_load_explicit(&((struct wsync_ctl_header *)s->ctl)->heartbeat_ns,
 	                                memory_order_relaxed);
+	/* A process stopped by a signal cannot beat until SIGCONT: no use
+	 * waiting for it. */
+	if ((out->state == HEALTH_OK || out->state == HEALTH_STARTING) &&
+	    (out->proc_state == 'T' || out->proc_state == 't') &&
+	    out->heartbeat_age_ns > FRESH_NS) {
+		char age[48];
+
+		stalled(out, s->ctl->broker_pid, age_text(age, sizeof(age), out->heartbeat_age_ns));
+	}
 	while ((out->state == HEALTH_STALLED || out->state == HEALTH_STARTING ||
-	        (out->state == HEALTH_OK && out->heartbeat_age_ns > FRESH_NS))) {
+	        (out->state == HEALTH_OK && out->heartbeat_age_ns > FRESH_NS)) &&
+	       out->proc_state != 'T' && out->proc_state != 't') {
 		int64_t left = deadline - clock_ns(CLOCK_MONOTONIC);
 		struct timespec ts = { 0, 50 * 1000000 };
 		int64_t hb;

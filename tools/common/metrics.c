@@ -75,7 +75,7 @@ static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	[M_STEP]    = { "wsync_model_step", "gauge", "Trainer step of the latest version." },
 	[M_COMMITS] = { "wsync_model_commits_total", "counter",
 	                "Versions committed; rate() of it is the commit rate." },
-	[M_ABORTS]  = { "wsync_model_aborts_total", "counter", "Writes aborted by the publisher." },
+	[M_ABORTS]  = { "wsync_model_aborts_total", "counter", "Writes aborted by the publisher, or dropped when it left mid-write." },
 	[M_BUSY]    = { "wsync_model_busy_total", "counter",
 	                "Begins refused with EBUSY: every slot was held." },
 	[M_BYTES]   = { "wsync_model_slab_bytes", "gauge", "Size of one version (one slab)." },
@@ -157,7 +157,7 @@ int metrics_write(FILE *f, const struct snap *s, const char *instance, double cp
 	broker_sample(f, "wsync_broker_stats_age_seconds", b,
 	              s->stats_ns ? (double)(s->now_ns - s->stats_ns) / 1e9 : 0);
 	family(f, "wsync_broker_uptime_seconds", "gauge", "Time since the broker started.");
-	broker_sample(f, "wsync_broker_uptime_seconds", b, (double)(s->now_ns - s->started_ns) / 1e9);
+	broker_sample(f, "wsync_broker_uptime_seconds", b, (double)s->uptime_ns / 1e9);
 	family(f, "wsync_broker_generation", "gauge", "Broker starts that adopted this state.");
 	broker_sample(f, "wsync_broker_generation", b, (double)s->generation);
 	family(f, "wsync_broker_sessions", "gauge", "Connected client sessions.");

@@ -196,3 +196,11 @@ int report_json_status(json_t *doc, int code)
 {
 	return print_object(doc, code == EXIT_DONE, code);
 }
+
+int report_version(const char *version)
+{
+	if (json_mode)
+		return report_json(json_pack("{s:s, s:s}", "program", tool, "version", version));
+	printf("%s %s\n", tool, version);
+	return EXIT_DONE;
+}

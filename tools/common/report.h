@@ -61,5 +61,8 @@ int  report_json(json_t *doc);
 int  report_json_status(json_t *doc, int code);
 /* Writes doc on one line (no "ok" added): 0 or -1. */
 int  report_dump(json_t *doc);
+/* --version: "<tool> <version>", or with --json {"ok": true, "program":
+ * "<tool>", "version": "<version>"}. EXIT_DONE. */
+int  report_version(const char *version);
 
 #endif

@@ -53,8 +53,17 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 	m->slab_pages = e->slab_pages;
 	m->publisher = LOAD(e->publisher);
 	m->publisher_pid = LOAD(e->publisher_pid);
-	if (m->version && LOAD(e->checksum_version) == m->version)
-		m->checksum = LOAD(e->checksum);
+	/* checksum_version is the broker's sequence word (broker/monitor.c):
+	 * the same version before and after, or the pair was being rewritten */
+	if (m->version) {
+		uint64_t v1 = atomic_load_explicit((__typeof__(e->checksum_version) *)
+		                                   &e->checksum_version, memory_order_acquire);
+		uint64_t sum = LOAD(e->checksum);
+
+		atomic_thread_fence(memory_order_acquire);
+		if (v1 == m->version && LOAD(e->checksum_version) == v1)
+			m->checksum = sum;
+	}
 	m->checksum_failures = LOAD(e->checksum_failures);
 	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
 	m->dev_flags = e->dev_flags;
@@ -202,6 +211,12 @@ void snap_take(const struct seg *seg, struct snap *out)
 	out->generation = h->generation;
 	out->started_ns = h->started_ns;
 	out->heartbeat_ns = LOAD(h->heartbeat_ns);
+	out->now_ns = real_now();
+	out->uptime_ns = (out->health.state == HEALTH_STOPPED || out->health.state == HEALTH_DEAD) &&
+	                 out->heartbeat_ns > 0 ? out->heartbeat_ns - out->started_ns :
+	                 out->now_ns - out->started_ns;
+	if (out->uptime_ns < 0)
+		out->uptime_ns = 0;
 	out->shm_limit = h->shm_limit;
 	out->shm_used = LOAD(h->shm_used);
 	out->sessions_total = LOAD(h->sessions_total);
@@ -312,7 +327,7 @@ json_t *snap_json_status(const struct snap *s)
 	                 "generation", (json_int_t)s->generation,
 	                 "state", snap_state_name(s->state),
 	                 "started_ns", json_integer(s->started_ns),
-	                 "uptime_s", jsince(s, s->started_ns),
+	                 "uptime_s", s->started_ns > 0 ? jseconds(s->uptime_ns) : json_null(),
 	                 "heartbeat_age_s", jsince(s, s->heartbeat_ns),
 	                 "stats_age_s", jsince(s, s->stats_ns),
 	                 "stats_ns", json_integer(s->stats_ns),

@@ -76,6 +76,8 @@ struct snap {
 	uint64_t generation;
 	int64_t  started_ns, heartbeat_ns;  /* CLOCK_REALTIME */
 	int64_t  now_ns;                 /* the instant the lags are brought to */
+	int64_t  uptime_ns;              /* up to now; a stopped or dead broker's up to its
+	                                  * last heartbeat (a clean stop beats last) */
 	int64_t  stats_ns;               /* the tick the session figures are from, 0 none */
 	struct health health;
 	uint64_t shm_limit, shm_used, sessions_total, messages, bad_messages;

@@ -81,7 +81,7 @@ _wsyncd()
 {
 	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
 	case $prev in
-	--socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+	--socket|--log-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
 	--log-level) COMPREPLY=($(compgen -W "error warn info debug" -- "$cur")); return ;;
 	--huge-pages) COMPREPLY=($(compgen -W "auto on off" -- "$cur")); return ;;
 	--gpus) COMPREPLY=($(compgen -W "all none" -- "$cur")); return ;;
@@ -89,7 +89,7 @@ _wsyncd()
 	--name|--shm-limit|--max-slots) return ;;
 	esac
 	COMPREPLY=($(compgen -W "--name --socket --shm-limit --max-slots --group --log-level
-		--keep --gpus --huge-pages --help --version" -- "$cur"))
+		--log-file --keep --no-keep --fresh --gpus --huge-pages --help --version" -- "$cur"))
 }
 
 _wsync_demo()

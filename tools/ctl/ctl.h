@@ -88,6 +88,9 @@ int ctl_cmd_rm(const struct ctl_opts *o, int argc, char **argv);
 	"  --json         one JSON object on stdout, on success and on error\n" \
 	"  -h, --help     this text\n"
 #define CTL_GO_ON (-1)
+/* A model name given on the command line: CTL_GO_ON if it is one the
+ * broker could hold, else a usage error (exit 2) saying what a name is. */
+int ctl_check_model(const char *cmd, const char *name);
 /* Handles a common option or an unknown one for getopt's result opt:
  * CTL_GO_ON to continue parsing, else the exit code to return (--help
  * printed usage: 0; a bad option: 2). */

@@ -158,6 +158,8 @@ int ctl_cmd_dump(const struct ctl_opts *common, int argc, char **argv)
 	if (!out)
 		return report_usage("dump", "no output file given (-o FILE)");
 	model = argv[optind];
+	if ((r = ctl_check_model("dump", model)) != CTL_GO_ON)
+		return r;
 	r = ctl_take_latest(&o, model, have_version, version, &c, &s, &v);
 	if (r)
 		return r;
@@ -347,6 +349,8 @@ int ctl_cmd_load(const struct ctl_opts *common, int argc, char **argv)
 		a.timeout_ns = o.timeout_ns;         /* the slot wait, the broker's too */
 	if (!a.model)
 		return report_usage("load", "no model given (--model NAME)");
+	if ((r = ctl_check_model("load", a.model)) != CTL_GO_ON)
+		return r;
 	a.file = argv[optind];
 	return load_file(&o, &a);
 }

@@ -20,7 +20,9 @@ static const char *const show_usage[] = {
 	"The broker: its health (running, not responding, stopped, dead), instance,\n"
 	"pid, generation, uptime, heartbeat, shared memory used and allowed, models\n"
 	"and sessions. Read from its control segment: a stopped broker is shown as\n"
-	"such at once. Exit 0 when its segment was read, 3 when there is none.\n\n",
+	"such at once. Exit 0 for a running (or starting) broker; 3 when there is\n"
+	"none, or when it shut down, died or is not responding (what its segment\n"
+	"holds is still shown, the health on stderr).\n\n",
 	[SHOW_MODELS] =
 	"usage: wsyncctl models [OPTIONS]\n"
 	"\n"
@@ -29,7 +31,8 @@ static const char *const show_usage[] = {
 	"version/total (USED), commits, collectors, the worst collector lag (commits\n"
 	"not taken, and how long ago the version they read was superseded), the\n"
 	"publisher's pid, the latest version's checksum ('-' if it has none) and\n"
-	"the checksum mismatches its collectors found (SUMFAIL).\n\n",
+	"the checksum mismatches its collectors found (SUMFAIL). Exit 3, after the\n"
+	"table, when the broker shut down, died or is not responding.\n\n",
 	[SHOW_SESSIONS] =
 	"usage: wsyncctl sessions [OPTIONS]\n"
 	"\n"
@@ -38,7 +41,8 @@ static const char *const show_usage[] = {
 	"commits and in time since that version was superseded ('~' = an\n"
 	"estimate), how long it has held the view, acquires, waits, timeouts,\n"
 	"connected for. The broker computes the reading figures once a second,\n"
-	"all at one instant (status shows how old they are).\n\n",
+	"all at one instant (status shows how old they are). Exit 3, after the\n"
+	"table, when the broker shut down, died or is not responding.\n\n",
 };
 
 static const char *const show_names[] = { "status", "models", "sessions" };
@@ -52,7 +56,7 @@ static void print_status(const struct snap *s)
 	printf("broker pid  %" PRIu32 "\n", s->broker_pid);
 	printf("generation  %" PRIu64 "\n", s->generation);
 	printf("state       %s\n", snap_state_name(s->state));
-	printf("uptime      %s\n", fmt_age(up, sizeof(up), s->now_ns - s->started_ns));
+	printf("uptime      %s\n", fmt_age(up, sizeof(up), s->uptime_ns));
 	printf("heartbeat   %s ago\n", fmt_age(hb, sizeof(hb), s->now_ns - s->heartbeat_ns));
 	if (s->stats_ns)
 		printf("stats       %s ago\n", fmt_age(st, sizeof(st), s->now_ns - s->stats_ns));
@@ -162,6 +166,7 @@ static int show(const struct ctl_opts *common, int argc, char **argv, enum show_
 	struct ctl_opts o;
 	struct seg seg;
 	struct snap *s;
+	bool healthy;
 	int r = parse_no_args(common, &o, argc, argv, show_names[what], show_usage[what]);
 
 	if (r != CTL_GO_ON)
@@ -169,18 +174,33 @@ static int show(const struct ctl_opts *common, int argc, char **argv, enum show_
 	r = ctl_snapshot(&o, &seg, &s);
 	if (r)
 		return r;
+	/* What the segment holds is shown whatever the health; the exit says
+	 * whether a broker serves (scripts: `wsyncctl status || alert`). */
+	healthy = s->health.state == HEALTH_OK || s->health.state == HEALTH_STARTING;
 	if (o.json) {
 		json_t *doc = what == SHOW_STATUS ? snap_json_status(s) :
 		              json_pack("{s:o}", what == SHOW_MODELS ? "models" : "sessions",
 		                        what == SHOW_MODELS ? snap_json_models(s) :
 		                        snap_json_sessions(s));
-		r = report_json(doc);
-	} else if (what == SHOW_STATUS) {
-		print_status(s);
-	} else if (what == SHOW_MODELS) {
-		print_models(s);
+
+		if (doc && !healthy) {
+			json_object_set_new(doc, "error", json_string(s->health.text));
+			json_object_set_new(doc, "reason",
+			                    json_string(health_reason(s->health.state)));
+		}
+		r = healthy ? report_json(doc) : report_json_status(doc, EXIT_FAILED);
 	} else {
-		print_sessions(s);
+		if (what == SHOW_STATUS)
+			print_status(s);
+		else if (what == SHOW_MODELS)
+			print_models(s);
+		else
+			print_sessions(s);
+		if (!healthy) {
+			fflush(stdout);
+			fprintf(stderr, "%s: %s\n", report_tool(), s->health.text);
+			r = EXIT_FAILED;
+		}
 	}
 	free(s);
 	seg_detach(&seg);
@@ -206,8 +226,9 @@ static const char ping_usage[] =
 	"usage: wsyncctl ping [OPTIONS]      (also: wsyncctl health)\n"
 	"\n"
 	"Whether the broker is alive and answering, for scripts and service managers,\n"
-	"from its control segment: a heartbeat older than 1.5 s gets --timeout (2 s)\n"
-	"to move. Prints one line saying which.\n"
+	"from its control segment, at once: a shut down, dead or signal-stopped broker\n"
+	"is said without waiting; only a running one whose heartbeat is older than\n"
+	"1.5 s gets --timeout (2 s) to move. Prints one line saying which.\n"
 	"\n"
 	"exit codes: 0 healthy; 1 not responding (stopped, e.g. by SIGSTOP, or\n"
 	"starting); 2 no broker (none there, shut down, or dead); 3 usage.\n\n";

@@ -111,6 +111,8 @@ int ctl_cmd_wait(const struct ctl_opts *common, int argc, char **argv)
 	if (optind != argc - 1)
 		return report_usage("wait", optind >= argc ? "no MODEL given" : "one MODEL only");
 	model = argv[optind];
+	if ((r = ctl_check_model("wait", model)) != CTL_GO_ON)
+		return r;
 	r = open_model(&o, model, false, &c, &s);
 	if (r)
 		return r;
@@ -186,6 +188,8 @@ int ctl_cmd_verify(const struct ctl_opts *common, int argc, char **argv)
 	if (optind != argc - 1)
 		return report_usage("verify", optind >= argc ? "no MODEL given" : "one MODEL only");
 	model = argv[optind];
+	if ((r = ctl_check_model("verify", model)) != CTL_GO_ON)
+		return r;
 	r = ctl_take_latest(&o, model, have_version, version, &c, &s, &v);
 	if (r)
 		return r;
@@ -253,6 +257,9 @@ int ctl_cmd_rm(const struct ctl_opts *common, int argc, char **argv)
 	}
 	if (optind >= argc)
 		return report_usage("rm", "no MODEL given");
+	for (int i = optind; i < argc; i++)
+		if ((r = ctl_check_model("rm", argv[i])) != CTL_GO_ON)
+			return r;
 	r = ctl_connect(&o, &c);
 	if (r)
 		return r;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "shm/proto.h"
 #include "tools/common/health.h"
 
 int64_t ctl_broker_timeout(const struct ctl_opts *o)
@@ -38,11 +39,18 @@ int ctl_common_opt(int opt, struct ctl_opts *o, const char *cmd, const char *usa
 		fputs(CTL_COMMON_USAGE, stdout);
 		return EXIT_DONE;
 	case 'V':
-		printf("wsyncctl %s\n", wsync_version_string());
-		return EXIT_DONE;
+		return report_version(wsync_version_string());
 	default:
 		return report_bad_option(cmd, opt, argv);
 	}
+}
+
+int ctl_check_model(const char *cmd, const char *name)
+{
+	if (wsync_name_valid(name, WSYNC_NAME_MAX))
+		return CTL_GO_ON;
+	return report_usage(cmd, "model name '%.128s' is invalid (1..%d of [A-Za-z0-9._:/-], "
+	                    "not starting with '.' or '/')", name, WSYNC_NAME_MAX - 1);
 }
 
 int ctl_snapshot(const struct ctl_opts *o, struct seg *seg, struct snap **out)

@@ -21,9 +21,11 @@ static const char collector_usage_text[] =
 	"Subscribes to model M (default '" MODEL_NAME "'; it need not exist yet),\n"
 	"waits for each newer version and checks every byte of it against its\n"
 	"step. A model that 'wsync-demo trainer' did not publish is refused at its\n"
-	"first version. On SIGTERM or SIGINT prints a line 'result collector ...'\n"
-	"and exits: 0 if every view matched, 1 on a mismatch or an error (such as\n"
-	"the broker going away, or a model that is not a demo model).\n"
+	"first version. Without a first version it says once what it waits for\n"
+	"(after a second, or five when no model is published). On SIGTERM or\n"
+	"SIGINT prints a line 'result collector ...' and exits: 0 if every view\n"
+	"matched, 1 on a mismatch or an error (such as the broker going away, or a\n"
+	"model that is not a demo model).\n"
 	"\n"
 	"  --name NAME       the broker instance (default: $WSYNC_ENDPOINT, else\n"
 	"                    'default'); --endpoint E: a socket path or instance name\n"
@@ -141,8 +143,38 @@ static bool collector_account(struct collector_stats *st, const wsync_view *v,
 	return true;
 }
 
-static int collector_loop(wsync_sub *sub, struct collector_stats *st)
+/* A mistyped --model would wait in silence: without a first version, the
+ * collector says once what it waits for, after a second when other models
+ * are published (then the name is likely wrong), after a few when none is
+ * (the demo driver starts its collectors before the trainer). True once
+ * said. */
+static bool collector_say_waiting(wsync_client *client, const char *model, int64_t waited_ns)
 {
+	wsync_model_info info[32];
+	char names[512] = "";
+	size_t n = 0, at = 0;
+
+	if (wsync_models(client, info, 32, &n))
+		n = 0;
+	for (size_t i = 0; i < n && i < 32 && at < sizeof(names); i++) {
+		if (!info[i].published || !strcmp(info[i].name, model))
+			continue;
+		at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", at ? ", " : "",
+		                       info[i].name);
+	}
+	if (waited_ns < (names[0] ? 1 : 5) * NS_PER_S)
+		return false;
+	say_error("waiting for model '%s': nothing published under that name yet (%s%s); "
+	          "is the name right?", model, names[0] ? "published here: " : "no model is "
+	          "published here", names);
+	return true;
+}
+
+static int collector_loop(wsync_client *client, wsync_sub *sub, struct collector_stats *st)
+{
+	int64_t since = now_ns(CLOCK_MONOTONIC);
+	bool told = false;
+
 	while (!g_stop) {
 		wsync_view v;
 		int64_t held_ns;
@@ -150,8 +182,12 @@ static int collector_loop(wsync_sub *sub, struct collector_stats *st)
 		int err;
 
 		err = wsync_sub_wait(sub, st->r.last_version, 500 * NS_PER_MS, &v);
-		if (err == -ETIMEDOUT || err == -EINTR)
+		if (err == -ETIMEDOUT || err == -EINTR) {
+			if (!told && !st->r.views)
+				told = collector_say_waiting(client, st->model,
+				                             now_ns(CLOCK_MONOTONIC) - since);
 			continue;
+		}
 		if (err) {
 			st->r.broker_gone = err == -ENOTCONN;
 			say_wsync_error("wait for a version", err);
@@ -205,7 +241,7 @@ static int collector_run(const char *endpoint, const char *model, unsigned id,
 		return 1;
 	}
 	st.model = model;
-	err = collector_loop(sub, &st);
+	err = collector_loop(client, sub, &st);
 	result_print_collector(&st.r);
 	wsync_sub_close(sub);
 	wsync_close(client);

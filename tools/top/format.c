@@ -259,7 +259,7 @@ void top_fmt_header(const struct top_view *v, char *l1, char *l2, size_t len)
 	snprintf(l1, len, "wsync-top - %s  pid %" PRIu32 "  gen %" PRIu64
 	         "  %s  up %s  cpu %s", s->instance, s->broker_pid, s->generation,
 	         s->health.state == HEALTH_OK ? "running" : health_reason(s->health.state),
-	         fmt_age(up, sizeof(up), s->now_ns - s->started_ns), cpu);
+	         fmt_age(up, sizeof(up), s->uptime_ns), cpu);
 	snprintf(l2, len, "shm %s / %s   models %" PRIu32 "   sessions %" PRIu32
 	         "   interval %s%s%s", fmt_bytes(used, sizeof(used), s->shm_used),
 	         fmt_bytes(lim, sizeof(lim), s->shm_limit), s->n_models, s->n_sessions,
@@ -419,6 +419,16 @@ void top_print_text(const struct top_view *v)
 		if (!titled++)
 			printf("\n%s\n", top_devices_title);
 		printf("%s\n", line);
+	}
+	/* every model's slot map, every slot (the screen shows the selected
+	 * model's) */
+	for (uint32_t i = 0; i < v->snap->n_models; i++) {
+		static char slots[WSYNC_MAX_SLOTS][TOP_LINE];
+		int k = top_fmt_slots(v, i, slots, WSYNC_MAX_SLOTS);
+
+		printf("\n%s  of %s\n", top_slots_title, v->snap->models[i].name);
+		for (int j = 0; j < k; j++)
+			printf("%s\n", slots[j]);
 	}
 	printf("\n");
 	top_layout_make(top_session_cols, SC_N, 0, SC_NAME, top_name_need(v, false), &ls);

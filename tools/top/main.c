@@ -10,6 +10,7 @@
  * the broker for nothing (top.h). A broker that is stopped, dead or gone is
  * said to be so and retried; a restarted one is followed.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,9 +39,11 @@ static const char usage_text[] =
 	"keys: q quit, up/down scroll the sessions, m/M select a model (its slot map),\n"
 	"s/</> sort column, r reverse, f whole names, p pause, d interval, h help.\n"
 	"\n"
-	"exit codes: 0 done, 2 usage, 3 no broker at the start of a batch run, or no\n"
-	"terminal for the screen (try -b). Once running, a broker that is stopped,\n"
-	"dead or gone is said to be so and retried every interval.\n";
+	"exit codes: 0 done, 2 usage, 3 no broker at the start of a batch run, a\n"
+	"batch run with -n whose last refresh found the broker shut down, dead,\n"
+	"gone or not responding, or no terminal for the screen (try -b). Once\n"
+	"running, a broker that is stopped, dead or gone is said to be so and\n"
+	"retried every interval.\n";
 
 static void sleep_s(double s)
 {
@@ -51,8 +54,13 @@ static void sleep_s(double s)
 		;
 }
 
+/* The most refreshes -n takes (at -d 0.1, more than three years). */
+#define ITERATIONS_MAX 1000000000L
+
 static int run_batch(struct top_state *t)
 {
+	const struct health *h;
+
 	for (long i = 0; !t->o.iterations || i < t->o.iterations; i++) {
 		if (i)
 			sleep_s(t->o.delay_s);
@@ -64,7 +72,13 @@ static int run_batch(struct top_state *t)
 		else
 			top_print_text(&t->v);
 	}
-	return 0;
+	/* -n N ends: like wsyncctl status, the exit says whether the broker of
+	 * the last refresh serves */
+	h = t->v.attached ? &t->v.snap->health : NULL;
+	if (h && (h->state == HEALTH_OK || h->state == HEALTH_STARTING))
+		return 0;
+	fprintf(stderr, "wsync-top: %s\n", h ? h->text : t->v.why);
+	return EXIT_FAILED;
 }
 
 int main(int argc, char **argv)
@@ -101,9 +115,12 @@ int main(int argc, char **argv)
 			o.batch = true;
 			break;
 		case 'n':
+			errno = 0;
 			o.iterations = strtol(optarg, &end, 10);
-			if (end == optarg || *end || o.iterations < 1)
-				return report_usage(NULL, "-n wants a positive count, not '%s'", optarg);
+			if (end == optarg || *end || errno || o.iterations < 1 ||
+			    o.iterations > ITERATIONS_MAX)
+				return report_usage(NULL, "-n wants a count from 1 to %ld, not '%s'",
+				                    ITERATIONS_MAX, optarg);
 			break;
 		case 'd':
 			o.delay_s = strtod(optarg, &end);
@@ -124,8 +141,7 @@ int main(int argc, char **argv)
 			fputs(usage_text, stdout);
 			return 0;
 		case 'V':
-			printf("wsync-top %s\n", wsync_version_string());
-			return 0;
+			return report_version(wsync_version_string());
 		default:
 			return report_bad_option(NULL, opt, argv);
 		}

@@ -7,18 +7,25 @@ so the backend needs nothing but the standard library: pyproject.toml says
 `requires = []` and `backend-path = ["backend"]`, and this module builds the
 wheel itself.
 
-build_wheel runs `make python-native` in the source tree the package sits in
-(libclient/python -> ../..; or the tree an sdist of this backend carries
-under _tree/), which builds libwsync.so and wsyncd with the tree's own
-Makefile, and zips the package with both under wsync/_native/. The wheel is
-tagged py3-none-<platform>: it holds no Python extension, only a library
-loaded through ctypes, so any CPython 3.8+ on this platform can use it.
+build_wheel runs `make python-lib python-broker python-tools` in the source
+tree the package sits in (libclient/python -> ../..; or the tree an sdist of
+this backend carries under _tree/), which builds libwsync.so, wsyncd, the
+relay's codec libwsync-delta.so, wsyncctl and wsync-top with the tree's own
+Makefile, and zips the package with them under wsync/_native/. The programs
+are installed as commands (the wheel's scripts) that exec the bundled binary
+without importing the package, so they run without numpy. The wheel is
+tagged py3-none-<platform>: it holds no Python extension, only libraries
+loaded through ctypes and programs, so any CPython 3.8+ on this platform can
+use it.
 
 Knobs (environment, or pip's --config-settings / -C):
   WSYNC_BUILD / build-dir    the make BUILD directory (default: the tree's
                              build/, so a wheel after `make` costs nothing)
   WSYNC_BROKER / broker      "no": do not bundle wsyncd (default: bundle it
                              when it builds, warn when it does not)
+  WSYNC_TOOLS / tools        "no": do not bundle libwsync-delta, wsyncctl
+                             and wsync-top (default: bundle them when they
+                             build, warn when they do not)
 """
 import base64
 import hashlib
@@ -39,7 +46,8 @@ PKG_ROOT = os.path.dirname(HERE)                       # libclient/python
 PKG_DIR = os.path.join(PKG_ROOT, "wsync")
 
 # What an sdist carries of the tree, to build the library and the broker.
-TREE_PARTS = ["Makefile", ".ci/deps.sh", "shm", "libclient", "broker", "README.md"]
+TREE_PARTS = ["Makefile", ".ci/deps.sh", "shm", "libclient", "broker", "tools/common",
+              "tools/ctl", "tools/top", "tools/relay", "README.md", "LICENSE"]
 TREE_SKIP = ("python", "__pycache__")
 
 
@@ -64,6 +72,8 @@ def _project():
             out[key] = val.strip('"')
         elif val.startswith("["):
             out[key] = re.findall(r'"([^"]*)"', val)
+        elif val.startswith("{"):
+            out[key] = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', val))
     return out
 
 
@@ -85,6 +95,11 @@ def _metadata(proj):
         lines.append("Provides-Extra: %s" % extra)
         for dep in deps:
             lines.append('Requires-Dist: %s; extra == "%s"' % (dep, extra))
+    lic = proj.get("license")
+    if isinstance(lic, dict) and lic.get("text"):
+        lines.append("License: %s" % lic["text"])
+    if _license_file():
+        lines.append("License-File: LICENSE")
     for c in proj.get("classifiers", []):
         lines.append("Classifier: %s" % c)
     lines.append("Description-Content-Type: text/markdown")
@@ -106,12 +121,55 @@ def _wheel_file(tag):
             "Tag: %s\n" % tag).encode()
 
 
-ENTRY_POINTS = b"[console_scripts]\nwsyncd = wsync.broker:main\n"
+# wsync-relay needs the package (and numpy) anyway; the native programs get
+# launchers instead (_launcher), which do not import it.
+ENTRY_POINTS = b"[console_scripts]\nwsync-relay = wsync.relay:cli\n"
+
+# the programs bundled in wsync/_native/ that the wheel installs as commands
+PROGRAMS = ("wsyncd", "wsyncctl", "wsync-top")
+
+
+def _license_file():
+    """The tree's LICENSE (None where the tree has none)."""
+    try:
+        path = os.path.join(_tree(), "LICENSE")
+    except RuntimeError:
+        return None
+    return path if os.path.exists(path) else None
 
 
 def _dist_info_files(proj, tag):
-    return {"METADATA": _metadata(proj), "WHEEL": _wheel_file(tag),
-            "top_level.txt": b"wsync\n", "entry_points.txt": ENTRY_POINTS}
+    out = {"METADATA": _metadata(proj), "WHEEL": _wheel_file(tag),
+           "top_level.txt": b"wsync\n", "entry_points.txt": ENTRY_POINTS}
+    lic = _license_file()
+    if lic:
+        with open(lic, "rb") as f:
+            out["LICENSE"] = f.read()
+    return out
+
+
+def _launcher(program):
+    """The command the wheel installs for a bundled program: pip writes the
+    environment's interpreter over "#!python". find_spec locates the
+    package without running its __init__, which needs numpy; the program
+    itself needs neither."""
+    return ("""#!python
+# %(p)s, bundled in the wsync wheel (wsync/_native/%(p)s): runs it in this
+# process's place. The package is located, not imported (no numpy needed).
+import importlib.util
+import os
+import sys
+
+spec = importlib.util.find_spec("wsync")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit("%(p)s: the wsync package of this command is not importable from %%s"
+             %% sys.executable)
+path = os.path.join(list(spec.submodule_search_locations)[0], "_native", "%(p)s")
+try:
+    os.execv(path, ["%(p)s"] + sys.argv[1:])
+except OSError as e:
+    sys.exit("%(p)s: cannot run %%s: %%s" %% (path, e.strerror))
+""" % {"p": program}).encode()
 
 
 # ---- building the native parts ---------------------------------------------------
@@ -170,6 +228,20 @@ def _native(config_settings):
             sys.stderr.write("wsync: WARNING: wsyncd did not build (it needs liburing-dev "
                              "and libjemalloc-dev; `make deps`); the wheel is made "
                              "without it: python3 -m wsync.broker will look on PATH\n")
+    tools = (_setting(config_settings, "tools", "WSYNC_TOOLS") or "yes").lower()
+    if tools not in ("no", "0", "false", "off"):
+        if _make(tree, build, "python-tools", "building libwsync-delta, wsyncctl, "
+                 "wsync-top") == 0:
+            out["libwsync-delta.so.0"] = _one(os.path.join(build_abs, "lib"),
+                                              r"libwsync-delta\.so\.\d+\.\d+\.\d+$")
+            out["wsyncctl"] = os.path.join(build_abs, "bin", "wsyncctl")
+            out["wsync-top"] = os.path.join(build_abs, "bin", "wsync-top")
+        else:
+            sys.stderr.write("wsync: WARNING: libwsync-delta, wsyncctl and wsync-top did "
+                             "not build (they need libzstd-dev, libjansson-dev, "
+                             "libncurses-dev, libmicrohttpd-dev, libjemalloc-dev; `make "
+                             "deps`); the wheel is made without them: wsync-relay will "
+                             "not start\n")
     return out
 
 
@@ -289,7 +361,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             w.add_file("wsync/" + name, os.path.join(PKG_DIR, name), 0o644)
         for name, path in sorted(native.items()):
             w.add_file("wsync/_native/" + name, _stripped(path, tmp),
-                       0o755 if name == "wsyncd" else 0o644)
+                       0o755 if name in PROGRAMS else 0o644)
+        for name in PROGRAMS:
+            if name in native:
+                w.add("%s.data/scripts/%s" % (dist, name), _launcher(name), 0o755)
         for fn, data in _dist_info_files(proj, tag).items():
             w.add("%s.dist-info/%s" % (dist, fn), data)
         w.close("%s.dist-info/RECORD" % dist)
@@ -318,8 +393,8 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
 
 def build_sdist(sdist_directory, config_settings=None):
     """A source archive that builds the wheel anywhere: the package, this
-    backend, and under _tree/ what of the wsync tree the library and the
-    broker need (Makefile, shm/, libclient/, broker/)."""
+    backend, and under _tree/ what of the wsync tree the libraries and the
+    programs need (Makefile, shm/, libclient/, broker/, tools/...)."""
     proj = _project()
     dist = "%s-%s" % (_dist_name(proj), proj["version"])
     fname = dist + ".tar.gz"
