@@ -63,6 +63,7 @@ struct broker {
 	uint32_t        n_rejected;            /* refused peers awaiting their answer */
 	uint64_t        incarnations;          /* last model incarnation given */
 	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
+	struct session *pending_first, *pending_last;  /* those, oldest first */
 	bool            pending_full_logged;   /* one line per spell (events.c) */
 	int64_t         hello_wait_ns;         /* a connection must say HELLO by then */
 

@@ -70,6 +70,12 @@ struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_
 	s->all_pprev = &b->all_sessions;
 	b->all_sessions = s;
 	b->n_pending++;
+	s->pend_prev = b->pending_last;
+	if (b->pending_last)
+		b->pending_last->pend_next = s;
+	else
+		b->pending_first = s;
+	b->pending_last = s;
 	loop_conn_start(b->loop, &s->conn, fd);
 	return s;
 }
@@ -94,8 +100,18 @@ static int session_admit(struct broker *b, struct session *s)
 /* s leaves SESSION_NEW for state. */
 static void session_leave_new(struct broker *b, struct session *s, enum session_state state)
 {
-	if (s->state == SESSION_NEW)
+	if (s->state == SESSION_NEW) {
 		b->n_pending--;
+		if (s->pend_prev)
+			s->pend_prev->pend_next = s->pend_next;
+		else
+			b->pending_first = s->pend_next;
+		if (s->pend_next)
+			s->pend_next->pend_prev = s->pend_prev;
+		else
+			b->pending_last = s->pend_prev;
+		s->pend_next = s->pend_prev = NULL;
+	}
 	s->state = state;
 }
 

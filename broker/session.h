@@ -71,6 +71,9 @@ struct session {
 	struct notifier *ev[WSYNC_MAX_MODELS];   /* NOTIFY eventfds */
 	struct session *doomed_next;
 	struct session *all_next, **all_pprev;
+	/* while NEW: the broker's connections waiting for HELLO, oldest first
+	 * (b->pending_first) */
+	struct session *pend_next, *pend_prev;
 };
 
 static inline struct session *session_of_peer(struct peer *p)
