@@ -23,6 +23,7 @@ struct model;
 struct loop;
 struct hwm_floors;
 struct reader_wait;
+struct uid_books;
 
 struct broker {
 	struct config cfg;
@@ -71,6 +72,13 @@ struct broker {
 	 * WAIT_READERS per model (readers.c) */
 	struct outbox   out;
 	struct reader_wait *reader_waits[WSYNC_MAX_MODELS];
+
+	/* what the sessions of each uid other than the broker's and root
+	 * hold together (uids.h), and the fds in flight budgets */
+	struct uid_books **uids;
+	uint32_t n_uids, uids_cap;
+	uint32_t fds_share;                    /* per uid, per trusted session */
+	uint32_t fds_others_max, fds_others;   /* all untrusted uids together */
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
 	bool     hugetlb_ok, thp_ok;           /* huge pages to try (pages.c) */

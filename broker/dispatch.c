@@ -26,11 +26,13 @@ typedef int (*handler_fn)(struct req *r);
 static const struct {
 	handler_fn fn;
 	int fds;                         /* fds the request carries */
+	bool fds_reply;                  /* its reply carries fds: budgeted
+	                                    (session_fds_budget) */
 } handlers[WSYNC_MSG_TYPE_END] = {
-	[WSYNC_MSG_HELLO]    = { handle_hello, 0 },
-	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1 },
-	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0 },
-	[WSYNC_MSG_ATTACH]   = { handle_attach, 0 },
+	[WSYNC_MSG_HELLO]    = { handle_hello, 0, true },
+	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1, true },
+	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true },
+	[WSYNC_MSG_ATTACH]   = { handle_attach, 0, true },
 	[WSYNC_MSG_BEGIN]    = { handle_begin, 0 },
 	[WSYNC_MSG_COMMIT]   = { handle_commit, 0 },
 	[WSYNC_MSG_ABORT]    = { handle_abort, 0 },
@@ -38,7 +40,7 @@ static const struct {
 	[WSYNC_MSG_CLOSE]    = { handle_close, 0 },
 	[WSYNC_MSG_DELETE]   = { handle_delete, 0 },
 	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0 },
-	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0 },
+	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0, true },
 };
 
 /* Checks that need no handler; 0 or -errno with the reason in r. */
@@ -115,6 +117,11 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	r.why[0] = '\0';
 	err = req_screen(&r, len, msg_flags, type);
 	violation = err != 0 && err != -EMFILE;
+	/* The fds of replies a uid has not read are in flight, and the kernel
+	 * caps them for the broker's user as a whole: past its share a uid
+	 * is refused what would send more (uids.h). Not a violation. */
+	if (!err && handlers[type].fds_reply)
+		err = session_fds_budget(b, s, r.why, sizeof(r.why));
 	if (!err) {
 		err = handlers[type].fn(&r);
 		/* A refused layout cost the broker work proportional to its size:

@@ -37,6 +37,7 @@
 #include "service.h"
 #include "session.h"
 #include "shm/clock.h"
+#include "uids.h"
 
 #define EVENTS_MAX_REJECTED   16                 /* refused peers awaiting an answer */
 #define EVENTS_REJECT_WAIT_NS (2 * 1000000000ll) /* ...for their first message */
@@ -194,6 +195,7 @@ static void on_tick(void *ctx)
 	service_watchdog();
 	publish_audit(b);
 	session_mirror_stats(b);
+	uids_tick(b);
 	/* Marking never frees (only the loop's release does): the walk stays
 	 * valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {
