@@ -77,6 +77,8 @@ struct uid_books *uids_join(struct broker *b, uid_t uid)
 		return NULL;
 	u->uid = uid;
 	u->sessions = 1;
+	u->work_ns = UIDS_WORK_BURST_NS;
+	u->work_at_ns = wsync_mono_ns();
 	b->uids[b->n_uids++] = u;
 	return u;
 }
@@ -162,6 +164,22 @@ void uids_linger_look(struct broker *b, struct uid_books *u)
 	}
 }
 
+int64_t uids_work_wait_ns(struct uid_books *u, int64_t now_ns)
+{
+	if (now_ns > u->work_at_ns)
+		u->work_ns += (now_ns - u->work_at_ns) / UIDS_WORK_SHARE;
+	if (u->work_ns > UIDS_WORK_BURST_NS)
+		u->work_ns = UIDS_WORK_BURST_NS;
+	u->work_at_ns = now_ns;
+	return u->work_ns >= 0 ? 0 : -u->work_ns * UIDS_WORK_SHARE;
+}
+
+void uids_work_charge(struct uid_books *u, int64_t ns)
+{
+	if (ns > 0)
+		u->work_ns -= ns;
+}
+
 static void uids_drop(struct broker *b, uint32_t i)
 {
 	struct uid_books *u = b->uids[i];
@@ -180,7 +198,10 @@ void uids_tick(struct broker *b)
 		struct uid_books *u = b->uids[i];
 
 		uids_linger_look(b, u);
-		if (!u->sessions && !u->n_linger) {
+		/* a debt of work outlives the sessions: a uid that reconnects
+		 * must not start with a full bucket */
+		if (!u->sessions && !u->n_linger && !uids_work_wait_ns(u, wsync_mono_ns()) &&
+		    u->work_ns == UIDS_WORK_BURST_NS) {
 			if (u->fds_unread)
 				log_error("uid %u: %u fds in flight counted with nothing holding them",
 				          (unsigned)u->uid, u->fds_unread);

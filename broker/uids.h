@@ -19,6 +19,18 @@
  * refused past the share (-ENOBUFS). A session torn down with replies
  * unread leaves its socket here (uids_linger) until its peer has read or
  * closed them, still counted: the fds are still in flight.
+ *
+ * Work: a request that opens or ends a model (PUB_OPEN, SUB_OPEN, CLOSE,
+ * DELETE) costs the broker's thread in proportion to the model's layout
+ * (read, checked, sorted, its slabs made and unmade), and each is cheap
+ * to ask. A uid's requests of those kinds may take 1/UIDS_WORK_SHARE of
+ * real time, in bursts of UIDS_WORK_BURST_NS: a bucket of time that fills
+ * at that rate and that each such request drains by what it took (measured,
+ * like moves, model.h); while it is below zero the uid's PUB_OPEN and
+ * SUB_OPEN are refused (-EBUSY, saying when to try again). CLOSE and DELETE
+ * are never refused, only counted. One layout of such a uid holds at most
+ * UIDS_MAX_LAYOUT tensors and parts, and the models it owns together
+ * UIDS_MAX_TENSORS, so no single request takes long either.
  */
 #ifndef WSYNC_BROKER_UIDS_H
 #define WSYNC_BROKER_UIDS_H
@@ -34,8 +46,15 @@ struct uid_linger {
 	uint32_t fds;                    /* fds in replies still unread there */
 };
 
+#define UIDS_WORK_SHARE    20                        /* a twentieth of the time */
+#define UIDS_WORK_BURST_NS INT64_C(20000000)         /* 20 ms */
+#define UIDS_MAX_LAYOUT    16384                     /* tensors + parts, one layout */
+#define UIDS_MAX_TENSORS   65536                     /* of all the models it owns */
+
 struct uid_books {
 	uid_t    uid;
+	int64_t  work_ns;                /* the work bucket (above) */
+	int64_t  work_at_ns;             /* when it was last filled, 0 = never */
 	uint32_t sessions;               /* its sessions, in any state */
 	uint32_t fds_unread;             /* its sessions' and lingering sockets' */
 	int64_t  refreshed_ns;           /* its sessions' queues last looked at */
@@ -76,6 +95,12 @@ bool uids_fds_over(const struct broker *b, const struct uid_books *u, uint32_t n
 bool uids_linger(struct broker *b, struct uid_books *u, int fd, uint32_t fds);
 /* Lets go of u's lingering sockets whose peers read or closed them. */
 void uids_linger_look(struct broker *b, struct uid_books *u);
+
+/* 0 if u may ask for expensive work now, else ns until it may (fills
+ * the bucket first). */
+int64_t uids_work_wait_ns(struct uid_books *u, int64_t now_ns);
+/* u's request took ns of the broker's thread. */
+void uids_work_charge(struct uid_books *u, int64_t ns);
 
 /* Each second: lingering sockets looked at, books nobody needs freed. */
 void uids_tick(struct broker *b);
