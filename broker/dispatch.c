@@ -101,7 +101,7 @@ static int req_screen(struct req *r, size_t len, int msg_flags, uint32_t type)
 /* A uid's share of the broker's time for opening models (uids.h). */
 static int dispatch_work_wait(struct req *r)
 {
-	int64_t wait = uids_work_wait_ns(r->s->books, wsync_mono_ns());
+	int64_t wait = uids_work_wait_ns(r->p->books, wsync_mono_ns());
 
 	if (!wait)
 		return 0;
@@ -144,14 +144,14 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	 * is refused what would send more (uids.h). Not a violation. */
 	if (!err && handlers[type].fds_reply)
 		err = session_fds_budget(b, s, r.why, sizeof(r.why));
-	if (!err && handlers[type].work == WORK_REFUSED && s->books)
+	if (!err && handlers[type].work == WORK_REFUSED && s->p.books)
 		err = dispatch_work_wait(&r);
 	if (!err) {
-		int64_t t0 = handlers[type].work && s->books ? wsync_mono_ns() : 0;
+		int64_t t0 = handlers[type].work && s->p.books ? wsync_mono_ns() : 0;
 
 		err = handlers[type].fn(&r);
 		if (t0)
-			uids_work_charge(s->books, wsync_mono_ns() - t0);
+			uids_work_charge(s->p.books, wsync_mono_ns() - t0);
 		/* A refused layout cost the broker work proportional to its size:
 		 * it counts toward the limit like a protocol error. */
 		violation = err == -EPROTO ||

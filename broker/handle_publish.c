@@ -171,7 +171,7 @@ static int pub_open_bound(struct req *r)
 	const struct wsync_msg_pub_open *p = &r->m->pub_open;
 	uint64_t n = (uint64_t)p->n_tensors + p->n_parts, owned = 0;
 
-	if (!r->s->books)
+	if (!r->p->books)
 		return 0;
 	if (n > UIDS_MAX_LAYOUT)
 		return req_fail(r, -E2BIG, "model '%s': %llu tensors and parts; a layout of uid "

@@ -53,7 +53,7 @@ struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_
 		close(fd);
 		return NULL;
 	}
-	if (!uids_trusted(b, uid) && !(s->books = uids_join(b, uid))) {
+	if (!uids_trusted(b, uid) && !(s->p.books = uids_join(b, uid))) {
 		free(s);
 		close(fd);
 		return NULL;
@@ -216,8 +216,8 @@ int session_send(struct broker *b, struct session *s, const union wsync_msg_any 
 	err = loop_send(b->loop, &s->conn, msg, fds, n_fds);
 	if (!err && n_fds > 0) {
 		s->fds_unread += (uint32_t)n_fds;
-		if (s->books)
-			uids_fds_add(b, s->books, (uint32_t)n_fds);
+		if (s->p.books)
+			uids_fds_add(b, s->p.books, (uint32_t)n_fds);
 	}
 	if (err == -ENOBUFS)
 		session_doom(b, s, "it does not read its replies");
@@ -235,8 +235,8 @@ static void session_fds_look(struct broker *b, struct session *s)
 {
 	if (!s->fds_unread || s->conn.fd < 0 || s->conn.sends || uids_outq(s->conn.fd))
 		return;
-	if (s->books)
-		uids_fds_sub(b, s->books, s->fds_unread);
+	if (s->p.books)
+		uids_fds_sub(b, s->p.books, s->fds_unread);
 	s->fds_unread = 0;
 }
 
@@ -250,7 +250,7 @@ static void uid_fds_look(struct broker *b, struct uid_books *u)
 		return;
 	u->refreshed_ns = now;
 	for (struct session *o = b->all_sessions; o; o = o->all_next)
-		if (o->books == u)
+		if (o->p.books == u)
 			session_fds_look(b, o);
 	uids_linger_look(b, u);
 }
@@ -260,7 +260,7 @@ int session_fds_budget(struct broker *b, struct session *s, char *why, size_t wh
 	const uint32_t need = WSYNC_MSG_MAX_FDS;        /* the most one reply carries */
 
 	session_fds_look(b, s);
-	if (!s->books) {
+	if (!s->p.books) {
 		if (s->fds_unread + need <= b->fds_share)
 			return 0;
 		snprintf(why, whylen, "session %u has %u fds in replies it did not read "
@@ -268,10 +268,10 @@ int session_fds_budget(struct broker *b, struct session *s, char *why, size_t wh
 		         s->fds_unread, b->fds_share);
 		return -ENOBUFS;
 	}
-	if (!uids_fds_over(b, s->books, need, why, whylen))
+	if (!uids_fds_over(b, s->p.books, need, why, whylen))
 		return 0;
-	uid_fds_look(b, s->books);
-	return uids_fds_over(b, s->books, need, why, whylen) ? -ENOBUFS : 0;
+	uid_fds_look(b, s->p.books);
+	return uids_fds_over(b, s->p.books, need, why, whylen) ? -ENOBUFS : 0;
 }
 
 void session_send_error(struct broker *b, struct session *s, uint32_t seq,
@@ -612,15 +612,15 @@ void session_free(struct broker *b, struct session *s)
 		 * closes them: its uid keeps counting them (uids.h) */
 		if (s->fds_unread && !uids_outq(s->conn.fd))
 			s->fds_unread = 0;
-		if (s->fds_unread && s->books && uids_linger(b, s->books, s->conn.fd,
+		if (s->fds_unread && s->p.books && uids_linger(b, s->p.books, s->conn.fd,
 		                                             s->fds_unread))
 			s->fds_unread = 0;
 		else
 			close(s->conn.fd);
 	}
-	if (s->books) {
-		uids_fds_sub(b, s->books, s->fds_unread);
-		uids_leave(b, s->books);
+	if (s->p.books) {
+		uids_fds_sub(b, s->p.books, s->fds_unread);
+		uids_leave(b, s->p.books);
 	}
 	free(s);
 }

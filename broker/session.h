@@ -69,9 +69,6 @@ struct session {
 	char     reject_why[SESSION_WHY_MAX];
 	char     doom_why[SESSION_WHY_MAX];
 	struct notifier *ev[WSYNC_MAX_MODELS];   /* NOTIFY eventfds */
-	/* its uid's books (uids.h), NULL for the broker's uid and root, whose
-	 * budgets are per session */
-	struct uid_books *books;
 	uint32_t fds_unread;             /* fds in replies its peer has not read */
 	struct session *doomed_next;
 	struct session *all_next, **all_pprev;

@@ -50,6 +50,10 @@ struct uid_linger {
 #define UIDS_WORK_BURST_NS INT64_C(20000000)         /* 20 ms */
 #define UIDS_MAX_LAYOUT    16384                     /* tensors + parts, one layout */
 #define UIDS_MAX_TENSORS   65536                     /* of all the models it owns */
+/* WAIT_READERS pending for all the sessions of a uid: four sessions' worth
+ * (READERS_MAX_PER_PEER each), so that a uid's many sessions cannot keep
+ * the broker polling tens of thousands of waits (readers.h). */
+#define UIDS_MAX_WAITS     256
 
 struct uid_books {
 	uid_t    uid;
@@ -57,6 +61,7 @@ struct uid_books {
 	int64_t  work_at_ns;             /* when it was last filled, 0 = never */
 	uint32_t sessions;               /* its sessions, in any state */
 	uint32_t fds_unread;             /* its sessions' and lingering sockets' */
+	uint32_t waits;                  /* its sessions' pending WAIT_READERS */
 	int64_t  refreshed_ns;           /* its sessions' queues last looked at */
 	struct uid_linger *linger;
 	uint32_t n_linger, linger_cap;
