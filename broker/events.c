@@ -19,6 +19,7 @@
 #include "events.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@
 #include "readers.h"
 #include "service.h"
 #include "session.h"
+#include "state.h"
 #include "shm/clock.h"
 #include "uids.h"
 
@@ -196,6 +198,9 @@ static void on_tick(void *ctx)
 	publish_audit(b);
 	session_mirror_stats(b);
 	uids_tick(b);
+	/* folded version floors were many small blocks: give the pages back */
+	if (state_trim_due(b->floors))
+		malloc_trim(0);
 	/* Marking never frees (only the loop's release does): the walk stays
 	 * valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "pages.h"
 #include "state.h"
+#include "uids.h"
 #include "shm/clock.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -447,7 +448,10 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 void model_undeclare(struct broker *b, struct model *m, const char *why)
 {
 	/* Versions handed out under this name must stay below the next ones. */
-	if (m->hwm && (!b->floors || state_floor_raise(b->floors, m->name, m->hwm)))
+	if (m->hwm && (!b->floors ||
+	               state_floor_raise(b->floors, m->name, m->hwm, m->owner,
+	                                 m->owner != (uid_t)WSYNC_OWNER_NONE &&
+	                                 !uids_trusted(b, m->owner))))
 		log_warn("model '%s': its version floor %llu could not be kept", m->name,
 		         (unsigned long long)m->hwm);
 	if (b->ctl)
