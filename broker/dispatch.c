@@ -38,18 +38,18 @@ static const struct {
 	                                    (session_fds_budget) */
 	int work;                        /* WORK_*: its time is its uid's (uids.h) */
 } handlers[WSYNC_MSG_TYPE_END] = {
-	[WSYNC_MSG_HELLO]    = { handle_hello, 0, true },
+	[WSYNC_MSG_HELLO]    = { handle_hello, 0, true, WORK_NONE },
 	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1, true, WORK_REFUSED },
 	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true, WORK_REFUSED },
-	[WSYNC_MSG_ATTACH]   = { handle_attach, 0, true },
-	[WSYNC_MSG_BEGIN]    = { handle_begin, 0 },
-	[WSYNC_MSG_COMMIT]   = { handle_commit, 0 },
-	[WSYNC_MSG_ABORT]    = { handle_abort, 0 },
-	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1 },
+	[WSYNC_MSG_ATTACH]   = { handle_attach, 0, true, WORK_NONE },
+	[WSYNC_MSG_BEGIN]    = { handle_begin, 0, false, WORK_NONE },
+	[WSYNC_MSG_COMMIT]   = { handle_commit, 0, false, WORK_NONE },
+	[WSYNC_MSG_ABORT]    = { handle_abort, 0, false, WORK_NONE },
+	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1, false, WORK_NONE },
 	[WSYNC_MSG_CLOSE]    = { handle_close, 0, false, WORK_COUNTED },
 	[WSYNC_MSG_DELETE]   = { handle_delete, 0, false, WORK_COUNTED },
-	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0 },
-	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0, true },
+	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0, false, WORK_NONE },
+	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0, true, WORK_NONE },
 };
 
 /* Checks that need no handler; 0 or -errno with the reason in r. */
