@@ -10,7 +10,8 @@
  *     uid say HELLO and are served; an honest trainer's commit round trip
  *     stays near its idle figure.
  *  2. The silent ones left are closed by the HELLO deadline (2 s, looked
- *     at every second); the broker's fds and memory come back.
+ *     at every second; the test allows 5 s); the broker's fds and memory
+ *     come back.
  */
 #include "tests/lib/harness.h"
 #include "tests/lib/hostile.h"
@@ -67,8 +68,12 @@ static int silent_user(void *arg)
 		fds[i] = harness_raw_connect(&G);
 		TEST_ASSERT_MSG(fds[i] >= 0, "connect %d: %d", i, fds[i]);
 	}
-	harness_sleep_ms(300);
-	chan_send(&up, (uint64_t)still_open(fds, SILENT));
+	/* the broker closes them as it accepts the next ones: once it caught
+	 * up (5 s at most on a loaded machine) no more than its share is left */
+	t0 = harness_mono_ns();
+	while ((open = still_open(fds, SILENT)) > SHARE && harness_mono_ns() - t0 < 5 * HARNESS_S)
+		harness_sleep_ms(50);
+	chan_send(&up, (uint64_t)open);
 	chan_recv(&down, getppid());
 	t0 = harness_mono_ns();
 	while ((open = still_open(fds, SILENT)) > 0 && harness_mono_ns() - t0 < 8 * HARNESS_S)
@@ -134,7 +139,7 @@ int main(void)
 	ms = chan_recv(&up, kid);
 	TEST_ASSERT_MSG(ms != UINT64_MAX, "silent connections still open after 8 s");
 	harness_log("the last silent connection was closed after %llu ms", (unsigned long long)ms);
-	TEST_ASSERT_MSG(ms <= 4000, "silent connections lived %llu ms", (unsigned long long)ms);
+	TEST_ASSERT_MSG(ms <= 5000, "silent connections lived %llu ms", (unsigned long long)ms);
 	kill(kid, SIGKILL);
 	st = harness_wait_status(kid, 5000);
 	TEST_ASSERT(WIFSIGNALED(st));
