@@ -55,6 +55,8 @@ struct broker {
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */
+	bool            trim_due;              /* much heap freed: malloc_trim at
+	                                          the next tick (events.c) */
 
 	struct session *sessions[WSYNC_MAX_SESSIONS];  /* admitted, by table index */
 	uint32_t        n_sessions;            /* entries in use in sessions[] */

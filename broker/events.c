@@ -188,6 +188,21 @@ static void on_released(void *ctx, struct conn *c)
 	session_free(ctx, session_of_conn(c));
 }
 
+/* jemalloc's control call: the broker links jemalloc (Makefile); weak, so
+ * that what links the broker's objects without it (unit tests, fuzzers)
+ * still links, and falls back to glibc's trim. */
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+                   size_t newlen) __attribute__((weak));
+
+/* Returns the heap's free pages to the system now rather than as the
+ * allocator's decay gets to it. */
+static void heap_give_back(void)
+{
+	/* 4096 is MALLCTL_ARENAS_ALL: every arena */
+	if (!mallctl || mallctl("arena.4096.purge", NULL, NULL, NULL, 0) != 0)
+		malloc_trim(0);
+}
+
 static void on_tick(void *ctx)
 {
 	struct broker *b = ctx;
@@ -198,9 +213,12 @@ static void on_tick(void *ctx)
 	publish_audit(b);
 	session_mirror_stats(b);
 	uids_tick(b);
-	/* folded version floors were many small blocks: give the pages back */
-	if (state_trim_due(b->floors))
-		malloc_trim(0);
+	/* a big layout or folded version floors were freed: the heap keeps
+	 * their pages unless asked to give them back */
+	if (state_trim_due(b->floors) || b->trim_due) {
+		b->trim_due = false;
+		heap_give_back();
+	}
 	/* Marking never frees (only the loop's release does): the walk stays
 	 * valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {

@@ -440,6 +440,9 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		b->models[m->id] = NULL;
 	if (m->group)   /* groups end with their last rank, before this */
 		log_error("model '%s': freed with a publisher group still open", m->name);
+	/* a big layout leaves the heap grown: the tick gives it back */
+	if ((uint64_t)m->n_tensors * sizeof(*m->tensors) >= MODEL_TRIM_BYTES)
+		b->trim_due = true;
 	free(m->tensors);
 	free(m->members);
 	free(m);
