@@ -610,11 +610,9 @@ void session_free(struct broker *b, struct session *s)
 		session_drain(s->conn.fd);
 		/* fds its peer has not read are in flight until it reads or
 		 * closes them: its uid keeps counting them (uids.h) */
-		if (s->fds_unread && !uids_outq(s->conn.fd))
-			s->fds_unread = 0;
-		if (s->fds_unread && s->p.books && uids_linger(b, s->p.books, s->conn.fd,
-		                                             s->fds_unread))
-			s->fds_unread = 0;
+		if (s->fds_unread && s->p.books && uids_outq(s->conn.fd) &&
+		    uids_linger(b, s->p.books, s->conn.fd, s->fds_unread))
+			s->fds_unread = 0;       /* the lingering socket keeps the charge */
 		else
 			close(s->conn.fd);
 	}
