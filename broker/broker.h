@@ -52,6 +52,9 @@ struct broker {
 	 * models a uid cycles through. */
 	int64_t  move_credit_ns;
 	int64_t  move_credit_at_ns;            /* when it was last filled, 0 = never */
+	int64_t  moved_ns;                     /* all moves' time: a request that
+	                                          moved a model is charged the rest
+	                                          of its time only (dispatch.c) */
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */

@@ -40,7 +40,7 @@ static const struct {
 } handlers[WSYNC_MSG_TYPE_END] = {
 	[WSYNC_MSG_HELLO]    = { handle_hello, 0, true, WORK_NONE },
 	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1, true, WORK_REFUSED },
-	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true, WORK_REFUSED },
+	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true, WORK_COUNTED },
 	[WSYNC_MSG_ATTACH]   = { handle_attach, 0, true, WORK_NONE },
 	[WSYNC_MSG_BEGIN]    = { handle_begin, 0, false, WORK_NONE },
 	[WSYNC_MSG_COMMIT]   = { handle_commit, 0, false, WORK_NONE },
@@ -148,10 +148,13 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 		err = dispatch_work_wait(&r);
 	if (!err) {
 		int64_t t0 = handlers[type].work && s->p.books ? wsync_mono_ns() : 0;
+		int64_t moved0 = b->moved_ns;
 
 		err = handlers[type].fn(&r);
+		/* a move it caused has a bucket of its own (model.h) */
 		if (t0)
-			uids_work_charge(s->p.books, wsync_mono_ns() - t0);
+			uids_work_charge(s->p.books, wsync_mono_ns() - t0 -
+			                 (b->moved_ns - moved0));
 		/* A refused layout cost the broker work proportional to its size:
 		 * it counts toward the limit like a protocol error. */
 		violation = err == -EPROTO ||

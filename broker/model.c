@@ -639,6 +639,7 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
 	(void)model_move_wait_ns(b, now);                  /* fills the bucket first */
 	b->move_credit_ns -= now - t0;
+	b->moved_ns += now - t0;                           /* not the uid's work */
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
 	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
 	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);

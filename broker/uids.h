@@ -26,9 +26,13 @@
  * to ask. A uid's requests of those kinds may take 1/UIDS_WORK_SHARE of
  * real time, in bursts of UIDS_WORK_BURST_NS: a bucket of time that fills
  * at that rate and that each such request drains by what it took (measured,
- * like moves, model.h); while it is below zero the uid's PUB_OPEN and
- * SUB_OPEN are refused (-EBUSY, saying when to try again). CLOSE and DELETE
- * are never refused, only counted. One layout of such a uid holds at most
+ * like moves, model.h, whose own time is not counted again); while it is
+ * below zero the uid's PUB_OPEN is refused (-EBUSY, saying when to try
+ * again). SUB_OPEN, CLOSE and DELETE are never refused, only counted: a
+ * collector must not be refused because its uid also trains a big model.
+ * The burst is the moves' (250 ms), so that an honest publisher of another
+ * uid may open a model of some hundred MiB (its slabs are reserved,
+ * fallocate) without being refused after it; the share is half theirs. One layout of such a uid holds at most
  * UIDS_MAX_LAYOUT tensors and parts, and the models it owns together
  * UIDS_MAX_TENSORS, so no single request takes long either.
  */
@@ -47,7 +51,7 @@ struct uid_linger {
 };
 
 #define UIDS_WORK_SHARE    20                        /* a twentieth of the time */
-#define UIDS_WORK_BURST_NS INT64_C(20000000)         /* 20 ms */
+#define UIDS_WORK_BURST_NS INT64_C(250000000)        /* 250 ms */
 #define UIDS_MAX_LAYOUT    16384                     /* tensors + parts, one layout */
 #define UIDS_MAX_TENSORS   65536                     /* of all the models it owns */
 /* WAIT_READERS pending for all the sessions of a uid: four sessions' worth
