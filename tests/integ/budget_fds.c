@@ -16,7 +16,8 @@
  *     session of it attaches.
  *  3. A ninth session leaves 3 ATTACH_OKs unread and is cut off (a BEGIN
  *     carrying an fd): its socket is kept, still counted, until its peer
- *     is gone. The other uid dies; the broker's fds and memory come back.
+ *     is gone. The other uid dies; the broker's fds and memory come back,
+ *     and it did not lose count (its log says so when it does).
  */
 #include "tests/lib/harness.h"
 #include "tests/lib/hostile.h"
@@ -26,6 +27,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,6 +176,14 @@ int main(void)
 	raw_close(&p);
 	TEST_OK(wsync_model_delete(c, MODEL));
 	hostile_check_settled(&G, &base, 4 * 1024, "the other uid's sessions went");
+	harness_sleep_ms(1100);           /* the tick drops the uid's books */
+	{
+		static char log[1 << 20];
+
+		harness_read_file(G.log, log, sizeof log);
+		TEST_ASSERT_MSG(!strstr(log, "counted with nothing holding them"),
+		                "the broker lost count of the fds in flight");
+	}
 	hostile_check_rtt(&G, honest, &base, "after the other uid went");
 	wsync_pub_close(honest);
 	wsync_close(c);
