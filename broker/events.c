@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -57,12 +58,23 @@ static bool pending_same(const struct broker *b, const struct session *a, pid_t 
 	return a->p.uid == uid;
 }
 
+/* Whether s has said nothing yet: a HELLO already in its socket, which
+ * this event's batch has not read yet, is not silence. */
+static bool pending_silent(const struct session *s)
+{
+	int n = 0;
+
+	return ioctl(s->conn.fd, FIONREAD, &n) < 0 || n <= 0;
+}
+
 /*
  * Makes room for one more connection that has not said HELLO. A client
  * says HELLO as soon as it connects, so the newest connection is the one
  * most likely to speak: what goes is the oldest silent one of the same
  * share (a uid past EVENTS_PENDING_SHARE cycles through its own), or, with
- * EVENTS_MAX_PENDING in all, the oldest of all. Nobody locks another out.
+ * EVENTS_MAX_PENDING in all, the oldest silent one of all. Nobody locks
+ * another out, and a burst of clients that connect at once loses none of
+ * them: one whose HELLO waits in its socket is never taken for silent.
  */
 static void pending_make_room(struct broker *b, pid_t pid, uid_t uid)
 {
@@ -70,22 +82,29 @@ static void pending_make_room(struct broker *b, pid_t pid, uid_t uid)
 	uint32_t n_same = 0, n_live = 0;
 
 	for (struct session *s = b->pending_first; s; s = s->pend_next) {
+		bool mine;
+
 		if (s->p.doomed)
 			continue;
 		n_live++;
-		if (!oldest)
-			oldest = s;
-		if (pending_same(b, s, pid, uid) && !n_same++)
-			same = s;
+		mine = pending_same(b, s, pid, uid);
+		n_same += mine;
+		/* looked at in order, oldest first, until one is silent */
+		if ((!oldest || (mine && !same)) && pending_silent(s)) {
+			if (!oldest)
+				oldest = s;
+			if (mine && !same)
+				same = s;
+		}
 	}
-	if (n_same >= EVENTS_PENDING_SHARE) {
+	if (n_same >= EVENTS_PENDING_SHARE && same) {
 		if (!b->pending_full_logged)
 			log_warn("pid %d uid %u keeps %d connections that have not said HELLO: "
 			         "closing its oldest as it opens more", (int)pid, (unsigned)uid,
 			         EVENTS_PENDING_SHARE);
 		b->pending_full_logged = true;
 		session_doom(b, same, "no HELLO, and its user opened more connections");
-	} else if (n_live >= EVENTS_MAX_PENDING) {
+	} else if (n_live >= EVENTS_MAX_PENDING && oldest) {
 		if (!b->pending_full_logged)
 			log_warn("%d connections have not said HELLO yet: closing the oldest as "
 			         "new ones come (latest pid %d uid %u)", EVENTS_MAX_PENDING,
