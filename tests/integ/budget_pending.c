@@ -9,6 +9,9 @@
  *     meanwhile 20 connects of the broker's uid and 20 of that same other
  *     uid say HELLO and are served; an honest trainer's commit round trip
  *     stays near its idle figure.
+ *     One process of the broker's uid connects 64 clients at once, each
+ *     sending its HELLO before any is answered: all 64 are answered (a
+ *     HELLO waiting in its socket is not silence).
  *  2. The silent ones left are closed by the HELLO deadline (2 s, looked
  *     at every second; the test allows 5 s); the broker's fds and memory
  *     come back.
@@ -21,6 +24,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,6 +133,28 @@ int main(void)
 
 		TEST_OK(harness_connect(&G, "honest-own-uid", &x));
 		wsync_close(x);
+	}
+	{
+		int burst[64], fds[WSYNC_MSG_MAX_FDS], nfds;
+		union wsync_msg_any m;
+
+		for (int i = 0; i < 64; i++) {
+			burst[i] = harness_raw_connect(&G);
+			TEST_ASSERT(burst[i] >= 0);
+			memset(&m, 0, sizeof m);
+			wsync_msg_init(&m.hdr, WSYNC_MSG_HELLO, 1);
+			m.hello.layout_version = WSYNC_LAYOUT_VERSION;
+			snprintf(m.hello.name, sizeof m.hello.name, "burst-%d", i);
+			TEST_OK(harness_raw_send(burst[i], &m, sizeof m.hello, NULL, 0));
+		}
+		for (int i = 0; i < 64; i++) {
+			nfds = WSYNC_MSG_MAX_FDS;
+			TEST_ASSERT_MSG(raw_recv(burst[i], &m, fds, &nfds, HARNESS_WAIT_MS) > 0 &&
+			                m.hdr.type == WSYNC_MSG_HELLO_OK, "client %d of a burst of "
+			                "64 connects got no HELLO_OK", i);
+			raw_close_fds(fds, nfds);
+			close(burst[i]);
+		}
 	}
 	friend = harness_fork(honest_user, NULL);
 	harness_expect_exit0(friend, "connects of the other uid beside its silent ones");
