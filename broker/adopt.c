@@ -402,7 +402,8 @@ static void adopt_floors_only(struct broker *b, const struct wsync_ctl_header *o
 		if (atomic_load(&e->state) == WSYNC_MODEL_FREE || !memchr(e->name, '\0',
 		    sizeof(e->name)) || !wsync_name_valid(e->name, sizeof(e->name)))
 			continue;
-		if (b->floors && state_floor_raise(b->floors, e->name, v > hwm ? v : hwm))
+		if (b->floors && state_floor_raise(b->floors, e->name, v > hwm ? v : hwm,
+		                                     (uid_t)WSYNC_OWNER_NONE, false))
 			log_warn("model '%s': its version floor could not be kept", e->name);
 	}
 }

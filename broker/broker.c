@@ -19,6 +19,7 @@
 #include "service.h"
 #include "session.h"
 #include "state.h"
+#include "uids.h"
 #include "shm/clock.h"
 
 #define BROKER_DRAIN_NS (3 * 1000000000ll)
@@ -89,6 +90,7 @@ int broker_start(struct broker *b, const struct config *cfg)
 		e = adopted;
 		goto out_close_listen;
 	}
+	uids_init(b);
 	e = events_start(b);
 	if (e) {
 		snprintf(err, sizeof(err), "cannot set up io_uring: %s", strerror(-e));
@@ -167,6 +169,7 @@ void broker_stop(struct broker *b)
 	/* Only if the drain timed out: the ring is gone, nothing points here. */
 	while (b->all_sessions)
 		session_free(b, b->all_sessions);
+	uids_free_all(b);
 	close(b->listen_fd);
 	if (rundir_unlink_socket(b->cfg.socket_path, &b->sock_bound) == -ESTALE)
 		log_warn("%s is another broker's socket now: left in place",

@@ -23,6 +23,7 @@ struct model;
 struct loop;
 struct hwm_floors;
 struct reader_wait;
+struct uid_books;
 
 struct broker {
 	struct config cfg;
@@ -51,9 +52,14 @@ struct broker {
 	 * models a uid cycles through. */
 	int64_t  move_credit_ns;
 	int64_t  move_credit_at_ns;            /* when it was last filled, 0 = never */
+	int64_t  moved_ns;                     /* all moves' time: a request that
+	                                          moved a model is charged the rest
+	                                          of its time only (dispatch.c) */
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */
+	bool            trim_due;              /* much heap freed: malloc_trim at
+	                                          the next tick (events.c) */
 
 	struct session *sessions[WSYNC_MAX_SESSIONS];  /* admitted, by table index */
 	uint32_t        n_sessions;            /* entries in use in sessions[] */
@@ -63,6 +69,7 @@ struct broker {
 	uint32_t        n_rejected;            /* refused peers awaiting their answer */
 	uint64_t        incarnations;          /* last model incarnation given */
 	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
+	struct session *pending_first, *pending_last;  /* those, oldest first */
 	bool            pending_full_logged;   /* one line per spell (events.c) */
 	int64_t         hello_wait_ns;         /* a connection must say HELLO by then */
 
@@ -70,6 +77,13 @@ struct broker {
 	 * WAIT_READERS per model (readers.c) */
 	struct outbox   out;
 	struct reader_wait *reader_waits[WSYNC_MAX_MODELS];
+
+	/* what the sessions of each uid other than the broker's and root
+	 * hold together (uids.h), and the fds in flight budgets */
+	struct uid_books **uids;
+	uint32_t n_uids, uids_cap;
+	uint32_t fds_share;                    /* per uid, per trusted session */
+	uint32_t fds_others_max, fds_others;   /* all untrusted uids together */
 
 	struct hwm_floors *floors;             /* from <rundir>/<name>.versions */
 	bool     hugetlb_ok, thp_ok;           /* huge pages to try (pages.c) */

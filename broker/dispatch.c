@@ -20,25 +20,36 @@
 #include "log.h"
 #include "request.h"
 #include "session.h"
+#include "shm/clock.h"
+#include "uids.h"
 
 typedef int (*handler_fn)(struct req *r);
+
+enum {
+	WORK_NONE,
+	WORK_COUNTED,                    /* its time drains the uid's bucket */
+	WORK_REFUSED,                    /* ...and it is refused while it is empty */
+};
 
 static const struct {
 	handler_fn fn;
 	int fds;                         /* fds the request carries */
+	bool fds_reply;                  /* its reply carries fds: budgeted
+	                                    (session_fds_budget) */
+	int work;                        /* WORK_*: its time is its uid's (uids.h) */
 } handlers[WSYNC_MSG_TYPE_END] = {
-	[WSYNC_MSG_HELLO]    = { handle_hello, 0 },
-	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1 },
-	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0 },
-	[WSYNC_MSG_ATTACH]   = { handle_attach, 0 },
-	[WSYNC_MSG_BEGIN]    = { handle_begin, 0 },
-	[WSYNC_MSG_COMMIT]   = { handle_commit, 0 },
-	[WSYNC_MSG_ABORT]    = { handle_abort, 0 },
-	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1 },
-	[WSYNC_MSG_CLOSE]    = { handle_close, 0 },
-	[WSYNC_MSG_DELETE]   = { handle_delete, 0 },
-	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0 },
-	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0 },
+	[WSYNC_MSG_HELLO]    = { handle_hello, 0, true, WORK_NONE },
+	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1, true, WORK_REFUSED },
+	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true, WORK_COUNTED },
+	[WSYNC_MSG_ATTACH]   = { handle_attach, 0, true, WORK_NONE },
+	[WSYNC_MSG_BEGIN]    = { handle_begin, 0, false, WORK_NONE },
+	[WSYNC_MSG_COMMIT]   = { handle_commit, 0, false, WORK_NONE },
+	[WSYNC_MSG_ABORT]    = { handle_abort, 0, false, WORK_NONE },
+	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1, false, WORK_NONE },
+	[WSYNC_MSG_CLOSE]    = { handle_close, 0, false, WORK_COUNTED },
+	[WSYNC_MSG_DELETE]   = { handle_delete, 0, false, WORK_COUNTED },
+	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0, false, WORK_NONE },
+	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0, true, WORK_NONE },
 };
 
 /* Checks that need no handler; 0 or -errno with the reason in r. */
@@ -87,6 +98,19 @@ static int req_screen(struct req *r, size_t len, int msg_flags, uint32_t type)
 	return 0;
 }
 
+/* A uid's share of the broker's time for opening models (uids.h). */
+static int dispatch_work_wait(struct req *r)
+{
+	int64_t wait = uids_work_wait_ns(r->p->books, wsync_mono_ns());
+
+	if (!wait)
+		return 0;
+	return req_fail(r, -EBUSY, "the sessions of uid %u took their share of the broker's "
+	                "time for opening and closing models (1/%d, bursts of %lld ms): try "
+	                "again in %lld ms", (unsigned)r->p->uid, UIDS_WORK_SHARE,
+	                (long long)(UIDS_WORK_BURST_NS / 1000000), (long long)(wait / 1000000 + 1));
+}
+
 void dispatch_refusal(struct broker *b, struct session *s, uint32_t seq, uint32_t req_type)
 {
 	session_send_error(b, s, seq, req_type, s->reject_err, s->reject_why);
@@ -115,8 +139,22 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	r.why[0] = '\0';
 	err = req_screen(&r, len, msg_flags, type);
 	violation = err != 0 && err != -EMFILE;
+	/* The fds of replies a uid has not read are in flight, and the kernel
+	 * caps them for the broker's user as a whole: past its share a uid
+	 * is refused what would send more (uids.h). Not a violation. */
+	if (!err && handlers[type].fds_reply)
+		err = session_fds_budget(b, s, r.why, sizeof(r.why));
+	if (!err && handlers[type].work == WORK_REFUSED && s->p.books)
+		err = dispatch_work_wait(&r);
 	if (!err) {
+		int64_t t0 = handlers[type].work && s->p.books ? wsync_mono_ns() : 0;
+		int64_t moved0 = b->moved_ns;
+
 		err = handlers[type].fn(&r);
+		/* a move it caused has a bucket of its own (model.h) */
+		if (t0)
+			uids_work_charge(s->p.books, wsync_mono_ns() - t0 -
+			                 (b->moved_ns - moved0));
 		/* A refused layout cost the broker work proportional to its size:
 		 * it counts toward the limit like a protocol error. */
 		violation = err == -EPROTO ||

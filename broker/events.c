@@ -19,10 +19,12 @@
 #include "events.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -36,18 +38,90 @@
 #include "readers.h"
 #include "service.h"
 #include "session.h"
+#include "state.h"
 #include "shm/clock.h"
+#include "uids.h"
 
 #define EVENTS_MAX_REJECTED   16                 /* refused peers awaiting an answer */
 #define EVENTS_REJECT_WAIT_NS (2 * 1000000000ll) /* ...for their first message */
-#define EVENTS_HELLO_WAIT_NS  (10 * 1000000000ll)/* a connection must say HELLO */
+#define EVENTS_HELLO_WAIT_NS  (2 * 1000000000ll) /* a connection must say HELLO */
 #define EVENTS_MAX_PENDING    256                /* connections before their HELLO */
+/* ...of which one uid other than the broker's and root holds at most this
+ * many together, and one process of the broker's uid or root as many */
+#define EVENTS_PENDING_SHARE  32
+
+/* Whether a and a connection of pid/uid count against the same share. */
+static bool pending_same(const struct broker *b, const struct session *a, pid_t pid, uid_t uid)
+{
+	if (uid == b->uid || uid == 0)
+		return a->p.uid == uid && a->p.pid == pid;
+	return a->p.uid == uid;
+}
+
+/* Whether s has said nothing yet: a HELLO already in its socket, which
+ * this event's batch has not read yet, is not silence. */
+static bool pending_silent(const struct session *s)
+{
+	int n = 0;
+
+	return ioctl(s->conn.fd, FIONREAD, &n) < 0 || n <= 0;
+}
+
+/*
+ * Makes room for one more connection that has not said HELLO. A client
+ * says HELLO as soon as it connects, so the newest connection is the one
+ * most likely to speak: what goes is the oldest silent one of the same
+ * share (a uid past EVENTS_PENDING_SHARE cycles through its own), or, with
+ * EVENTS_MAX_PENDING in all, the oldest silent one of all. Nobody locks
+ * another out, and a burst of clients that connect at once loses none of
+ * them: one whose HELLO waits in its socket is never taken for silent.
+ */
+static void pending_make_room(struct broker *b, pid_t pid, uid_t uid)
+{
+	struct session *same = NULL, *oldest = NULL;
+	uint32_t n_same = 0, n_live = 0;
+
+	for (struct session *s = b->pending_first; s; s = s->pend_next) {
+		bool mine;
+
+		if (s->p.doomed)
+			continue;
+		n_live++;
+		mine = pending_same(b, s, pid, uid);
+		n_same += mine;
+		/* looked at in order, oldest first, until one is silent */
+		if ((!oldest || (mine && !same)) && pending_silent(s)) {
+			if (!oldest)
+				oldest = s;
+			if (mine && !same)
+				same = s;
+		}
+	}
+	if (n_same >= EVENTS_PENDING_SHARE && same) {
+		if (!b->pending_full_logged)
+			log_warn("pid %d uid %u keeps %d connections that have not said HELLO: "
+			         "closing its oldest as it opens more", (int)pid, (unsigned)uid,
+			         EVENTS_PENDING_SHARE);
+		b->pending_full_logged = true;
+		session_doom(b, same, "no HELLO, and its user opened more connections");
+	} else if (n_live >= EVENTS_MAX_PENDING && oldest) {
+		if (!b->pending_full_logged)
+			log_warn("%d connections have not said HELLO yet: closing the oldest as "
+			         "new ones come (latest pid %d uid %u)", EVENTS_MAX_PENDING,
+			         (int)pid, (unsigned)uid);
+		b->pending_full_logged = true;
+		session_doom(b, oldest, "no HELLO, and the broker had too many such connections");
+	} else {
+		b->pending_full_logged = false;
+	}
+}
 
 static void on_accepted(void *ctx, int fd)
 {
 	struct broker *b = ctx;
 	struct ucred cred;
 	struct session *s;
+	bool admitted;
 	char why[160];
 	int err;
 
@@ -58,24 +132,17 @@ static void on_accepted(void *ctx, int fd)
 		return;
 	}
 	/* Silent connections cost a socket each until their HELLO deadline:
-	 * bounded, the newest goes first. Admitted sessions are bounded by the
-	 * session table, which they enter at HELLO. */
-	if (b->n_pending >= EVENTS_MAX_PENDING) {
-		if (!b->pending_full_logged)
-			log_warn("%d connections have not said HELLO yet: closing new ones "
-			         "at once (latest pid %d uid %u)", EVENTS_MAX_PENDING,
-			         (int)cred.pid, (unsigned)cred.uid);
-		b->pending_full_logged = true;
-		close(fd);
-		return;
-	}
-	b->pending_full_logged = false;
+	 * bounded per uid and in all (pending_make_room). Admitted sessions
+	 * are bounded by the session table, which they enter at HELLO. */
+	admitted = auth_admit(&b->cfg, b->uid, fd, &cred);
+	if (admitted)
+		pending_make_room(b, cred.pid, cred.uid);
 	s = session_new(b, fd, cred.pid, cred.uid, cred.gid);
 	if (!s) {
 		log_error("out of memory for a session of pid %d", (int)cred.pid);
 		return;
 	}
-	if (!auth_admit(&b->cfg, b->uid, fd, &cred)) {
+	if (!admitted) {
 		snprintf(why, sizeof(why), "uid %u is not allowed by broker '%s'",
 		         (unsigned)cred.uid, b->cfg.name);
 		log_warn("refused pid %d uid %u gid %u: %s", (int)cred.pid,
@@ -140,6 +207,21 @@ static void on_released(void *ctx, struct conn *c)
 	session_free(ctx, session_of_conn(c));
 }
 
+/* jemalloc's control call: the broker links jemalloc (Makefile); weak, so
+ * that what links the broker's objects without it (unit tests, fuzzers)
+ * still links, and falls back to glibc's trim. */
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+                   size_t newlen) __attribute__((weak));
+
+/* Returns the heap's free pages to the system now rather than as the
+ * allocator's decay gets to it. */
+static void heap_give_back(void)
+{
+	/* 4096 is MALLCTL_ARENAS_ALL: every arena */
+	if (!mallctl || mallctl("arena.4096.purge", NULL, NULL, NULL, 0) != 0)
+		malloc_trim(0);
+}
+
 static void on_tick(void *ctx)
 {
 	struct broker *b = ctx;
@@ -149,6 +231,13 @@ static void on_tick(void *ctx)
 	service_watchdog();
 	publish_audit(b);
 	session_mirror_stats(b);
+	uids_tick(b);
+	/* a big layout or folded version floors were freed: the heap keeps
+	 * their pages unless asked to give them back */
+	if (state_trim_due(b->floors) || b->trim_due) {
+		b->trim_due = false;
+		heap_give_back();
+	}
 	/* Marking never frees (only the loop's release does): the walk stays
 	 * valid. */
 	for (struct session *s = b->all_sessions; s; s = s->all_next) {

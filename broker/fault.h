@@ -15,7 +15,7 @@
  *                          the loop reaps the CQ: what the kernel does while
  *                          completions wait in its overflow list
  *   WSYNC_HELLO_TIMEOUT_MS how long a connection may stay silent before its
- *                          HELLO (default 10000; checked at the 1 s tick)
+ *                          HELLO (default 2000; checked at the 1 s tick)
  *
  * Counting starts at 1 with the process; each injection is logged at warn
  * level ("fault injection: ..."), so a test can tell whether its N was

@@ -29,6 +29,7 @@
 #include "session.h"
 #include "shm/clock.h"
 #include "shm/tensor_layout.h"
+#include "uids.h"
 
 
 static int layout_read(struct req *r, int fd, uint32_t n, uint32_t n_parts,
@@ -174,6 +175,34 @@ static bool model_holds_version(const struct model *m)
 	return false;
 }
 
+/* A publisher of a uid other than the broker's and root: one layout and
+ * the models the uid owns are bounded (uids.h), checked before a byte of
+ * the layout is read. */
+static int pub_open_bound(struct req *r)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+	uint64_t n = (uint64_t)p->n_tensors + p->n_parts, owned = 0;
+
+	if (!r->p->books)
+		return 0;
+	if (n > UIDS_MAX_LAYOUT)
+		return req_fail(r, -E2BIG, "model '%s': %llu tensors and parts; a layout of uid "
+		                "%u may hold %d at most", p->model, (unsigned long long)n,
+		                (unsigned)r->p->uid, UIDS_MAX_LAYOUT);
+	for (uint32_t i = 0; i < WSYNC_MAX_MODELS; i++) {
+		const struct model *m = r->b->models[i];
+
+		if (m && m->state == WSYNC_MODEL_READY && m->owner == r->p->uid &&
+		    strcmp(m->name, p->model))
+			owned += m->n_tensors;
+	}
+	if (owned + p->n_tensors > UIDS_MAX_TENSORS)
+		return req_fail(r, -E2BIG, "model '%s': the models of uid %u already hold %llu "
+		                "tensors, and its models may hold %d at most", p->model,
+		                (unsigned)r->p->uid, (unsigned long long)owned, UIDS_MAX_TENSORS);
+	return 0;
+}
+
 /*
  * The memory a publisher is handed read-write must be out of reach of every
  * earlier publisher of another uid, and what collectors read must be out of
@@ -293,6 +322,11 @@ int handle_pub_open(struct req *r)
 	if (m && m->state == WSYNC_MODEL_READY && (m->pub || (m->group && !group))) {
 		close(fd);
 		return pub_open_refuse_early(r, m, &dev);
+	}
+	err = pub_open_bound(r);
+	if (err) {
+		close(fd);
+		return err;
 	}
 	if (n_slots == 0)
 		n_slots = WSYNC_DEFAULT_SLOTS < b->cfg.max_slots ? WSYNC_DEFAULT_SLOTS

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "pages.h"
 #include "state.h"
+#include "uids.h"
 #include "shm/clock.h"
 #include "shm/futex.h"
 #include "shm/segment.h"
@@ -440,6 +441,9 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		b->models[m->id] = NULL;
 	if (m->group)   /* groups end with their last rank, before this */
 		log_error("model '%s': freed with a publisher group still open", m->name);
+	/* a big layout leaves the heap grown: the tick gives it back */
+	if ((uint64_t)m->n_tensors * sizeof(*m->tensors) >= MODEL_TRIM_BYTES)
+		b->trim_due = true;
 	free(m->tensors);
 	free(m->members);
 	free(m);
@@ -448,7 +452,10 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 void model_undeclare(struct broker *b, struct model *m, const char *why)
 {
 	/* Versions handed out under this name must stay below the next ones. */
-	if (m->hwm && (!b->floors || state_floor_raise(b->floors, m->name, m->hwm)))
+	if (m->hwm && (!b->floors ||
+	               state_floor_raise(b->floors, m->name, m->hwm, m->owner,
+	                                 m->owner != (uid_t)WSYNC_OWNER_NONE &&
+	                                 !uids_trusted(b, m->owner))))
 		log_warn("model '%s': its version floor %llu could not be kept", m->name,
 		         (unsigned long long)m->hwm);
 	if (b->ctl)
@@ -633,6 +640,7 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
 	(void)model_move_wait_ns(b, now);                  /* fills the bucket first */
 	b->move_credit_ns -= now - t0;
+	b->moved_ns += now - t0;                           /* not the uid's work */
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
 	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
 	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);

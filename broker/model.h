@@ -146,6 +146,10 @@ static inline bool model_move_budget_left(const struct model *m, int64_t now_ns)
 	       now_ns - m->move_ns[m->moves % MODEL_MOVE_BUDGET] >= MODEL_MOVE_WINDOW_NS;
 }
 
+/* Freeing a layout at least this big asks the tick to return the heap's
+ * free memory to the system (broker.h, trim_due). */
+#define MODEL_TRIM_BYTES (256 * 1024)
+
 /* Versions fit in the 56 high bits of `latest`. */
 #define MODEL_VERSION_MAX ((UINT64_C(1) << 56) - 2)
 

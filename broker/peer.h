@@ -19,6 +19,9 @@
 
 #include "shm/layout.h"
 
+struct reader_wait;
+struct uid_books;
+
 struct peer_model {
 	bool     pub;                    /* it publishes the model (alone or as a rank) */
 	uint32_t subs;                   /* SUB_OPENs not yet closed */
@@ -40,6 +43,10 @@ struct peer {
 	 * session layer cuts it off (outbox.h). */
 	bool     unanswered;
 	uint32_t waits;                  /* its pending WAIT_READERS (readers.c) */
+	struct reader_wait *wait_list;   /* them (readers.c) */
+	/* its uid's books (uids.h), NULL for the broker's uid and root, whose
+	 * budgets are per session */
+	struct uid_books *books;
 	struct wsync_session_page *page; /* written by the client at any time */
 	uint64_t models;                 /* bit i = model i opened */
 	struct peer_model m[WSYNC_MAX_MODELS];

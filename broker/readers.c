@@ -13,11 +13,13 @@
 #include "outbox.h"
 #include "peer.h"
 #include "shm/clock.h"
+#include "uids.h"
 
 #define LAGGARDS_NAMED 3
 
 struct reader_wait {
-	struct reader_wait *next;
+	struct reader_wait *next, **pprev;       /* in b->reader_waits[model] */
+	struct reader_wait *p_next, **p_pprev;   /* in p->wait_list */
 	struct peer *p;
 	uint32_t seq;
 	uint64_t incarnation;
@@ -136,9 +138,22 @@ static bool wait_settle(struct broker *b, const struct model *m, const struct ha
 	return true;
 }
 
+/* Unlinks w from its model's list and its peer's, and frees it. */
 static void wait_free(struct reader_wait *w)
 {
+	if (w->pprev) {
+		*w->pprev = w->next;
+		if (w->next)
+			w->next->pprev = w->pprev;
+	}
+	if (w->p_pprev) {
+		*w->p_pprev = w->p_next;
+		if (w->p_next)
+			w->p_next->p_pprev = w->p_pprev;
+	}
 	w->p->waits--;
+	if (w->p->books)
+		w->p->books->waits--;
 	free(w);
 }
 
@@ -154,6 +169,12 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 	if (p->waits >= READERS_MAX_PER_PEER) {
 		snprintf(why, whylen, "model '%s': this session already has %d WAIT_READERS "
 		         "pending, the most one session may have", m->name, READERS_MAX_PER_PEER);
+		return -ENOBUFS;
+	}
+	if (p->books && p->books->waits >= UIDS_MAX_WAITS) {
+		snprintf(why, whylen, "model '%s': the sessions of uid %u already have %d "
+		         "WAIT_READERS pending (limit %d per user)", m->name, (unsigned)p->uid,
+		         UIDS_MAX_WAITS, UIDS_MAX_WAITS);
 		return -ENOBUFS;
 	}
 	w = fault_calloc(1, sizeof(*w));
@@ -172,6 +193,8 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 	w->since_ns = now;
 	w->deadline_ns = timeout_ms == UINT32_MAX ? -1 : now + (int64_t)timeout_ms * 1000000;
 	p->waits++;
+	if (p->books)
+		p->books->waits++;
 	have_read(m, t);
 	done = wait_settle(b, m, t, w, now);
 	free(t);
@@ -180,7 +203,15 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 		return 0;
 	}
 	w->next = b->reader_waits[m->id];
+	if (w->next)
+		w->next->pprev = &w->next;
+	w->pprev = &b->reader_waits[m->id];
 	b->reader_waits[m->id] = w;
+	w->p_next = p->wait_list;
+	if (w->p_next)
+		w->p_next->p_pprev = &w->p_next;
+	w->p_pprev = &p->wait_list;
+	p->wait_list = w;
 	outbox_timer_in(&b->out, READERS_POLL_NS);
 	return 0;
 }
@@ -206,13 +237,12 @@ static int64_t look_in(const struct reader_wait *w, int64_t now)
 static int64_t model_poll(struct broker *b, uint32_t id, struct have_table *t, int64_t now)
 {
 	struct model *m = model_get(b, id);
-	int64_t next = -1;
+	int64_t due_next = -1;
 
 	if (m)
 		have_read(m, t);
-	for (struct reader_wait **pp = &b->reader_waits[id]; *pp;) {
-		struct reader_wait *w = *pp;
-
+	for (struct reader_wait *w = b->reader_waits[id], *next; w; w = next) {
+		next = w->next;
 		if (!m || m->incarnation != w->incarnation) {
 			outbox_error(&b->out, w->p, w->seq, WSYNC_MSG_WAIT_READERS, -EIDRM,
 			             "the model was deleted while its publisher waited for its "
@@ -220,15 +250,13 @@ static int64_t model_poll(struct broker *b, uint32_t id, struct have_table *t, i
 		} else if (!wait_settle(b, m, t, w, now)) {
 			int64_t due = look_in(w, now);
 
-			if (next < 0 || due < next)
-				next = due;
-			pp = &w->next;
+			if (due_next < 0 || due < due_next)
+				due_next = due;
 			continue;
 		}
-		*pp = w->next;
 		wait_free(w);
 	}
-	return next;
+	return due_next;
 }
 
 int64_t readers_poll(struct broker *b)
@@ -260,19 +288,11 @@ void readers_peer_gone(struct broker *b, struct peer *p)
 {
 	bool others = false;
 
-	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
-		for (struct reader_wait **pp = &b->reader_waits[id]; *pp;) {
-			struct reader_wait *w = *pp;
-
-			if (w->p == p) {
-				*pp = w->next;
-				wait_free(w);
-				continue;
-			}
-			others = true;
-			pp = &w->next;
-		}
-	}
+	/* its own waits only: a teardown does not walk everybody's */
+	while (p->wait_list)
+		wait_free(p->wait_list);
+	for (uint32_t id = 0; id < WSYNC_MAX_MODELS && !others; id++)
+		others = b->reader_waits[id] != NULL;
 	/* a reader that went stops counting: some waits may be met now */
 	if (others)
 		outbox_timer_in(&b->out, 0);
@@ -281,11 +301,7 @@ void readers_peer_gone(struct broker *b, struct peer *p)
 void readers_free_all(struct broker *b)
 {
 	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
-		while (b->reader_waits[id]) {
-			struct reader_wait *w = b->reader_waits[id];
-
-			b->reader_waits[id] = w->next;
-			wait_free(w);
-		}
+		while (b->reader_waits[id])
+			wait_free(b->reader_waits[id]);
 	}
 }

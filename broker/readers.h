@@ -11,8 +11,11 @@
  * feature costs nothing, on the acquire path one conditional store, and a
  * wait left pending for minutes costs the broker a look every 10 ms.
  *
- * Budget: a session has at most READERS_MAX_PER_PEER waits pending; past
- * that a WAIT_READERS is refused at once (-ENOBUFS, naming the limit). The
+ * Budget: a session has at most READERS_MAX_PER_PEER waits pending, and
+ * all the sessions of a uid other than the broker's and root together
+ * UIDS_MAX_WAITS (uids.h); past that a WAIT_READERS is refused at once
+ * (-ENOBUFS, naming the limit). Each peer lists its own waits, so a
+ * session's teardown drops them without walking anybody else's. The
  * poll's work is per model with waits: one pass over its members, sorted
  * once, then a binary search per wait — it does not grow with the number of
  * members times the number of waits a client queued.

@@ -43,12 +43,18 @@
 #include "shm/clock.h"
 #include "shm/segment.h"
 #include "stats.h"
+#include "uids.h"
 
 struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_t gid)
 {
 	struct session *s = fault_calloc(1, sizeof(*s));
 
 	if (!s) {
+		close(fd);
+		return NULL;
+	}
+	if (!uids_trusted(b, uid) && !(s->p.books = uids_join(b, uid))) {
+		free(s);
 		close(fd);
 		return NULL;
 	}
@@ -70,6 +76,12 @@ struct session *session_new(struct broker *b, int fd, pid_t pid, uid_t uid, gid_
 	s->all_pprev = &b->all_sessions;
 	b->all_sessions = s;
 	b->n_pending++;
+	s->pend_prev = b->pending_last;
+	if (b->pending_last)
+		b->pending_last->pend_next = s;
+	else
+		b->pending_first = s;
+	b->pending_last = s;
 	loop_conn_start(b->loop, &s->conn, fd);
 	return s;
 }
@@ -94,8 +106,18 @@ static int session_admit(struct broker *b, struct session *s)
 /* s leaves SESSION_NEW for state. */
 static void session_leave_new(struct broker *b, struct session *s, enum session_state state)
 {
-	if (s->state == SESSION_NEW)
+	if (s->state == SESSION_NEW) {
 		b->n_pending--;
+		if (s->pend_prev)
+			s->pend_prev->pend_next = s->pend_next;
+		else
+			b->pending_first = s->pend_next;
+		if (s->pend_next)
+			s->pend_next->pend_prev = s->pend_prev;
+		else
+			b->pending_last = s->pend_prev;
+		s->pend_next = s->pend_prev = NULL;
+	}
 	s->state = state;
 }
 
@@ -192,6 +214,11 @@ int session_send(struct broker *b, struct session *s, const union wsync_msg_any 
 	if (s->p.doomed || s->state == SESSION_CLOSING)
 		return -ENOTCONN;
 	err = loop_send(b->loop, &s->conn, msg, fds, n_fds);
+	if (!err && n_fds > 0) {
+		s->fds_unread += (uint32_t)n_fds;
+		if (s->p.books)
+			uids_fds_add(b, s->p.books, (uint32_t)n_fds);
+	}
 	if (err == -ENOBUFS)
 		session_doom(b, s, "it does not read its replies");
 	else if (err == -ENOMEM)
@@ -201,6 +228,52 @@ int session_send(struct broker *b, struct session *s, const union wsync_msg_any 
 	else if (err)
 		session_doom(b, s, strerror(-err));
 	return err;
+}
+
+/* Forgets the fds of s's replies once its peer read them all: nothing in
+ * its socket's send queue, and no send of it still to complete (a reply
+ * queued in this event is not in the socket yet). */
+static void session_fds_look(struct broker *b, struct session *s)
+{
+	if (!s->fds_unread || s->conn.fd < 0 || s->conn.sends || uids_outq(s->conn.fd))
+		return;
+	if (s->p.books)
+		uids_fds_sub(b, s->p.books, s->fds_unread);
+	s->fds_unread = 0;
+}
+
+/* Looks again at every socket of u, at most once per 10 ms: the uid's
+ * other sessions may have read their replies since they last asked. */
+static void uid_fds_look(struct broker *b, struct uid_books *u)
+{
+	int64_t now = wsync_mono_ns();
+
+	if (now - u->refreshed_ns < 10 * 1000000)
+		return;
+	u->refreshed_ns = now;
+	for (struct session *o = b->all_sessions; o; o = o->all_next)
+		if (o->p.books == u)
+			session_fds_look(b, o);
+	uids_linger_look(b, u);
+}
+
+int session_fds_budget(struct broker *b, struct session *s, char *why, size_t whylen)
+{
+	const uint32_t need = WSYNC_MSG_MAX_FDS;        /* the most one reply carries */
+
+	session_fds_look(b, s);
+	if (!s->p.books) {
+		if (s->fds_unread + need <= b->fds_share)
+			return 0;
+		snprintf(why, whylen, "session %u has %u fds in replies it did not read "
+		         "(limit %u per session): read the replies first", s->p.id,
+		         s->fds_unread, b->fds_share);
+		return -ENOBUFS;
+	}
+	if (!uids_fds_over(b, s->p.books, need, why, whylen))
+		return 0;
+	uid_fds_look(b, s->p.books);
+	return uids_fds_over(b, s->p.books, need, why, whylen) ? -ENOBUFS : 0;
 }
 
 void session_send_error(struct broker *b, struct session *s, uint32_t seq,
@@ -528,7 +601,6 @@ static void session_drain(int fd)
 
 void session_free(struct broker *b, struct session *s)
 {
-	(void)b;
 	*s->all_pprev = s->all_next;
 	if (s->all_next)
 		s->all_next->all_pprev = s->all_pprev;
@@ -538,7 +610,17 @@ void session_free(struct broker *b, struct session *s)
 		close(s->page_fd);
 	if (s->conn.fd >= 0) {
 		session_drain(s->conn.fd);
-		close(s->conn.fd);
+		/* fds its peer has not read are in flight until it reads or
+		 * closes them: its uid keeps counting them (uids.h) */
+		if (s->fds_unread && s->p.books && uids_outq(s->conn.fd) &&
+		    uids_linger(b, s->p.books, s->conn.fd, s->fds_unread))
+			s->fds_unread = 0;       /* the lingering socket keeps the charge */
+		else
+			close(s->conn.fd);
+	}
+	if (s->p.books) {
+		uids_fds_sub(b, s->p.books, s->fds_unread);
+		uids_leave(b, s->p.books);
 	}
 	free(s);
 }

@@ -69,8 +69,12 @@ struct session {
 	char     reject_why[SESSION_WHY_MAX];
 	char     doom_why[SESSION_WHY_MAX];
 	struct notifier *ev[WSYNC_MAX_MODELS];   /* NOTIFY eventfds */
+	uint32_t fds_unread;             /* fds in replies its peer has not read */
 	struct session *doomed_next;
 	struct session *all_next, **all_pprev;
+	/* while NEW: the broker's connections waiting for HELLO, oldest first
+	 * (b->pending_first) */
+	struct session *pend_next, *pend_prev;
 };
 
 static inline struct session *session_of_peer(struct peer *p)
@@ -99,6 +103,12 @@ int  session_hello(struct broker *b, struct session *s, const char *name,
  */
 int  session_send(struct broker *b, struct session *s, const union wsync_msg_any *msg,
                   const int *fds, int n_fds);
+/*
+ * Whether a reply carrying fds may go to s now: 0, or -ENOBUFS with the
+ * reason in why when the fds its peer (its uid's sessions, for a uid other
+ * than the broker's and root) has not read are at the share (uids.h).
+ */
+int  session_fds_budget(struct broker *b, struct session *s, char *why, size_t whylen);
 /* An ERROR reply to request seq of type req_type. */
 void session_send_error(struct broker *b, struct session *s, uint32_t seq,
                         uint32_t req_type, int err, const char *why);
