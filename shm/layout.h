@@ -225,7 +225,14 @@ struct wsync_ctl_model {
 	 * its collectors found (wsync_view_verify), summed by the broker from
 	 * their session pages once a tick (broker/session.c). */
 	_Atomic uint64_t checksum_failures;
-	uint8_t  reserved[24];
+	/* A publisher's staleness bound (wsync_pub_set_max_lead, docs/LIVE.md),
+	 * for monitors: the bound of its last lead wait (0 = none asked), how
+	 * many begins had to wait for a collector behind it, and how many of
+	 * those timed out. Written by the broker (broker/readers.c). */
+	_Atomic uint32_t max_lead;
+	uint32_t reserved1;
+	_Atomic uint64_t lead_waits;
+	_Atomic uint64_t lead_timeouts;
 };
 #define WSYNC_OWNER_NONE UINT32_MAX
 static_assert(sizeof(struct wsync_ctl_model) == 512, "ctl model entry size");
@@ -241,6 +248,8 @@ static_assert(offsetof(struct wsync_ctl_model, owner_uid) == 464, "ctl model own
 static_assert(offsetof(struct wsync_ctl_model, base_incarnation) == 472, "ctl model base");
 static_assert(offsetof(struct wsync_ctl_model, checksum_failures) == 480,
               "ctl model checksum failures");
+static_assert(offsetof(struct wsync_ctl_model, max_lead) == 488, "ctl model max_lead");
+static_assert(offsetof(struct wsync_ctl_model, lead_timeouts) == 504, "ctl model lead stats");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

@@ -283,3 +283,34 @@ def test_a_live_policy_keeps_acting_across_a_broker_restart(broker):
     finally:
         tr.close()
         c.close()
+
+
+def test_max_lead_waits_for_a_slow_collector_and_never_for_a_dead_one(broker, children):
+    model = mlp()
+    c = wsync.connect(broker.sock, "trainer")
+    try:
+        with pytest.raises(ValueError):
+            c.publisher_like("lead", model.state_dict(), max_lead=-1)
+        pub = c.publisher_like("lead", model.state_dict(), max_lead=1)
+        assert pub.max_lead == 1
+        pub.publish(weights_of(model, 1), 1)
+        ready, stop = children.event(), children.event()
+        child = children.start(live_procs.live_holder, broker.sock, "lead", N, ready, stop)
+        assert ready.wait(WAIT_S)                  # acts with v1, then stops
+        idle = wsync.connect(broker.sock, "idle").subscriber("lead")   # never acquires
+        pub.publish(weights_of(model, 2), 2, timeout=1.0)   # the holder is 1 behind
+        t0 = time.monotonic()
+        with pytest.raises(wsync.WsyncTimeoutError) as e:
+            pub.publish(weights_of(model, 3), 3, timeout=0.3)
+        assert 0.25 <= time.monotonic() - t0 < 2.0
+        assert "max_lead 1" in str(e.value) and "live-holder" in str(e.value), str(e.value)
+        assert "idle" not in str(e.value)
+        child.proc.kill()                          # SIGKILL: it no longer holds anyone
+        child.proc.join(WAIT_S)
+        t0 = time.monotonic()
+        assert pub.publish(weights_of(model, 3), 3, timeout=WAIT_S) > 2
+        assert time.monotonic() - t0 < 2.0
+        pub.set_max_lead(0)
+        idle.client.close()
+    finally:
+        c.close()
