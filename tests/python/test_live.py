@@ -158,6 +158,31 @@ def test_threads_calling_while_versions_arrive_at_1khz_never_mix_two(broker):
         c.close()
 
 
+def test_a_version_is_released_when_its_last_call_ends_without_the_collector(broker):
+    # torch 1.13's functional_call keeps its mapping in a class that only the
+    # garbage collector frees: the policy must not let that hold versions
+    model = mlp()
+    tr = Trainer(broker.sock, model, slots=2)
+    c = wsync.connect(broker.sock, "collector")
+    gc.collect()
+    gc.disable()
+    try:
+        sub = c.subscriber("live")
+        policy = wsync.LivePolicy(sub, mlp())
+        x = torch.ones(N, dtype=torch.float64)
+        with torch.no_grad():
+            for _ in range(10):
+                assert policy(x).item() == expect(tr.step)
+                held = [v.version for v in list(sub._views) if not v.released]
+                assert held == [tr.step], held
+                tr.pub.publish(weights_of(model, tr.step + 1), tr.step + 1, timeout=1.0)
+                tr.step += 1
+    finally:
+        gc.enable()
+        tr.close()
+        c.close()
+
+
 def test_buffers_the_model_lacks_stay_the_modules(broker):
     class Net(torch.nn.Module):
         def __init__(self):

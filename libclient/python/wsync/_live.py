@@ -320,9 +320,14 @@ class LivePolicy:
         h = self._take()
         try:
             m = self._replica()
+            tensors = dict(h.tensors)
             try:
-                out = self._fcall(m, h.tensors, args, kwargs)
+                out = self._fcall(m, tensors, args, kwargs)
             finally:
+                # torch 1.13 keeps the mapping in a class it makes per call,
+                # which only the garbage collector frees: emptied, it holds
+                # no tensor, so the version is released when the call ends
+                tensors.clear()
                 with self._lock:
                     self._pool.append(m)
             self._last = self._local.last = (h.version, h.step, h.published_ns)
