@@ -339,3 +339,22 @@ def test_max_lead_waits_for_a_slow_collector_and_never_for_a_dead_one(broker, ch
         idle.client.close()
     finally:
         c.close()
+
+
+def test_device_views_without_a_cuda_driver_say_so_and_hold_nothing(broker, monkeypatch):
+    # device= runs over Subscriber.acquire_gpu's views (tests/python/test_gpu.py
+    # covers those against the fake driver); without a driver the first call
+    # says so and no view is left held
+    monkeypatch.setenv("WSYNC_LIBCUDA", "/nonexistent/libcuda.so.1")
+    model = mlp()
+    tr = Trainer(broker.sock, model)
+    c = wsync.connect(broker.sock, "collector")
+    try:
+        sub = c.subscriber("live")
+        policy = wsync.LivePolicy(sub, mlp(), device=0)
+        with pytest.raises((wsync.NoCudaError, wsync.NoDeviceError)):
+            policy(torch.ones(N, dtype=torch.float64))
+        assert policy.held_versions == [] and live_views(sub) == []
+    finally:
+        tr.close()
+        c.close()
