@@ -358,3 +358,35 @@ def test_device_views_without_a_cuda_driver_say_so_and_hold_nothing(broker, monk
     finally:
         tr.close()
         c.close()
+
+
+def test_the_torchrl_scheme_hands_a_worker_a_live_policy(broker):
+    from wsync import rl
+    import pickle
+    trainer = mlp()
+    s = rl.WsyncWeightSyncScheme("state_dict", endpoint=broker.sock, timeout=WAIT_S)
+    s.init_on_sender(model_id="policy", model=trainer, num_workers=1)
+    s.connect()
+    r = pickle.loads(pickle.dumps(s))               # what a worker gets
+    try:
+        with torch.no_grad():
+            for p in trainer.parameters():
+                p.fill_(2.0)
+        r.init_on_receiver(model_id="policy", model=mlp(), worker_idx=0)
+        with pytest.raises(RuntimeError, match="connect"):
+            r.live_policy()
+        r.connect(worker_idx=0)
+        policy = r.live_policy()
+        s.send()
+        x = torch.ones(N, dtype=torch.float64)
+        with torch.no_grad():
+            assert policy(x).item() == expect(2)
+            for p in trainer.parameters():
+                p.fill_(3.0)
+            s.send()
+            assert policy(x).item() == expect(3)
+        assert policy.lag.versions == 0
+        policy.close()
+    finally:
+        r.shutdown()
+        s.shutdown()
