@@ -390,3 +390,30 @@ def test_the_torchrl_scheme_hands_a_worker_a_live_policy(broker):
     finally:
         r.shutdown()
         s.shutdown()
+
+
+def test_a_subscribers_max_lag_refuses_old_versions_by_its_timeout(broker):
+    model = mlp()
+    tr = Trainer(broker.sock, model)                # v1
+    c = wsync.connect(broker.sock, "collector")
+    try:
+        sub = c.subscriber("live")
+        with pytest.raises(ValueError):
+            sub.set_max_lag(-1)
+        sub.set_max_lag(0.2, timeout=0.3)
+        sub.acquire().release()                     # fresh
+        time.sleep(0.25)
+        t0 = time.monotonic()
+        with pytest.raises(wsync.WsyncTimeoutError) as e:
+            sub.acquire()
+        assert 0.25 <= time.monotonic() - t0 < 1.5
+        assert "last commit is v1 (step 1)" in str(e.value), str(e.value)
+        threading.Timer(0.1, tr.publish).start()
+        with sub.acquire() as v:                    # one committed within the timeout
+            assert v.step == 2
+        sub.set_max_lag(None)
+        time.sleep(0.25)
+        sub.acquire().release()
+    finally:
+        tr.close()
+        c.close()

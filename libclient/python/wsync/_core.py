@@ -1396,6 +1396,7 @@ class Subscriber(_Child):
         self._views = weakref.WeakSet()
         self._layout_seen = None   # the layout of the last view's connection
         self._explicit_ack = False
+        self._max_lag = None       # set_max_lag's (max_age_ns, timeout_ns), kept for a reopen
         self._acquired = 0         # the newest version a view of it had
         self._notify = None        # fileno() of a client that follows restarts
         try:
@@ -1415,6 +1416,8 @@ class Subscriber(_Child):
     def _moved(self, old, new):
         if self._explicit_ack:
             check(lib.wsync_sub_set_ack(new.ptr, 1))
+        if self._max_lag is not None:
+            check(lib.wsync_sub_set_max_lag(new.ptr, *self._max_lag))
         if self._notify is not None:
             # readable at once if the new broker has a version: look again
             self._notify.point(check(lib.wsync_sub_fd(new.ptr)))
@@ -1565,6 +1568,28 @@ class Subscriber(_Child):
                     self._notify = n
             self.client._watch()
             return self._notify.fileno()
+        finally:
+            self._leave(cell)
+
+    def set_max_lag(self, seconds: Optional[float], timeout: Optional[float] = None) -> None:
+        """A staleness bound on acquire() (wsync_sub_set_max_lag,
+        docs/LIVE.md): a newest version committed more than seconds ago is
+        not taken; acquire() waits up to timeout seconds (None: forever) for
+        a newer one, then raises TimeoutError naming the trainer's last
+        commit. seconds=None (or 0) turns it off. LivePolicy has its own
+        max_lag, which also bounds versions."""
+        if seconds is None or seconds == 0:
+            bound = (0, 0)
+        else:
+            s = _timeout_s(seconds)
+            if s is None or s <= 0:
+                raise ValueError("wsync: max_lag seconds must be a number > 0, not %r"
+                                 % (seconds,))
+            bound = (_timeout_ns(s), _timeout_ns(_timeout_s(timeout)))
+        cell = self._call()
+        try:
+            check(lib.wsync_sub_set_max_lag(cell.ptr, *bound))
+            self._max_lag = None if bound == (0, 0) else bound
         finally:
             self._leave(cell)
 

@@ -113,6 +113,10 @@ class LivePolicy:
     device=: the GPU (ordinal, "cuda:N", UUID or torch.device) whose device
     views to run over, for a model published with devices; None runs over
     the host version (a CPU module).
+
+    Before the first version is published a call raises NoDataError, as
+    Subscriber.acquire does; MismatchError if the model does not fit the
+    module (checked once per layout, nothing runs).
     """
 
     def __init__(self, subscriber, module, max_lag=None, device=None, timeout=None):
