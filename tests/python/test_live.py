@@ -118,7 +118,10 @@ def test_a_call_runs_over_the_newest_version_in_place(broker):
         c.close()
 
 
-def test_threads_calling_while_versions_arrive_at_1khz_never_mix_two(broker):
+@pytest.mark.parametrize("how", ["bind", "functional_call"])
+def test_threads_calling_while_versions_arrive_at_1khz_never_mix_two(broker, monkeypatch, how):
+    if how == "functional_call":    # the way for modules whose tensors it cannot bind
+        monkeypatch.setattr(wsync.LivePolicy, "_slots_of", lambda self, m: None)
     model = mlp()
     tr = Trainer(broker.sock, model, period=0.001).start()
     c = wsync.connect(broker.sock, "collector")
@@ -180,6 +183,24 @@ def test_a_version_is_released_when_its_last_call_ends_without_the_collector(bro
     finally:
         gc.enable()
         tr.close()
+        c.close()
+
+
+def test_a_weight_normed_module_runs_over_the_version(broker):
+    # weight_norm computes weight from weight_g and weight_v in a hook
+    # before each forward: it reads the version's tensors like any other
+    net = torch.nn.utils.weight_norm(torch.nn.Linear(4, 2, bias=False).double())
+    c = wsync.connect(broker.sock, "both")
+    try:
+        sd = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        pub = c.publisher_like("wn", sd)
+        sd["weight_g"].fill_(3.0)
+        sd["weight_v"].fill_(1.0)                   # each row: 3 * v / |v| = 1.5
+        pub.publish(sd, 1)
+        policy = wsync.LivePolicy(c.subscriber("wn"), net)
+        with torch.no_grad():
+            assert policy(torch.ones(4, dtype=torch.float64)).tolist() == [6.0, 6.0]
+    finally:
         c.close()
 
 

@@ -15,13 +15,22 @@ Design (docs/PYTHON.md, "Live policies"):
   mapping, which the broker never rewrites while it is held), so a call
   never mixes versions, and it never waits for the trainer: acquire takes
   the newest committed version without waiting.
-- functional_call swaps tensors into the module's attributes for the
-  duration of the call, so two threads must not run it on the same module
-  object at once: each concurrent call takes a replica of the module from a
-  pool, a copy of its structure whose parameters and buffers are the
-  module's own objects (nothing is copied but the Python objects), made
-  from a template copied when the policy is made (never from a module in a
-  call). The pool grows to the largest number of concurrent calls.
+- A call binds the version's tensors into the module for its length, as
+  functional_call does: each name's entry in its submodule's _parameters or
+  _buffers is replaced by the version's tensor, and put back when the call
+  ends (a dict store per tensor). torch 1.13's
+  stateless.functional_call would cost about 1 ms per call for 16 tensors
+  here (it makes a class per call, which only the garbage collector frees);
+  it remains the way for a module whose names are not all plain
+  parameters or buffers of a submodule.
+- So two threads must not run the same module object at once: each
+  concurrent call takes a replica of the module from a pool, a copy of its
+  structure whose parameters and buffers are the module's own objects
+  (nothing is copied but the Python objects), made from a template copied
+  when the policy is made (never from a module in a call, which holds that
+  call's tensors). The pool grows to the largest number of concurrent
+  calls. A module that cannot be deep-copied (weight_norm's computed
+  weight) has no replicas: its calls take turns.
 - Names of the module not in the model (buffers: running stats, caches)
   keep the module's own tensors; a parameter missing from the model, a
   tensor of the model the module lacks, or a shape or dtype that differs
@@ -99,7 +108,7 @@ class LivePolicy:
 
     policy(*args, **kwargs) runs module(*args, **kwargs) with every tensor
     of the model replaced by the newest committed version's read-only
-    tensor (functional_call). A call never mixes two versions and never
+    tensor for the length of the call (as functional_call does). A call never mixes two versions and never
     waits for the trainer; calls may run on several threads at once.
     After a call, policy.version / policy.step say which weights produced
     its output and policy.lag how far behind the newest they were.
@@ -143,8 +152,13 @@ class LivePolicy:
         # replicas are copied from a template no call ever runs on: a module
         # inside functional_call carries that call's tensors (torch 1.13
         # changes its class), which a copy made then would keep
-        self._template = copy.deepcopy(module, dict(self._shared))
+        try:
+            self._template = copy.deepcopy(module, dict(self._shared))
+        except Exception:                 # e.g. weight_norm's computed weight
+            self._template = None         # then calls take turns on the module
         self._template_lock = threading.Lock()
+        self._free = threading.Condition(self._lock)   # a module back in the pool
+        self._slots = {id(module): self._slots_of(module)}   # per replica, see _bind
         self._last = (0, 0, 0)            # (version, step, published_ns) of the last call
         self._local = threading.local()   # the same, of this thread's last call
         self._closed = False
@@ -315,25 +329,68 @@ class LivePolicy:
 
     def _replica(self):
         with self._lock:
+            while not self._pool and self._template is None:
+                self._free.wait()
             if self._pool:
                 return self._pool.pop()
         with self._template_lock:
-            return copy.deepcopy(self._template, dict(self._shared))
+            m = copy.deepcopy(self._template, dict(self._shared))
+        slots = self._slots_of(m)
+        with self._lock:
+            self._slots[id(m)] = slots
+        return m
+
+    def _slots_of(self, m):
+        """[(dict, key, name)] of replica m: where each tensor name of the
+        module lives (its submodule's _parameters or _buffers); None if one
+        lives elsewhere (functional_call then)."""
+        out = []
+        for name in self._targets:
+            path, _, key = name.rpartition(".")
+            try:
+                sub = m.get_submodule(path) if path else m
+            except AttributeError:
+                return None
+            d = sub._parameters if key in sub._parameters else \
+                sub._buffers if key in sub._buffers else None
+            if d is None:
+                return None
+            out.append((d, key, name))
+        return out
+
+    def _run(self, m, tensors, args, kwargs):
+        slots = self._slots[id(m)]
+        if slots is None:
+            mapping = dict(tensors)
+            try:
+                return self._fcall(m, mapping, args, kwargs)
+            finally:
+                # torch 1.13 keeps the mapping in a class it makes per call,
+                # which only the garbage collector frees: emptied, it holds
+                # no tensor, so the version is released when the call ends
+                mapping.clear()
+        bound = []
+        try:
+            for d, key, name in slots:
+                t = tensors.get(name)
+                if t is not None:         # else a buffer the model lacks: the module's
+                    bound.append((d, key, d[key]))
+                    d[key] = t
+            return m(*args, **kwargs)
+        finally:
+            for d, key, orig in bound:
+                d[key] = orig
 
     def __call__(self, *args, **kwargs):
         h = self._take()
         try:
             m = self._replica()
-            tensors = dict(h.tensors)
             try:
-                out = self._fcall(m, tensors, args, kwargs)
+                out = self._run(m, h.tensors, args, kwargs)
             finally:
-                # torch 1.13 keeps the mapping in a class it makes per call,
-                # which only the garbage collector frees: emptied, it holds
-                # no tensor, so the version is released when the call ends
-                tensors.clear()
                 with self._lock:
                     self._pool.append(m)
+                    self._free.notify()
             self._last = self._local.last = (h.version, h.step, h.published_ns)
             return out
         finally:
