@@ -141,6 +141,9 @@ def test_threads_calling_while_versions_arrive_at_1khz_never_mix_two(broker, mon
                     if out != expect(step):
                         bad.append((step, out))
                     seen.add(policy.version)
+                    held = policy.held_versions     # the newest, and those calls read
+                    if len(held) > len(threads) + 1:
+                        bad.append(("held", held))
                     k += 1
             counts.append(k)
 

@@ -142,6 +142,7 @@ class LivePolicy:
         self.timeout = float(timeout)
         self._lock = threading.Lock()
         self._held = None                 # the newest _Held taken
+        self._draining = set()            # retired _Helds that calls still read
         self._checked = None              # the layout checked against the module
         self._pool = [module]             # modules no call uses now
         self._fcall = _functional_call()
@@ -206,8 +207,10 @@ class LivePolicy:
         """The versions the policy holds views of now (the newest taken, and
         older ones that calls still run over)."""
         with self._lock:
-            h = self._held
-            return [] if h is None else [h.version]
+            held = [d.version for d in self._draining]
+            if self._held is not None:
+                held.append(self._held.version)
+            return sorted(held)
 
     # ---- the swap ---------------------------------------------------------------
 
@@ -290,10 +293,15 @@ class LivePolicy:
         h = _Held(view, tensors)
         self._held = h
         if old is not None:
-            old.retired = True
-            if old.calls == 0:
-                self._release(old)
+            self._retire(old)
         return h
+
+    def _retire(self, h):
+        h.retired = True
+        if h.calls == 0:
+            self._release(h)
+        else:
+            self._draining.add(h)
 
     @staticmethod
     def _release(h):
@@ -323,6 +331,7 @@ class LivePolicy:
         with self._lock:
             h.calls -= 1
             if h.retired and h.calls == 0 and h.tensors is not None:
+                self._draining.discard(h)
                 self._release(h)
 
     # ---- calls ------------------------------------------------------------------
@@ -403,9 +412,7 @@ class LivePolicy:
             self._closed = True
             h, self._held = self._held, None
             if h is not None:
-                h.retired = True
-                if h.calls == 0 and h.tensors is not None:
-                    self._release(h)
+                self._retire(h)
 
     def __enter__(self):
         return self
