@@ -108,8 +108,9 @@ class LivePolicy:
 
     policy(*args, **kwargs) runs module(*args, **kwargs) with every tensor
     of the model replaced by the newest committed version's read-only
-    tensor for the length of the call (as functional_call does). A call never mixes two versions and never
-    waits for the trainer; calls may run on several threads at once.
+    tensor for the length of the call (as functional_call does). A call
+    never mixes two versions and never waits for the trainer; calls may
+    run on several threads at once.
     After a call, policy.version / policy.step say which weights produced
     its output and policy.lag how far behind the newest they were.
 
