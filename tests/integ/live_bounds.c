@@ -4,8 +4,8 @@
  * wsync_pub_set_max_lead: begin waits while a live collector acts with a
  * version more than max_lead behind the one it would publish, then fails
  * with -ETIMEDOUT naming it; the broker counts the waits and timeouts in
- * the model's ctl entry, and wsyncctl models shows the bound with the
- * collectors at it. A collector killed (SIGKILL) while behind, one
+ * the model's ctl entry, wsyncctl models shows the bound with the
+ * collectors at it, and wsyncctl metrics the counts. A collector killed (SIGKILL) while behind, one
  * that closed its subscription, and one that never acquired never hold the
  * publisher back; one that keeps up does not either.
  *
@@ -39,6 +39,23 @@ static const struct wsync_ctl_model *entry_of(wsync_client *c, const char *model
 	}
 	TEST_ASSERT_MSG(0, "model %s not in the control segment", model);
 	return NULL;
+}
+
+/* The value of the metric family's series of MODEL in wsyncctl metrics's
+ * text (-1 if absent). */
+static long long metric(const char *text, const char *family)
+{
+	char head[128];
+	const char *at;
+
+	snprintf(head, sizeof(head), "\n%s{", family);
+	for (at = strstr(text, head); at; at = strstr(at + 1, head)) {
+		const char *end = strchr(at + 1, '\n'), *model = strstr(at, "model=\"" MODEL "\"}");
+
+		if (model && (!end || model < end))
+			return strtoll(strchr(model, '}') + 1, NULL, 10);
+	}
+	return -1;
 }
 
 /* Acquires the newest version once, says which, and stays (held) until killed. */
@@ -133,6 +150,13 @@ int main(void)
 		TEST_CONTAINS(out, "1 timed out; at the bound: 'slow-collector'");
 		TEST_CONTAINS(out, ", 2 behind");
 		TEST_ASSERT_MSG(strstr(out, "'keeping-up'") == NULL, "%s", out);
+		/* and the metrics */
+		argv[3] = "metrics";
+		st = harness_run(argv, out, sizeof(out), 10000);
+		TEST_ASSERT_MSG(st == 0, "wsyncctl metrics: %s: %s", harness_status_str(st), out);
+		TEST_EQ_U64(metric(out, "wsync_model_max_lead"), 2);
+		TEST_EQ_U64(metric(out, "wsync_model_lead_timeouts_total"), 1);
+		TEST_ASSERT(metric(out, "wsync_model_lead_waits_total") >= 1);
 	}
 
 	/* killed while behind: it no longer holds anyone back */
