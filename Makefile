@@ -375,7 +375,7 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/wsyncctl
 	for c in $(filter-out wsyncctl,$(COMPLETED)); do \
 		ln -sf wsyncctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; done
-	install -m 0644 tools/bench/torch_peers.py tools/bench/python_bench.py \
+	install -m 0644 tools/bench/torch_peers.py tools/bench/python_bench.py tools/bench/serving_bench.py \
 		$(DESTDIR)$(PREFIX)/share/wsync/
 	install -m 0644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/wsync/
 	install -m 0755 $(DELTA_SO) $(DESTDIR)$(PREFIX)/lib/libwsync-delta.so.$(VERSION)

@@ -2,6 +2,7 @@
 #include "readers.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ struct reader_wait {
 	uint64_t incarnation;
 	uint64_t version;
 	uint32_t n_readers;              /* 0 = every current subscriber */
+	bool     lead;                   /* max_lead: every subscriber that acquired */
 	int64_t  since_ns;               /* CLOCK_MONOTONIC when it came */
 	int64_t  deadline_ns;            /* CLOCK_MONOTONIC, -1 = none */
 };
@@ -59,6 +61,16 @@ static void have_read(const struct model *m, struct have_table *t)
 	qsort(t->got, t->n, sizeof(t->got[0]), cmp_desc);
 }
 
+/* How many readers acquired a version at all (got is sorted, highest
+ * first): the ones a max_lead wait counts; a subscriber that never acquired
+ * does not act with any version yet. */
+static uint32_t have_count(const struct have_table *t, uint64_t version);
+
+static uint32_t have_acting(const struct have_table *t)
+{
+	return have_count(t, 1);
+}
+
 /* How many readers have version or newer: the first index below it. */
 static uint32_t have_count(const struct have_table *t, uint64_t version)
 {
@@ -75,8 +87,10 @@ static uint32_t have_count(const struct have_table *t, uint64_t version)
 	return lo;
 }
 
-/* The first laggards of m for version, named into text. */
-static void laggards_name(const struct model *m, uint64_t version, char *text, size_t len)
+/* The first laggards of m for version, named into text (lead: only
+ * subscribers that acquired a version). */
+static void laggards_name(const struct model *m, uint64_t version, bool lead, char *text,
+                          size_t len)
 {
 	uint32_t named = 0, late = 0;
 	size_t at = 0;
@@ -89,7 +103,7 @@ static void laggards_name(const struct model *m, uint64_t version, char *text, s
 		if (!is_reader(m, p))
 			continue;
 		got = atomic_load(&p->page->acquired[m->id]);
-		if (got >= version)
+		if (got >= version || (lead && got == 0))
 			continue;
 		late++;
 		if (at < len && named++ < LAGGARDS_NAMED) {
@@ -122,7 +136,7 @@ static bool wait_settle(struct broker *b, const struct model *m, const struct ha
 {
 	char laggards[WSYNC_ERRMSG_MAX - 160], why[WSYNC_ERRMSG_MAX];
 	uint32_t have = have_count(t, w->version);
-	uint32_t need = w->n_readers ? w->n_readers : t->n;
+	uint32_t need = w->lead ? have_acting(t) : w->n_readers ? w->n_readers : t->n;
 
 	if (have >= need) {
 		answer_ok(b, w, m->id, have);
@@ -130,10 +144,18 @@ static bool wait_settle(struct broker *b, const struct model *m, const struct ha
 	}
 	if (w->deadline_ns < 0 || now < w->deadline_ns)
 		return false;
-	laggards_name(m, w->version, laggards, sizeof(laggards));
-	snprintf(why, sizeof(why), "model '%s': %u of %u readers have v%llu (%u needed); "
-	         "behind: %s", m->name, have, t->n, (unsigned long long)w->version, need,
-	         laggards[0] ? laggards : "none");
+	laggards_name(m, w->version, w->lead, laggards, sizeof(laggards));
+	if (w->lead) {
+		atomic_fetch_add_explicit(&m->ctl->lead_timeouts, 1, memory_order_relaxed);
+		snprintf(why, sizeof(why), "model '%s': max_lead %u: %u of %u acting collectors "
+		         "have v%llu or newer; behind: %s", m->name,
+		         w->n_readers & WSYNC_READERS_LEAD_MASK, have, need,
+		         (unsigned long long)w->version, laggards[0] ? laggards : "none");
+	} else {
+		snprintf(why, sizeof(why), "model '%s': %u of %u readers have v%llu (%u needed); "
+		         "behind: %s", m->name, have, t->n, (unsigned long long)w->version, need,
+		         laggards[0] ? laggards : "none");
+	}
 	outbox_error(&b->out, w->p, w->seq, WSYNC_MSG_WAIT_READERS, -ETIMEDOUT, why);
 	return true;
 }
@@ -190,6 +212,7 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 	w->incarnation = m->incarnation;
 	w->version = version;
 	w->n_readers = n_readers;
+	w->lead = (n_readers & WSYNC_READERS_LEAD) != 0;
 	w->since_ns = now;
 	w->deadline_ns = timeout_ms == UINT32_MAX ? -1 : now + (int64_t)timeout_ms * 1000000;
 	p->waits++;
@@ -198,10 +221,15 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 	have_read(m, t);
 	done = wait_settle(b, m, t, w, now);
 	free(t);
+	if (w->lead)
+		atomic_store_explicit(&m->ctl->max_lead, n_readers & WSYNC_READERS_LEAD_MASK,
+		                      memory_order_relaxed);
 	if (done) {
 		wait_free(w);
 		return 0;
 	}
+	if (w->lead)        /* a begin held back by a collector behind the bound */
+		atomic_fetch_add_explicit(&m->ctl->lead_waits, 1, memory_order_relaxed);
 	w->next = b->reader_waits[m->id];
 	if (w->next)
 		w->next->pprev = &w->next;

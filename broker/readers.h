@@ -11,6 +11,13 @@
  * feature costs nothing, on the acquire path one conditional store, and a
  * wait left pending for minutes costs the broker a look every 10 ms.
  *
+ * A max_lead wait (n_readers with WSYNC_READERS_LEAD, libclient/pub_lead.c)
+ * counts the subscribers that acquired any version of the model: one that
+ * never did acts with none yet, one that closed its subscription or whose
+ * session ended is no reader at all, so neither holds a publisher back. It
+ * keeps the model's lead_* stats in its ctl entry (waits that did not
+ * settle at once, and their timeouts) and names the collectors behind.
+ *
  * Budget: a session has at most READERS_MAX_PER_PEER waits pending, and
  * all the sessions of a uid other than the broker's and root together
  * UIDS_MAX_WAITS (uids.h); past that a WAIT_READERS is refused at once

@@ -81,6 +81,8 @@ struct wsync_pub {
 	uint8_t  req_uuid[WSYNC_MAX_DEVICES][16];
 
 	uint64_t last_committed;         /* grants must carry a newer version */
+	uint32_t max_lead;               /* wsync_pub_set_max_lead, 0 = none */
+	uint64_t lead_ok;                /* the highest lead floor met (pub_lead.c) */
 	bool     begun;
 	struct pub_grant cur;            /* the begun slab's grant */
 
@@ -94,6 +96,9 @@ struct wsync_pub {
 	struct conn_await begin_wait;    /* begin_wait.seq 0 = none outstanding */
 };
 
+
+/* begin's max_lead wait (pub_lead.c), before any lock is taken. */
+int wsync_pub_lead_wait(struct wsync_pub *p, int64_t deadline);
 
 /* Makes a guarded publisher's slab read-only again (commit, abort). */
 void wsync_pub_guard(struct wsync_pub *p, uint32_t slot);

@@ -191,6 +191,11 @@ int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *ou
 	if (err)
 		return err;
 	deadline = wsync_deadline(timeout_ns);
+	if (p->max_lead) {
+		err = wsync_pub_lead_wait(p, deadline);
+		if (err)
+			return err;
+	}
 
 	client_lock(p->c);
 	if (p->ack.seq) {

@@ -312,16 +312,6 @@ static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
 	                  s->model, ACQUIRE_MAX_TRIES);
 }
 
-int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
-{
-	int err;
-
-	if (!s || !out)
-		return wsync_fail(-EINVAL, "wsync_sub_acquire: subscription and out must not be NULL");
-	err = wsync_sub_acquire_by(s, -1, false, out);
-	return err == -ESTALE ? -EAGAIN : err;   /* the message stays */
-}
-
 int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view *out)
 {
 	uint32_t idx;

@@ -43,6 +43,8 @@ struct wsync_sub {
 	_Atomic int64_t spin_ns;              /* wsync_sub_set_spin, 0 = none */
 	_Atomic bool explicit_ack;            /* wsync_sub_set_ack: acquire leaves
 	                                         the session's acquired word alone */
+	_Atomic int64_t max_age_ns;           /* wsync_sub_set_max_lag, 0 = none */
+	_Atomic int64_t lag_timeout_ns;
 	/* a device model's slots on its GPU d, mapped read-only by the first
 	 * acquire on that GPU (under c->lock), then read without a lock;
 	 * gpu_sub.c sets gpu_release with the first, to unmap them at close */

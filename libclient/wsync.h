@@ -304,6 +304,15 @@ int  wsync_pub_commit_async(wsync_pub *p, uint64_t step, uint64_t *version_out);
  * commit is outstanding. */
 int  wsync_pub_wait_commit(wsync_pub *p, int64_t timeout_ns,
                            uint64_t *version_out);
+/* A staleness bound (docs/LIVE.md): from now on wsync_pub_begin (and
+ * begin_gpu) first waits, within its timeout, while a live collector still
+ * acts with a version more than max_lead behind the one it would publish
+ * (acquired less than latest + 1 - max_lead; version numbers). Collectors
+ * that closed their subscription, died, or never acquired a version do not
+ * count. On time, -ETIMEDOUT naming the collectors behind. The broker
+ * counts the waits (wsyncctl show). 0 (the default) turns it off; -EINVAL
+ * above 2^31 - 1. */
+int  wsync_pub_set_max_lead(wsync_pub *p, uint32_t max_lead);
 /* Drops the begun slab; the latest version is unchanged. -EINVAL if no slab
  * is begun. The version number granted to it is not reused. */
 int  wsync_pub_abort(wsync_pub *p);
@@ -321,6 +330,12 @@ int  wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out);
  * published yet, -EAGAIN if WSYNC_MAX_VIEWS views are held, -ENOTCONN if the
  * broker has shut down. */
 int  wsync_sub_acquire(wsync_sub *s, wsync_view *out);
+/* A staleness bound for wsync_sub_acquire (docs/LIVE.md): a newest version
+ * committed more than max_age_ns ago is not taken; acquire waits for a newer
+ * one up to timeout_ns (WSYNC_FOREVER: no limit), then fails with -ETIMEDOUT
+ * naming the trainer's last commit. 0 turns it off (the default). -EINVAL
+ * for a negative max_age or timeout. */
+int  wsync_sub_set_max_lag(wsync_sub *s, int64_t max_age_ns, int64_t timeout_ns);
 /* The newest version if it is newer than after_version, waiting up to
  * timeout_ns for one. -ETIMEDOUT on time; -ENOTCONN if the broker shuts down
  * or dies meanwhile (noticed within 200 ms); -EAGAIN at once if

@@ -232,7 +232,13 @@ struct wsync_ctl_model {
 	 * live `commits` it brings a lag up to the instant it reads
 	 * (tools/common/snap.c). */
 	_Atomic uint64_t stats_commits;
-	uint8_t  reserved[16];
+	/* A publisher's staleness bound (wsync_pub_set_max_lead, docs/LIVE.md),
+	 * for monitors: the bound of its last lead wait (0 = none asked), how
+	 * many begins timed out waiting for a collector behind it, and how many
+	 * had to wait. Written by the broker (broker/readers.c). */
+	_Atomic uint32_t max_lead;
+	_Atomic uint32_t lead_timeouts;
+	_Atomic uint64_t lead_waits;
 };
 #define WSYNC_STATS_COMMITS_SET (UINT64_C(1) << 63)
 #define WSYNC_OWNER_NONE UINT32_MAX
@@ -250,6 +256,8 @@ static_assert(offsetof(struct wsync_ctl_model, base_incarnation) == 472, "ctl mo
 static_assert(offsetof(struct wsync_ctl_model, checksum_failures) == 480,
               "ctl model checksum failures");
 static_assert(offsetof(struct wsync_ctl_model, stats_commits) == 488, "ctl model stats commits");
+static_assert(offsetof(struct wsync_ctl_model, max_lead) == 496, "ctl model max_lead");
+static_assert(offsetof(struct wsync_ctl_model, lead_waits) == 504, "ctl model lead stats");
 static_assert(offsetof(struct wsync_ctl_model, name) == 8, "ctl model name offset");
 static_assert(offsetof(struct wsync_ctl_model, hwm_version) == 160, "ctl model hwm offset");
 static_assert(offsetof(struct wsync_ctl_model, slot_state) == 224, "ctl model slots offset");

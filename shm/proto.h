@@ -301,7 +301,13 @@ struct wsync_msg_delete_ok {
 
 /* publisher -> broker: answer once n_readers subscribers (0 = all current
  * ones) acquired a version >= version, or ERROR -ETIMEDOUT naming the
- * laggards after timeout_ms (UINT32_MAX = no limit) */
+ * laggards after timeout_ms (UINT32_MAX = no limit).
+ * n_readers with WSYNC_READERS_LEAD set: a publisher's max_lead wait
+ * (libclient/pub_lead.c): every current subscriber that acquired a version
+ * at all, the low bits the bound (for monitors), counted in the model's
+ * lead_* stats. */
+#define WSYNC_READERS_LEAD      0x80000000u
+#define WSYNC_READERS_LEAD_MASK 0x7fffffffu
 struct wsync_msg_wait_readers {
 	struct wsync_msg_hdr hdr;
 	struct wsync_model_ref m;

@@ -25,6 +25,21 @@ def test_example_short_run(broker, example):
         assert "collector %d: " % i in out, out
 
 
+def test_serve_during_updates_short_run(broker):
+    """serve_during_updates.py: workers act through LivePolicy while the
+    trainer publishes; each reports its actions, lag and longest pause."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python",
+                                                     "serve_during_updates.py"),
+                        "--short", "--endpoint", broker.sock],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=300)
+    assert p.returncode == 0, p.stdout
+    out = p.stdout
+    assert out.rstrip().endswith("OK"), out
+    for i in range(2):
+        assert "worker %d: " % i in out and "longest pause" in out, out
+
+
 def test_gpu_example(broker):
     """collectors_gpu.py: where torch has CUDA, the same short run on the
     GPUs; elsewhere it says what it needs and exits 3, starting nothing."""

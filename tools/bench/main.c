@@ -25,6 +25,9 @@
  *              MiB, 1 GiB, 2 GiB on 4 KiB and huge pages, vs memcpy
  *   python     the Python binding against the C library: zero-copy views
  *              to 4 collectors, load_into (tools/bench/python_bench.py)
+ *   serving    rollout workers acting while a trainer publishes every 200 ms:
+ *              LivePolicy against load_into, broadcast, pause-load-resume and
+ *              in-place shared tensors (tools/bench/serving_bench.py)
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.
@@ -52,7 +55,7 @@ static const char usage_text[] =
 	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
 	"                       wake, sustained, peers, shard, checksum, e2e, scale,\n"
-	"                       gpu, hostile, python (default: all)\n"
+	"                       gpu, hostile, python, serving (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the report (machine, mode, rows) as a JSON\n"
 	"                       document to FILE; unlike the other tools' --json it\n"
@@ -83,6 +86,7 @@ static const struct {
 	{ "gpu",       SC_GPU,       bench_gpu },
 	{ "hostile",   SC_HOSTILE,   bench_hostile },
 	{ "python",    SC_PYTHON,    bench_python },
+	{ "serving",   SC_SERVING,   bench_serving },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

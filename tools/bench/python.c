@@ -274,9 +274,9 @@ out:
 
 /* ---- the Python side ---------------------------------------------------------------- */
 
-/* tools/bench/python_bench.py of the tree this binary was built in, else
- * PREFIX/share/wsync/python_bench.py beside an installed one. */
-static int py_find_script(char *path, size_t len)
+/* tools/bench/<name> of the tree this binary was built in, else
+ * PREFIX/share/wsync/<name> beside an installed one. */
+int bench_py_find(const char *name, char *path, size_t len)
 {
 	char exe[PATH_MAX], *slash;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -285,25 +285,26 @@ static int py_find_script(char *path, size_t len)
 		exe[n] = '\0';
 		for (int up = 0; up < 3 && (slash = strrchr(exe, '/')); up++) {
 			*slash = '\0';
-			if (up == 1 && snprintf(path, len, "%s/share/wsync/python_bench.py", exe) <
+			if (up == 1 && snprintf(path, len, "%s/share/wsync/%s", exe, name) <
 			               (int)len && !access(path, R_OK))
 				return 0;
 		}
-		if (snprintf(path, len, "%s/tools/bench/python_bench.py", exe) < (int)len &&
+		if (snprintf(path, len, "%s/tools/bench/%s", exe, name) < (int)len &&
 		    !access(path, R_OK))
 			return 0;
 	}
-	snprintf(path, len, "tools/bench/python_bench.py");
+	snprintf(path, len, "tools/bench/%s", name);
 	return access(path, R_OK);
 }
 
 /* Runs the script; its stdout into out (NUL-terminated). 0, or -1 with why. */
-static int py_run_script(struct bench *b, const char *script, char *out, size_t len,
-                         char *why, size_t whylen)
+int bench_py_run(struct bench *b, const char *script, const char *extra, char *out,
+                 size_t len, char *why, size_t whylen)
 {
-	char repeats[16], log[128];
+	char repeats[16], log[160];
+	const char *base = strrchr(script, '/') ? strrchr(script, '/') + 1 : script;
 	char *argv[] = { (char *)b->python, (char *)script, "--endpoint", b->endpoint,
-	                 "--repeats", repeats, NULL };
+	                 "--repeats", repeats, (char *)extra, NULL };
 	int64_t deadline = mono_ns() + (b->quick ? 180 : 600) * NS_PER_S;
 	struct pollfd pfd;
 	size_t got = 0;
@@ -311,7 +312,7 @@ static int py_run_script(struct bench *b, const char *script, char *out, size_t 
 	int fds[2], code;
 
 	snprintf(repeats, sizeof repeats, "%d", b->repeats);
-	snprintf(log, sizeof log, "%s/python_bench.log", b->dir);
+	snprintf(log, sizeof log, "%s/%.60s.log", b->dir, base);
 	if (pipe2(fds, O_CLOEXEC)) {
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
 		return -1;
@@ -380,8 +381,8 @@ static int py_run_script(struct bench *b, const char *script, char *out, size_t 
 }
 
 /* The number after "key": in the script's line for row, or a skip reason. */
-static int py_value(const char *out, const char *row, const char *key, double *v,
-                    char *why, size_t whylen)
+int bench_py_value(const char *out, const char *row, const char *key, double *v,
+                   char *why, size_t whylen)
 {
 	char pat[64];
 	const char *line, *p, *nl;
@@ -425,13 +426,13 @@ int bench_python(struct bench *b)
 		memcpy_ms = lib_ms = -1;
 	if (!out)
 		snprintf(why_py, sizeof why_py, "out of memory");
-	else if (py_find_script(script, sizeof script))
+	else if (bench_py_find("python_bench.py", script, sizeof script))
 		snprintf(why_py, sizeof why_py, "python_bench.py not found (%.200s)", script);
 	else if (access(b->python, X_OK))
 		snprintf(why_py, sizeof why_py, "no python at %.200s", b->python);
 	else {
 		say("python: %s %s", b->python, script);
-		py_run_script(b, script, out, PY_OUT_MAX, why_py, sizeof why_py);
+		bench_py_run(b, script, NULL, out, PY_OUT_MAX, why_py, sizeof why_py);
 	}
 
 	if (c_views >= 0)
@@ -440,7 +441,7 @@ int bench_python(struct bench *b)
 	else
 		row_skip("python", "C: 16 MiB / 64 tensors to 4 collectors", "%s", why_c);
 	snprintf(why, sizeof why, "%s", why_py);
-	if (out && !py_value(out, "views", "ms", &py, why, sizeof why)) {
+	if (out && !bench_py_value(out, "views", "ms", &py, why, sizeof why)) {
 		row = row_add("python", "Python: same, publish() -> 4 collectors wait + "
 		              "state_dict(\"torch\")", "ms", py);
 		if (c_views > 0) {
@@ -451,7 +452,7 @@ int bench_python(struct bench *b)
 		row_skip("python", "Python: 16 MiB / 64 tensors to 4 collectors", "%s", why);
 	}
 	snprintf(why, sizeof why, "%s", why_py);
-	if (out && !py_value(out, "views_call", "us", &py, why, sizeof why))
+	if (out && !bench_py_value(out, "views_call", "us", &py, why, sizeof why))
 		row_add("python", "Python: acquire + state_dict(\"torch\") + release, 64 tensors "
 		        "(one call, no wake)", "us", py);
 	else
@@ -467,7 +468,7 @@ int bench_python(struct bench *b)
 		row_skip("python", "memcpy 256 MiB", "out of memory");
 	}
 	snprintf(why, sizeof why, "%s", why_py);
-	if (out && !py_value(out, "load_into", "ms", &py, why, sizeof why)) {
+	if (out && !bench_py_value(out, "load_into", "ms", &py, why, sizeof why)) {
 		row = row_add("python", "Python: View.load_into(nn.Module), 256 MiB / 64 tensors",
 		              "ms", py);
 		if (memcpy_ms > 0) {

@@ -68,7 +68,8 @@ static void session_sample(FILE *f, const char *name, const char *broker,
 }
 
 enum mfig { M_VERSION, M_STEP, M_COMMITS, M_ABORTS, M_BUSY, M_BYTES, M_SLOTS, M_USED,
-            M_PINNED, M_COLL, M_AGE, M_LAG, M_LAG_S, M_SUMFAIL, M_N };
+            M_PINNED, M_COLL, M_AGE, M_LAG, M_LAG_S, M_SUMFAIL, M_LEAD, M_LEAD_WAITS,
+            M_LEAD_TIMEOUTS, M_N };
 
 static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	[M_VERSION] = { "wsync_model_version", "gauge", "Latest version of the model (0: none yet)." },
@@ -90,6 +91,12 @@ static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	                "Longest time since the version a collector reads was superseded." },
 	[M_SUMFAIL] = { "wsync_model_checksum_failures_total", "counter",
 	                "Checksum mismatches the model's collectors found (wsync_view_verify)." },
+	[M_LEAD]    = { "wsync_model_max_lead", "gauge",
+	                "The publisher's staleness bound in versions (0: none; docs/LIVE.md)." },
+	[M_LEAD_WAITS] = { "wsync_model_lead_waits_total", "counter",
+	                   "Begins held back by a collector behind the publisher's max_lead." },
+	[M_LEAD_TIMEOUTS] = { "wsync_model_lead_timeouts_total", "counter",
+	                      "Of those, the ones that timed out." },
 };
 
 static double model_figure(const struct snap *s, const struct snap_model *m, int k)
@@ -109,6 +116,9 @@ static double model_figure(const struct snap *s, const struct snap_model *m, int
 	case M_LAG:     return (double)m->worst_lag;
 	case M_LAG_S:   return m->worst_lag_ms / 1e3;
 	case M_SUMFAIL: return (double)m->checksum_failures;
+	case M_LEAD:    return m->max_lead;
+	case M_LEAD_WAITS: return (double)m->lead_waits;
+	case M_LEAD_TIMEOUTS: return (double)m->lead_timeouts;
 	default:        return 0;
 	}
 }

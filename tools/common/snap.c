@@ -65,6 +65,9 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 			m->checksum = sum;
 	}
 	m->checksum_failures = LOAD(e->checksum_failures);
+	m->max_lead = LOAD(e->max_lead);
+	m->lead_waits = LOAD(e->lead_waits);
+	m->lead_timeouts = LOAD(e->lead_timeouts);
 	m->n_devices = e->n_devices < WSYNC_MAX_DEVICES ? e->n_devices : WSYNC_MAX_DEVICES;
 	m->dev_flags = e->dev_flags;
 	memcpy(m->dev_uuid, e->dev_uuid, sizeof(m->dev_uuid));
@@ -406,6 +409,9 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 		json_object_set_new(o, "checksum", json_null());
 	}
 	json_object_set_new(o, "checksum_failures", json_integer((json_int_t)m->checksum_failures));
+	json_object_set_new(o, "max_lead", json_integer((json_int_t)m->max_lead));
+	json_object_set_new(o, "lead_waits", json_integer((json_int_t)m->lead_waits));
+	json_object_set_new(o, "lead_timeouts", json_integer((json_int_t)m->lead_timeouts));
 	return o;
 }
 

@@ -51,6 +51,8 @@ struct snap_model {
 	uint64_t checksum;               /* of the latest version, 0 = none */
 	uint64_t checksum_failures;      /* mismatches its collectors found */
 	uint32_t slab_pages;             /* enum wsync_slab_pages (shm/segment.h) */
+	uint32_t max_lead;               /* its publisher's bound, 0 = none (docs/LIVE.md) */
+	uint64_t lead_waits, lead_timeouts;  /* begins held back by it, timed out */
 };
 
 struct snap_session {

@@ -119,7 +119,7 @@ _wsync_bench()
 		local names
 		names=$(wsync-bench --help 2>/dev/null | sed -n '/--only LIST/,/(default: all)/p' |
 			sed -e 's/.*comma-separated://' -e 's/(default: all)//' -e 's/^ *--only.*//' | tr -d ',')
-		names=${names:-publish acquire wake sustained peers shard checksum e2e scale gpu hostile python}
+		names=${names:-publish acquire wake sustained peers shard checksum e2e scale gpu hostile python serving}
 		local prefix=""
 		[[ $cur == *,* ]] && prefix=${cur%,*},
 		COMPREPLY=($(compgen -P "$prefix" -W "$names" -- "${cur##*,}"))

@@ -31,7 +31,10 @@ static const char *const show_usage[] = {
 	"version/total (USED), commits, collectors, the worst collector lag (commits\n"
 	"not taken, and how long ago the version they read was superseded), the\n"
 	"publisher's pid, the latest version's checksum ('-' if it has none) and\n"
-	"the checksum mismatches its collectors found (SUMFAIL). Exit 3, after the\n"
+	"the checksum mismatches its collectors found (SUMFAIL). Below the table,\n"
+	"each model whose publisher has a staleness bound (max_lead): its begins\n"
+	"held back and timed out, and the collectors at or past the bound (their\n"
+	"version and how many versions behind the latest). Exit 3, after the\n"
 	"table, when the broker shut down, died or is not responding.\n\n",
 	[SHOW_SESSIONS] =
 	"usage: wsyncctl sessions [OPTIONS]\n"
@@ -83,6 +86,29 @@ static int name_width(const struct snap *s, bool models, int min)
 	return w;
 }
 
+/* A model's staleness bound (docs/LIVE.md): the collectors a next begin
+ * would wait for, each with its version read and its versions behind. */
+static void print_lead(const struct snap *s, const struct snap_model *m)
+{
+	uint32_t shown = 0;
+
+	if (!m->max_lead)
+		return;
+	printf("%s: max_lead %" PRIu32 ", %" PRIu64 " begins held back, %" PRIu64
+	       " timed out", m->name, m->max_lead, m->lead_waits, m->lead_timeouts);
+	for (uint32_t j = 0; j < s->n_sessions; j++) {
+		const struct snap_session *e = &s->sessions[j];
+
+		if (e->view_model != m->id || !e->view_version || e->view_version > m->version ||
+		    m->version - e->view_version < m->max_lead)
+			continue;
+		printf("%s '%s' (pid %" PRIu32 ") at v%" PRIu64 ", %" PRIu64 " behind",
+		       shown++ ? "," : "; at the bound:", e->name, e->pid, e->view_version,
+		       m->version - e->view_version);
+	}
+	printf("\n");
+}
+
 static void print_models(const struct snap *s)
 {
 	char sz[32], age[32], cs[32], slots[16], pinned[16], lag[24], ms[32], pid[16];
@@ -112,6 +138,8 @@ static void print_models(const struct snap *s)
 		       fmt_bytes(sz, sizeof(sz), m->bytes), pinned, slots, m->commits, m->collectors,
 		       lag, ms, pid, fmt_checksum(cs, sizeof(cs), m), m->checksum_failures);
 	}
+	for (uint32_t i = 0; i < s->n_models; i++)
+		print_lead(s, &s->models[i]);
 }
 
 static void print_sessions(const struct snap *s)

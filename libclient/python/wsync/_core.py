@@ -114,7 +114,9 @@ def _timeout_ns(t):
 
 def _sliced(handle, call, timeout, retry_rc):
     """Calls call(timeout_ns) in slices until it returns something other than
-    retry_rc or the timeout is used up; returns the last return code."""
+    retry_rc (one code or a tuple of them) or the timeout is used up;
+    returns the last return code."""
+    retry = retry_rc if isinstance(retry_rc, tuple) else (retry_rc,)
     if timeout is not None:
         ns = _timeout_ns(timeout)
         if ns <= int(_SLICE_S * 1e9):
@@ -129,7 +131,7 @@ def _sliced(handle, call, timeout, retry_rc):
             left = deadline - time.monotonic()
             ns = max(0, int(min(left, _SLICE_S) * 1e9))
         rc = call(ns)
-        if rc != retry_rc:
+        if rc not in retry:
             return rc
         if deadline is not None and time.monotonic() >= deadline:
             return rc
@@ -400,7 +402,7 @@ class Client(Handle):
     def publisher(self, model: str, tensors: Any, slots: int = 0, guard: bool = False,
                   flags: int = 0, replace: bool = False, checksum: Optional[bool] = None,
                   unguarded: bool = False, devices: Any = None,
-                  host_mirror: bool = False) -> "Publisher":
+                  host_mirror: bool = False, max_lead: int = 0) -> "Publisher":
         """Declares model's layout and becomes its publisher.
 
         tensors: a list of (name, dtype, shape); dtype "f32", "f16", "bf16",
@@ -426,6 +428,10 @@ class Client(Handle):
         begin_gpu / publish_gpu. host_mirror=True keeps a host copy of
         every version too, for host views (CPU collectors, checkpoints).
 
+        max_lead=k (a staleness bound, docs/LIVE.md; 0 = none): begin waits
+        while a live collector still acts with a version more than k behind
+        the one it would publish (see Publisher.set_max_lead).
+
         Raises LayoutError (-EEXIST) if the model exists with another
         layout or other devices (and not replace), BusyError if it has
         another publisher, NoDeviceError if the broker cannot put it on
@@ -441,13 +447,21 @@ class Client(Handle):
                        (_PUB_UNGUARDED if unguarded else 0))
         descs = _make_descs(tensors)
         uuids = _gpu.device_opts(opts, devices, host_mirror)
-        return Publisher(self, model, descs, opts, devices=uuids)
+        max_lead = _uint(max_lead, "max_lead", 31)
+        pub = Publisher(self, model, descs, opts, devices=uuids)
+        if max_lead:
+            try:
+                pub.set_max_lead(max_lead)
+            except BaseException:
+                pub.close()
+                raise
+        return pub
 
     def publisher_like(self, model: str, state_dict: Any, slots: int = 0, guard: bool = False,
                        flags: int = 0, replace: bool = False,
                        checksum: Optional[bool] = None,
                        unguarded: bool = False, devices: Any = None,
-                       host_mirror: bool = False) -> "Publisher":
+                       host_mirror: bool = False, max_lead: int = 0) -> "Publisher":
         """publisher() with the layout of a dict of numpy arrays or torch
         tensors (CUDA ones too; names, dtypes and shapes, in the dict's
         order), or of an nn.Module's state_dict()."""
@@ -455,7 +469,7 @@ class Client(Handle):
         tensors = [(k, _dtypes.code_of_array(v), tuple(np.shape(v) if not
                     _dtypes.is_torch_tensor(v) else v.shape)) for k, v in state_dict.items()]
         return self.publisher(model, tensors, slots, guard, flags, replace, checksum,
-                              unguarded, devices, host_mirror)
+                              unguarded, devices, host_mirror, max_lead)
 
     def publisher_shard(self, model: str, tensors: Any, rank: int, world: int,
                         parts: Any = None, timeout_ms: int = 0, slots: int = 0,
@@ -770,6 +784,7 @@ class Publisher(_Child):
         self.devices = devices     # the GPUs (UUIDs) of a device model; () for a host one
         self.host_mirror = bool(opts.device_flags & DEV_HOST_MIRROR)
         self._slab = None
+        self.max_lead = 0          # set_max_lead; applied again after a restart
         self._layout = _read_layout(descs, len(descs))   # offsets filled at begin
         self._layout_final = False
         self._drive = threading.RLock()
@@ -815,6 +830,24 @@ class Publisher(_Child):
             # begun on the connection that is gone: its commit fails, once
             slab._lost = True
             self._slab = None
+        if self.max_lead:
+            check(lib.wsync_pub_set_max_lead(new.ptr, self.max_lead))
+
+    def set_max_lead(self, max_lead: int) -> None:
+        """A staleness bound (docs/LIVE.md; wsync_pub_set_max_lead): from
+        now on begin (and publish) first waits, within its timeout, while a
+        live collector still acts with a version more than max_lead behind
+        the one it would publish; then TimeoutError naming the collectors
+        behind. Collectors that died, closed their subscription or never
+        acquired a version do not count. 0 turns it off."""
+        max_lead = _uint(max_lead, "max_lead", 31)
+        cell = self._call()
+        try:
+            with self._drive:
+                check(lib.wsync_pub_set_max_lead(cell.ptr, max_lead))
+                self.max_lead = max_lead
+        finally:
+            self._leave(cell)
 
     def ref(self):
         """A picklable ModelRef to this model (see Client.ref)."""
@@ -856,8 +889,11 @@ class Publisher(_Child):
                                          "model '%s': commit or abort the begun slab first"
                                          % self.model)
                     c = cell
+                    # a max_lead wait's slices end in ETIMEDOUT
                     rc = _sliced(self, lambda ns: call(c.ptr, ns, cs),
-                                 None if t is None else _left(deadline), -_errno.EBUSY)
+                                 None if t is None else _left(deadline),
+                                 (-_errno.EBUSY, -_errno.ETIMEDOUT) if self.max_lead
+                                 else -_errno.EBUSY)
                     if rc != -_errno.ENOTCONN or not follow:
                         break
                     cell = self._recover(cell, rc, deadline, t)
@@ -1360,6 +1396,7 @@ class Subscriber(_Child):
         self._views = weakref.WeakSet()
         self._layout_seen = None   # the layout of the last view's connection
         self._explicit_ack = False
+        self._max_lag = None       # set_max_lag's (max_age_ns, timeout_ns), kept for a reopen
         self._acquired = 0         # the newest version a view of it had
         self._notify = None        # fileno() of a client that follows restarts
         try:
@@ -1379,6 +1416,8 @@ class Subscriber(_Child):
     def _moved(self, old, new):
         if self._explicit_ack:
             check(lib.wsync_sub_set_ack(new.ptr, 1))
+        if self._max_lag is not None:
+            check(lib.wsync_sub_set_max_lag(new.ptr, *self._max_lag))
         if self._notify is not None:
             # readable at once if the new broker has a version: look again
             self._notify.point(check(lib.wsync_sub_fd(new.ptr)))
@@ -1529,6 +1568,28 @@ class Subscriber(_Child):
                     self._notify = n
             self.client._watch()
             return self._notify.fileno()
+        finally:
+            self._leave(cell)
+
+    def set_max_lag(self, seconds: Optional[float], timeout: Optional[float] = None) -> None:
+        """A staleness bound on acquire() (wsync_sub_set_max_lag,
+        docs/LIVE.md): a newest version committed more than seconds ago is
+        not taken; acquire() waits up to timeout seconds (None: forever) for
+        a newer one, then raises TimeoutError naming the trainer's last
+        commit. seconds=None (or 0) turns it off. LivePolicy has its own
+        max_lag, which also bounds versions."""
+        if seconds is None or seconds == 0:
+            bound = (0, 0)
+        else:
+            s = _timeout_s(seconds)
+            if s is None or s <= 0:
+                raise ValueError("wsync: max_lag seconds must be a number > 0, not %r"
+                                 % (seconds,))
+            bound = (_timeout_ns(s), _timeout_ns(_timeout_s(timeout)))
+        cell = self._call()
+        try:
+            check(lib.wsync_sub_set_max_lag(cell.ptr, *bound))
+            self._max_lag = None if bound == (0, 0) else bound
         finally:
             self._leave(cell)
 

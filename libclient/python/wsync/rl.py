@@ -1190,6 +1190,25 @@ class WsyncWeightSyncScheme(_Base):
                     "connect(); receive(timeout)")
         return WeightReceiver(self, policy, client, name)
 
+    # ---- a live policy for a worker (docs/LIVE.md) -------------------------------------
+
+    def live_policy(self, module: Any = None, max_lag: Any = None, device: Any = None):
+        """A wsync.LivePolicy for this worker, after connect(): module's (by
+        default the registered model's) forward over the newest version in
+        place, swapped only between two calls, instead of receive() copying
+        versions in. It reads through a subscription of its own on the
+        worker's client, without explicit acknowledgement: a version it
+        takes counts as applied for a synchronous send(). It ends with the
+        scheme's shutdown()."""
+        from ._live import LivePolicy
+        self._check_receiver("live_policy")
+        end = self._end
+        if end is None:
+            raise RuntimeError("wsync.rl: connect() before live_policy()")
+        module = self.model if module is None else module
+        return LivePolicy(end.client.subscriber(self.wsync_name), module, max_lag=max_lag,
+                          device=device)
+
 
 def _fmt(t):
     return "forever" if t is None else "%g s" % t

@@ -1,0 +1,110 @@
+/*
+ * tools/bench/serving.c — scenario "serving": rollout workers that keep
+ * acting while a trainer publishes, for each way of moving the weights, in
+ * the same run (tools/bench/serving_bench.py measures; this file makes the
+ * rows).
+ *
+ * Collector processes, one per core, run forward passes of a
+ * transformer-shaped policy (>= 128 MiB of float32 weights; --quick a
+ * smaller one) back to back, first without updates, then while the trainer
+ * makes a version every 200 ms. Ways: wsync.LivePolicy; View.load_into
+ * between passes; torch.distributed broadcast (gloo) into the live module;
+ * pause-load-resume through a shared CPU buffer and a queue; TorchRL-style
+ * in-place shared tensors ("torn"). Per way: passes/s with updates against
+ * the same loop without; the longest gap between two passes of a collector
+ * against a normal pass, and its p99; the policy lag at each pass; passes
+ * that read a mixture of two versions (the weights carry their version in
+ * places each pass reads). LivePolicy's targets (docs/BENCHMARKS.md):
+ * >= 0.95x the passes without updates, a longest gap <= 1.2x a normal pass,
+ * no mixed pass.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+
+#define SERVING_OUT_MAX 8192
+
+static const struct {
+	const char *row, *name;
+} ways[] = {
+	{ "serving_live",      "LivePolicy" },
+	{ "serving_load_into", "load_into between passes" },
+	{ "serving_broadcast", "torch.distributed broadcast (gloo)" },
+	{ "serving_pause",     "pause-load-resume (shared buffer + queue)" },
+	{ "serving_torn",      "in-place shared tensors (torn)" },
+};
+
+static void serving_way(const char *out, int w, const char *why_run)
+{
+	double pps_base, pps_upd, fwd, gap, p99, lag_mean, lag_max, mixed, passes;
+	const char *name = ways[w].name, *row = ways[w].row;
+	bool live = w == 0;
+	struct bench_row *r;
+	char why[256], fig[160];
+
+	snprintf(why, sizeof why, "%s", why_run);
+	if (!out || bench_py_value(out, row, "pps_upd", &pps_upd, why, sizeof why) ||
+	    bench_py_value(out, row, "pps_base", &pps_base, why, sizeof why) ||
+	    bench_py_value(out, row, "fwd_ms", &fwd, why, sizeof why) ||
+	    bench_py_value(out, row, "gap_max_ms", &gap, why, sizeof why) ||
+	    bench_py_value(out, row, "gap_p99_ms", &p99, why, sizeof why) ||
+	    bench_py_value(out, row, "lag_mean", &lag_mean, why, sizeof why) ||
+	    bench_py_value(out, row, "lag_max", &lag_max, why, sizeof why) ||
+	    bench_py_value(out, row, "mixed", &mixed, why, sizeof why) ||
+	    bench_py_value(out, row, "passes", &passes, why, sizeof why)) {
+		row_skip("serving", name, "%s", why);
+		return;
+	}
+	snprintf(fig, sizeof fig, "%s: forward passes/s with updates every 200 ms", name);
+	r = row_add("serving", fig, "/s", pps_upd);
+	row_ref(r, "same loop, no updates", pps_base);
+	if (live)
+		row_target_text(r, ">= 0.95x");
+	snprintf(fig, sizeof fig, "%s: longest gap between two passes", name);
+	r = row_add("serving", fig, "ms", gap);
+	row_ref(r, "a forward pass, no updates", fwd);
+	if (live)
+		row_target_ratio(r, 1.2);
+	snprintf(fig, sizeof fig, "%s: p99 gap between two passes", name);
+	r = row_add("serving", fig, "ms", p99);
+	row_ref(r, "a forward pass, no updates", fwd);
+	snprintf(fig, sizeof fig, "%s: policy lag at a pass, mean (max %.0f)", name, lag_max);
+	row_add("serving", fig, "", lag_mean);
+	snprintf(fig, sizeof fig, "%s: passes that read two versions (of %.0f)", name, passes);
+	r = row_add("serving", fig, "", mixed);
+	if (live)
+		row_target_value(r, 0);
+}
+
+int bench_serving(struct bench *b)
+{
+	char why[256] = "", script[PATH_MAX];
+	char *out = calloc(1, SERVING_OUT_MAX);
+	double mib, n;
+
+	if (!out)
+		snprintf(why, sizeof why, "out of memory");
+	else if (bench_py_find("serving_bench.py", script, sizeof script))
+		snprintf(why, sizeof why, "serving_bench.py not found (%.200s)", script);
+	else if (access(b->python, X_OK))
+		snprintf(why, sizeof why, "no python at %.200s", b->python);
+	else {
+		say("serving: %s %s", b->python, script);
+		if (bench_py_run(b, script, b->quick ? "--quick" : NULL, out, SERVING_OUT_MAX,
+		                 why, sizeof why)) {
+			free(out);
+			out = NULL;
+		}
+	}
+	if (out && !bench_py_value(out, "serving_setup", "mib", &mib, why, sizeof why) &&
+	    !bench_py_value(out, "serving_setup", "collectors", &n, why, sizeof why))
+		say("serving: %.0f MiB policy, %.0f collector processes", mib, n);
+	for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++)
+		serving_way(out, (int)w, why);
+	free(out);
+	return 0;
+}
