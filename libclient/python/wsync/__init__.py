@@ -37,7 +37,7 @@ from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersi
                     default_endpoint)
 from ._dtypes import CODE as DTYPES
 from ._gpu import DeviceArray, DeviceSlab, DeviceView, gpu_ordinal, gpu_uuid
-from ._module import LoadResult, MismatchError
+from ._module import LoadResult, MismatchError, NoStorageError
 
 __all__ = [
     "connect", "Client", "Publisher", "Slab", "Subscriber", "View", "TensorSpec",
@@ -48,7 +48,7 @@ __all__ = [
     "ModelStatus", "LatestVersion", "LoadResult", "MismatchError", "PartSpec", "ReadOnlyError",
     "ReadOnlyTensor", "NoDeviceError", "NoCudaError", "DeviceArray", "DeviceSlab",
     "DeviceView", "gpu_uuid", "gpu_ordinal", "NoBrokerError", "PermissionDeniedError",
-    "ChecksumError", "DroppedError", "BrokerRestartedError",
+    "ChecksumError", "DroppedError", "BrokerRestartedError", "NoStorageError",
 ]
 
 
