@@ -26,6 +26,7 @@ counting at once: it never stalls a send. See docs/PYTHON.md.
 The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
 they still work (WeightSender, WeightReceiver).
 """
+import gc
 import logging
 import math
 import re
@@ -320,7 +321,20 @@ class _SenderEnd:
                                                             replace=True)
             self.step += 1
             self.version = self.publisher.publish(flat, self.step, timeout)
+            if not self.joined:
+                self._count_workers()
             return self.version
+
+    def _count_workers(self):
+        """Notes (once) that every registered worker has subscribed; the
+        model's subscribers as the broker counts them now."""
+        try:
+            have = {m.name: m.subscribers for m in self.client.models()}.get(self.name, 0)
+        except WsyncError:
+            return "?"
+        if have >= self.workers:
+            self.joined = True
+        return have
 
     def wait_applied(self, version, timeout):
         """Returns when every current subscriber (each worker's session)
@@ -345,40 +359,36 @@ class _SenderEnd:
                     raise
 
     def _await_workers(self, version, timeout):
-        """The first synchronous sends, until every registered worker has
-        applied a version: "every current subscriber" would be none at all
-        while the workers still start, so these wait for as many as were
-        registered (num_workers) to apply version, up to timeout (None: the
-        join timeout, the scheme's connect_timeout). Then a TimeoutError
-        says how many came. From the first time all came, a worker that
-        dies simply stops counting."""
+        """A synchronous send before every registered worker was seen
+        subscribed (workers still starting): "every current subscriber"
+        could be none at all, so this waits until as many as were
+        registered (num_workers) subscribed, up to timeout (None: the join
+        timeout, the scheme's connect_timeout), then for every current one
+        as usual; a TimeoutError says how many came. Once all were seen, a
+        worker that dies simply stops counting."""
         t = self.join_timeout if timeout is None else timeout
         deadline = None if t is None else time.monotonic() + t
         while True:
+            have = self._count_workers()
+            if self.joined:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                return self.wait_applied(version, left)
             left = _SLICE_S if deadline is None else \
                 max(0.0, min(_SLICE_S, deadline - time.monotonic()))
             try:
                 self.readers = self.publisher.wait_readers(version, left, self.workers)
-                break
+                self.joined = True
+                self.reconnects = self.client.reconnects
+                return self.readers
             except WsyncTimeoutError as e:
                 if deadline is not None and time.monotonic() >= deadline:
-                    try:
-                        have = {m.name: m.subscribers
-                                for m in self.client.models()}.get(self.name, 0)
-                    except WsyncError:
-                        have = "?"
-                    if isinstance(have, int) and have >= self.workers:
-                        raise          # all came; the library's detail names the late
                     raise WsyncTimeoutError(
                         e.errno, e.strerror,
                         "wsync.rl: model '%s': %s of the %d registered workers subscribed "
-                        "within %s of the first synchronous send() (%s); is every worker "
-                        "started, and connect()ed with this scheme?"
+                        "within %s of a synchronous send() (%s); is every worker started, "
+                        "and connect()ed with this scheme?"
                         % (self.name, have, self.workers, _fmt(t), e.detail or e.strerror)
                     ) from None
-        self.joined = True
-        self.reconnects = self.client.reconnects
-        return self.readers
 
     def _await_returning(self, deadline):
         """The broker restarted since the last synchronous send: "every
@@ -586,7 +596,7 @@ _Base = _TorchRLScheme if _TorchRLScheme is not None else object
 # to the process's own objects).
 _RUNTIME = ("_end", "_lock", "_thread", "_stop", "_context_ref", "_model_ref",
             "_sender_transports", "_receiver_transport", "_background_thread", "_stop_event",
-            "_init_weights", "_shared", "_send_lock", "_held")
+            "_init_weights", "_shared", "_send_lock", "_held", "_retired")
 
 
 class WsyncWeightSyncScheme(_Base):
@@ -686,6 +696,7 @@ class WsyncWeightSyncScheme(_Base):
         self._shared = None        # (version, weights, fingerprint) transports may join
         self._send_lock = threading.Lock()
         self._held = None          # the view whose tensors a swap put in the model
+        self._retired = None       # a weak reference to the one swapped out last
         self._initialized_on_sender = False
         self._initialized_on_receiver = False
         self._synchronized_on_sender = False
@@ -1224,7 +1235,16 @@ class WsyncWeightSyncScheme(_Base):
         them: it finishes on the old version, never on a released one)."""
         if self._swaps(model):
             _module.swap_into(view, model, strict=self.strict)
-            self._held = view
+            prev, self._held = self._held, view
+            # The view swapped out one update ago should be gone by now; if
+            # it is not, its tensors are most likely kept by a reference
+            # cycle (any code's) that only the collector frees, and its
+            # held version would pin a slab until then: collect once. A
+            # view still alive after that is in real use and stays held.
+            gone = self._retired
+            if gone is not None and gone() is not None:
+                gc.collect()
+            self._retired = None if prev is None else weakref.ref(prev)
             return True
         view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
         return False
