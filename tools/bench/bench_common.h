@@ -40,7 +40,8 @@ enum bench_scenario {
 	SC_E2E       = 1u << 9,
 	SC_HOSTILE   = 1u << 10,
 	SC_PYTHON    = 1u << 11,
-	SC_ALL       = (1u << 12) - 1,
+	SC_TORCHRL   = 1u << 12,
+	SC_ALL       = (1u << 13) - 1,
 };
 
 struct bench {
@@ -247,6 +248,18 @@ int bench_hostile(struct bench *b);
 /* python: the Python binding against the C library, same run
  * (tools/bench/python.c, tools/bench/python_bench.py). */
 int bench_python(struct bench *b);
+/* torchrl: update_policy_weights_() in TorchRL's loop, wsync's scheme against
+ * TorchRL's SharedMem and MultiProcess schemes (tools/bench/torchrl.c,
+ * tools/bench/torchrl_bench.py). */
+int bench_torchrl(struct bench *b);
+/* The Python helpers of python.c: tools/bench/<name> (or the installed
+ * copy); run a script with --endpoint and --repeats; a number of its JSON
+ * line for row. */
+int py_find_script(const char *name, char *path, size_t len);
+int py_run_script(struct bench *b, const char *script, const char *log_name, int limit_s,
+                  bool pass_quick, char *out, size_t len, char *why, size_t whylen);
+int py_value(const char *out, const char *row, const char *key, double *v,
+             char *why, size_t whylen);
 /* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
  * and 2 GiB, on 4 KiB and on huge pages (tools/bench/scale.c). */
 int bench_scale(struct bench *b);

@@ -25,6 +25,10 @@
  *              MiB, 1 GiB, 2 GiB on 4 KiB and huge pages, vs memcpy
  *   python     the Python binding against the C library: zero-copy views
  *              to 4 collectors, load_into (tools/bench/python_bench.py)
+ *   torchrl    update_policy_weights_() of TorchRL's multi-process collector
+ *              (the source tree's stand-in) with 3 workers, fork and spawn,
+ *              1 and 64 MiB: wsync's scheme vs TorchRL's SharedMem and
+ *              MultiProcess schemes (tools/bench/torchrl_bench.py)
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.
@@ -52,7 +56,7 @@ static const char usage_text[] =
 	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
 	"                       wake, sustained, peers, shard, checksum, e2e, scale,\n"
-	"                       gpu, hostile, python (default: all)\n"
+	"                       gpu, hostile, python, torchrl (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the report (machine, mode, rows) as a JSON\n"
 	"                       document to FILE; unlike the other tools' --json it\n"
@@ -83,6 +87,7 @@ static const struct {
 	{ "gpu",       SC_GPU,       bench_gpu },
 	{ "hostile",   SC_HOSTILE,   bench_hostile },
 	{ "python",    SC_PYTHON,    bench_python },
+	{ "torchrl",   SC_TORCHRL,   bench_torchrl },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

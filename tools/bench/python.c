@@ -274,9 +274,9 @@ out:
 
 /* ---- the Python side ---------------------------------------------------------------- */
 
-/* tools/bench/python_bench.py of the tree this binary was built in, else
- * PREFIX/share/wsync/python_bench.py beside an installed one. */
-static int py_find_script(char *path, size_t len)
+/* tools/bench/<name> of the tree this binary was built in, else
+ * PREFIX/share/wsync/<name> beside an installed one. */
+int py_find_script(const char *name, char *path, size_t len)
 {
 	char exe[PATH_MAX], *slash;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -285,33 +285,35 @@ static int py_find_script(char *path, size_t len)
 		exe[n] = '\0';
 		for (int up = 0; up < 3 && (slash = strrchr(exe, '/')); up++) {
 			*slash = '\0';
-			if (up == 1 && snprintf(path, len, "%s/share/wsync/python_bench.py", exe) <
+			if (up == 1 && snprintf(path, len, "%s/share/wsync/%s", exe, name) <
 			               (int)len && !access(path, R_OK))
 				return 0;
 		}
-		if (snprintf(path, len, "%s/tools/bench/python_bench.py", exe) < (int)len &&
+		if (snprintf(path, len, "%s/tools/bench/%s", exe, name) < (int)len &&
 		    !access(path, R_OK))
 			return 0;
 	}
-	snprintf(path, len, "tools/bench/python_bench.py");
+	snprintf(path, len, "tools/bench/%s", name);
 	return access(path, R_OK);
 }
 
-/* Runs the script; its stdout into out (NUL-terminated). 0, or -1 with why. */
-static int py_run_script(struct bench *b, const char *script, char *out, size_t len,
-                         char *why, size_t whylen)
+/* Runs the script (its stderr into <dir>/<log_name>, with --quick in quick
+ * mode when pass_quick), for at most limit_s seconds; its stdout into out
+ * (NUL-terminated). 0, or -1 with why. */
+int py_run_script(struct bench *b, const char *script, const char *log_name, int limit_s,
+                  bool pass_quick, char *out, size_t len, char *why, size_t whylen)
 {
 	char repeats[16], log[128];
 	char *argv[] = { (char *)b->python, (char *)script, "--endpoint", b->endpoint,
-	                 "--repeats", repeats, NULL };
-	int64_t deadline = mono_ns() + (b->quick ? 180 : 600) * NS_PER_S;
+	                 "--repeats", repeats, pass_quick && b->quick ? "--quick" : NULL, NULL };
+	int64_t deadline = mono_ns() + (int64_t)limit_s * NS_PER_S;
 	struct pollfd pfd;
 	size_t got = 0;
 	pid_t parent = getpid(), pid;
 	int fds[2], code;
 
 	snprintf(repeats, sizeof repeats, "%d", b->repeats);
-	snprintf(log, sizeof log, "%s/python_bench.log", b->dir);
+	snprintf(log, sizeof log, "%s/%s", b->dir, log_name);
 	if (pipe2(fds, O_CLOEXEC)) {
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
 		return -1;
@@ -380,7 +382,7 @@ static int py_run_script(struct bench *b, const char *script, char *out, size_t 
 }
 
 /* The number after "key": in the script's line for row, or a skip reason. */
-static int py_value(const char *out, const char *row, const char *key, double *v,
+int py_value(const char *out, const char *row, const char *key, double *v,
                     char *why, size_t whylen)
 {
 	char pat[64];
@@ -425,13 +427,14 @@ int bench_python(struct bench *b)
 		memcpy_ms = lib_ms = -1;
 	if (!out)
 		snprintf(why_py, sizeof why_py, "out of memory");
-	else if (py_find_script(script, sizeof script))
+	else if (py_find_script("python_bench.py", script, sizeof script))
 		snprintf(why_py, sizeof why_py, "python_bench.py not found (%.200s)", script);
 	else if (access(b->python, X_OK))
 		snprintf(why_py, sizeof why_py, "no python at %.200s", b->python);
 	else {
 		say("python: %s %s", b->python, script);
-		py_run_script(b, script, out, PY_OUT_MAX, why_py, sizeof why_py);
+		py_run_script(b, script, "python_bench.log", b->quick ? 180 : 600, false, out,
+		              PY_OUT_MAX, why_py, sizeof why_py);
 	}
 
 	if (c_views >= 0)
