@@ -18,10 +18,12 @@ or any trainer and collector processes use it directly::
 Where TorchRL is installed the scheme is a subclass of its WeightSyncScheme
 (so a TorchRL collector accepts it); elsewhere it stands alone with the same
 interface. Weights travel through shared memory: send() writes the version
-once, every worker copies it into its own module in place (View.load_into),
-and a synchronous send() returns when every worker has applied it
-(wsync_pub_wait_readers). A worker that dies, even by SIGKILL, stops
-counting at once: it never stalls a send. See docs/PYTHON.md.
+once, every worker swaps its read-only tensors into its own module (no
+copy; a module on the meta device, as TorchRL sends the policy, is filled
+so; a module on a GPU is copied into), and a synchronous send() returns
+when every worker has applied it (wsync_pub_wait_readers). A worker that
+dies, even by SIGKILL, stops counting at once: it never stalls a send. The
+scheme follows TorchRL 0.14.0. See docs/PYTHON.md.
 
 The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
 they still work (WeightSender, WeightReceiver).
@@ -153,11 +155,27 @@ def _destination(model, names=None):
     return _flatten(model)
 
 
+_TD = []
+
+
+def _tensordict_class():
+    """tensordict.TensorDict, or None where it is not installed (looked up
+    once: a failed import searches sys.path again every time)."""
+    if not _TD:
+        try:
+            from tensordict import TensorDict
+        except ImportError:
+            TensorDict = None
+        _TD.append(TensorDict)
+    return _TD[0]
+
+
 class WsyncWeightStrategy:
     """How weights are extracted on the sender and applied on receivers, for
     the "tensordict" and "state_dict" formats (TorchRL's WeightStrategy).
     Extraction gives a flat state_dict or a TensorDict (a nested dict where
-    the tensordict package is missing); application copies in place."""
+    the tensordict package is missing); application copies in place, or
+    puts the tensors in (inplace=False)."""
 
     def __init__(self, extract_as="tensordict"):
         if extract_as not in STRATEGIES:
@@ -174,9 +192,8 @@ class WsyncWeightStrategy:
     def format(self, flat):
         if self.extract_as == "state_dict":
             return dict(flat)
-        try:
-            from tensordict import TensorDict
-        except ImportError:
+        TensorDict = _tensordict_class()
+        if TensorDict is None:
             return _unflatten(flat)
         return TensorDict(dict(flat), batch_size=[]).unflatten_keys(".")
 

@@ -36,6 +36,7 @@ import traceback
 import zlib
 
 import torch
+import torch.multiprocessing
 from torch import nn
 
 INSTANTIATE_TIMEOUT = 120.0
@@ -212,6 +213,10 @@ class MultiCollector:
 
     def start(self):
         from torchrl.weight_update import WeightSyncScheme
+        if self.start_method == "spawn" and torch.__version__ < "2.8":
+            # TorchRL's _mp_sharing_strategy_for_spawn: file descriptors of
+            # shared storages fail spawned workers on older torch
+            torch.multiprocessing.set_sharing_strategy("file_system")
         for model_id, scheme in self._weight_sync_schemes.items():
             if not isinstance(scheme, WeightSyncScheme):
                 raise TypeError("Expected WeightSyncScheme, got %r" % type(scheme))

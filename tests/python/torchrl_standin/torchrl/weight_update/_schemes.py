@@ -235,6 +235,18 @@ class SharedMemWeightSyncScheme(_QueueScheme):
         return super().__getstate__()
 
 
+def _snapshot(weights):
+    """The weights as the queues take them: the tensors themselves (no
+    copy), their storage moved into shared memory once, in place, as
+    torch's pickler does on the first put. Done here, in the caller's
+    thread: the pickler would do it from each queue's feeder thread, and
+    several threads moving one storage at once crash torch 1.13."""
+    w = flat_weights(weights)
+    for v in w.values():
+        v.share_memory_()
+    return w
+
+
 class MultiProcessWeightSyncScheme(_QueueScheme):
     def _init_on_sender_impl(self, model_id=None, context=None, ctx=None, **kwargs):
         import multiprocessing as mp
@@ -245,7 +257,7 @@ class MultiProcessWeightSyncScheme(_QueueScheme):
         self._weight_queues = {i: ctx.Queue() for i in range(self.num_workers)}
 
     def _setup_connection_and_weights_on_sender_impl(self, *, worker_idx=None, weights=None):
-        w = flat_weights(self.context.get_model(self._model_id))
+        w = _snapshot(self.context.get_model(self._model_id))
         for i, q in self._weight_queues.items():
             q.put(((self._model_id, w), "update_weights"))
 
@@ -269,7 +281,7 @@ class MultiProcessWeightSyncScheme(_QueueScheme):
     def send(self, weights=None, worker_ids=None):
         if weights is None:
             weights = self.context.get_model(self._model_id)
-        w = flat_weights(weights)
+        w = _snapshot(weights)
         for i in self._targets(worker_ids):
             self._weight_queues[i].put(((self._model_id, w), "update_weights"))
         self._send_instruction(worker_ids)
