@@ -762,3 +762,18 @@ def test_versions_kept_by_a_reference_cycle_are_given_back(sender):
         if was:
             gc.enable()
         rx.shutdown()
+
+
+def test_apply_weights_of_a_view_copies_or_swaps_as_told(sender):
+    rx = receiver_of(sender, net(2), background=False)
+    with wsync.connect(sender.endpoint, "apply-view") as c:
+        sub = c.subscriber(sender.wsync_name)
+        view = sub.acquire()
+        ptr = rx.model[0].weight.data_ptr()
+        rx.apply_weights(view, inplace=True)            # copied into the module's tensors
+        assert rx.model[0].weight.data_ptr() == ptr and same(rx.model, sender.trainer)
+        assert not isinstance(rx.model[0].weight, wsync.ReadOnlyTensor)
+        rx.apply_weights(view, inplace=False)           # its tensors put in (to_module)
+        assert isinstance(rx.model[0].weight, wsync.ReadOnlyTensor)
+        assert same(rx.model, sender.trainer)
+        view.release()

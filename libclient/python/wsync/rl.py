@@ -1279,7 +1279,7 @@ class WsyncWeightSyncScheme(_Base):
         if model is None:
             raise ValueError("wsync.rl: no model registered")
         with self._lock:
-            if isinstance(weights, View) and (not inplace or self._swaps(model)):
+            if isinstance(weights, View) and (not inplace or _module.is_swapped(model)):
                 self._apply_view(model, weights)
             else:
                 self._strategy.apply_weights(model, weights, inplace=inplace,
