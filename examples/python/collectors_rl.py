@@ -2,8 +2,9 @@
 """examples/python/collectors.py written against wsync.rl, TorchRL's
 weight-sync scheme interface: the trainer sends its policy after every
 update and send() returns once every collector applied it; each collector
-holds its own policy module, which the scheme's background thread updates
-in place between the collector's rollout steps, and reports its lag.
+holds its own policy module, into which the scheme's background thread
+swaps each new version (read-only tensors over the shared memory: nothing
+copied) between the collector's rollout steps, and reports its lag.
 
     /usr/bin/python3 examples/python/collectors_rl.py [--short] [--endpoint SOCK]
 
@@ -21,7 +22,9 @@ import wsync.rl
 
 def make_scheme(endpoint):
     # sync=True (TorchRL's default): send() returns when every live
-    # collector has applied the weights; a killed one stops counting
+    # collector has applied the weights; a killed one stops counting. Each
+    # process builds its own scheme here, so they name the model (a scheme
+    # pickled to its workers needs no name: they share its own)
     return wsync.rl.WsyncWeightSyncScheme("state_dict", name="policy", endpoint=endpoint,
                                           timeout=30.0)
 

@@ -1,23 +1,33 @@
-"""A TorchRL-style multi-process collector driving wsync.rl.WsyncWeightSyncScheme
-the way TorchRL's multiprocess collectors drive their schemes, against the
-stand-in TorchRL base class (tests/python/torchrl_standin): run by
-test_rl.py as a script, so that wsync.rl is imported with the stand-in on
-sys.path and subclasses it, as it would subclass TorchRL's.
+"""TorchRL's multi-process collector (the stand-in's, torchrl_standin/
+torchrl/collectors, which behaves as TorchRL 0.14.0's does with a scheme)
+driving wsync.rl.WsyncWeightSyncScheme: run by test_rl.py as a script, so
+that wsync.rl is imported with the stand-in on sys.path and subclasses it,
+as it would subclass TorchRL's.
 
     python3 torchrl_collector.py --endpoint SOCK --strategy tensordict --start spawn
+        [--model-id ID] [--case main|mismatch|two|kill-swap]
 
-The parent, as TorchRL's collectors do: checks that the scheme is a
-WeightSyncScheme, init_on_sender(model_id="policy", context=collector,
-ctx=mp_context) before starting the workers, connect() after, and
-update_policy_weights_() -> scheme.send(weights=..., worker_ids=...). Each
-worker: init_on_receiver(model_id=..., context=inner_collector,
-worker_idx=i), connect(worker_idx=i), then serves the parent's requests
-(its parameters, a rollout, its counters) while the scheme's background
-thread applies new weights. Prints one line per check and "OK" at the end;
-exits 1 on the first failure, naming it.
+As TorchRL: the parent checks that the scheme is a WeightSyncScheme, calls
+init_on_sender(model_id=..., context=collector, ctx=mp_context), starts the
+workers with the policy on the meta device (no weights), connect()s, and
+update_policy_weights_() -> scheme.send(). Each worker: init_on_receiver
++ connect (the meta policy filled by a zero-copy swap), its inner
+collector as the context (which copies the weights it is told of into its
+policy), then serves the parent's requests. Cases:
+
+  main       bit-exact on every return of send(), TorchRL's transport send,
+             nested weights, worker ids, the cascade, a SIGKILLed worker
+  mismatch   a worker whose policy has another layout: the parent sees
+             wsync's MismatchError, rebuilt from the worker's message
+  two        two collectors, each with its own scheme (default names), in
+             one process at once
+  kill-swap  a worker SIGKILLed while it swaps versions in: the others go
+             on, and the version it held is given back (many sends after)
+
+Prints one line per check and "OK" at the end; exits 1 on the first
+failure, naming it.
 """
 import argparse
-import math
 import os
 import signal
 import sys
@@ -31,8 +41,10 @@ for p in (PKG, os.path.join(HERE, "torchrl_standin")):
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torchrl.weight_update import WeightSyncScheme  # noqa: E402  (the stand-in)
+from torchrl.collectors import MultiCollector  # noqa: E402  (the stand-in)
+from torchrl.weight_update import WeightSyncScheme  # noqa: E402
 
+import wsync  # noqa: E402
 import wsync.rl  # noqa: E402
 
 WAIT_S = 30.0
@@ -47,8 +59,9 @@ def check(cond, what):
 
 class SlowToLoad(nn.Sequential):
     """A policy whose weights take 0.2 s to reach (state_dict(keep_vars=True),
-    what a load asks for first): a send() that returned before the workers
-    applied the weights would be seen, not hidden by a fast copy."""
+    what a worker's receive asks for before it acknowledges): a send() that
+    returned before the workers applied the weights would be seen, not
+    hidden by a fast swap."""
 
     def state_dict(self, *args, keep_vars=False, **kwargs):
         if keep_vars:
@@ -56,118 +69,10 @@ class SlowToLoad(nn.Sequential):
         return super().state_dict(*args, keep_vars=keep_vars, **kwargs)
 
 
-def make_policy(seed, slow=False):
+def make_policy(seed, slow=False, width=32):
     torch.manual_seed(seed)
     return (SlowToLoad if slow else nn.Sequential)(
-        nn.Linear(8, 32), nn.BatchNorm1d(32), nn.Tanh(), nn.Linear(32, 4))
-
-
-class Nets:
-    """A container the model_id "nets['pi']" resolves in."""
-
-    def __init__(self, pi):
-        self._d = {"pi": pi}
-
-    def __getitem__(self, k):
-        return self._d[k]
-
-
-class InnerCollector:
-    """What a worker's collector is to the scheme: the context its model is
-    resolved in, with a worker_idx and update_policy_weights_ (TorchRL's
-    cascade to sub-collectors; counted here)."""
-
-    def __init__(self, policy, worker_idx, model_id):
-        self.policy = policy
-        self.nets = Nets(policy)
-        self.worker_idx = worker_idx
-        self.model_id = model_id
-        self.cascaded = 0
-
-    def update_policy_weights_(self, model_id=None, policy_or_weights=None):
-        if policy_or_weights is None or model_id != self.model_id:
-            raise ValueError("cascaded with model_id=%r and %s" % (model_id,
-                                                                 type(policy_or_weights)))
-        self.cascaded += 1
-
-
-def worker_main(pipe, scheme, idx, model_id):
-    policy = make_policy(100 + idx, slow=True)    # not the trainer's weights until synced
-    policy.eval()
-    inner = InnerCollector(policy, idx, model_id)
-    scheme.init_on_receiver(model_id=model_id, context=inner, worker_idx=idx)
-    scheme.connect(worker_idx=idx)
-    pipe.send("instantiated")
-    x = torch.linspace(-1, 1, 16 * 8).reshape(16, 8)
-    while True:
-        msg = pipe.recv()
-        if msg == "params":
-            pipe.send({k: v.detach().clone() for k, v in policy.state_dict().items()})
-        elif msg == "rollout":
-            with scheme.lock, torch.no_grad():
-                pipe.send(policy(x))
-        elif msg == "stats":
-            pipe.send({"cascaded": inner.cascaded, "version": scheme.version,
-                       "error": None if scheme.last_error is None else str(scheme.last_error)})
-        elif msg == "close":
-            scheme.shutdown()
-            pipe.send("closed")
-            return
-
-
-class MultiCollector:
-    """The parent side of a TorchRL multiprocess collector, reduced to what
-    touches weight-sync schemes."""
-
-    def __init__(self, policy, num_workers, weight_sync_schemes, start_method, model_id):
-        import multiprocessing as mp
-        self.policy = policy
-        self.nets = Nets(policy)
-        self.num_workers = num_workers
-        self._weight_sync_schemes = weight_sync_schemes
-        self.ctx = mp.get_context(start_method)
-        self.model_id = model_id
-
-    def start(self):
-        for model_id, scheme in self._weight_sync_schemes.items():
-            if not isinstance(scheme, WeightSyncScheme):
-                raise TypeError("Expected WeightSyncScheme, got %r" % type(scheme))
-            if not scheme.initialized_on_sender:
-                scheme.init_on_sender(model_id=model_id, context=self, ctx=self.ctx)
-        self.pipes, self.procs = [], []
-        for i in range(self.num_workers):
-            parent, child = self.ctx.Pipe()
-            p = self.ctx.Process(target=worker_main,
-                                 args=(child, self._weight_sync_schemes["policy"], i,
-                                       self.model_id), daemon=True)
-            p.start()
-            child.close()
-            self.pipes.append(parent)
-            self.procs.append(p)
-        for scheme in self._weight_sync_schemes.values():
-            scheme.connect()
-        for i, pipe in enumerate(self.pipes):
-            if not pipe.poll(WAIT_S):
-                raise RuntimeError("worker %d did not start" % i)
-            assert pipe.recv() == "instantiated"
-
-    def update_policy_weights_(self, policy_or_weights=None, *, worker_ids=None):
-        for scheme in self._weight_sync_schemes.values():
-            scheme.send(weights=policy_or_weights, worker_ids=worker_ids)
-
-    def ask(self, i, msg):
-        self.pipes[i].send(msg)
-        if not self.pipes[i].poll(WAIT_S):
-            raise RuntimeError("worker %d did not answer %r" % (i, msg))
-        return self.pipes[i].recv()
-
-    def shutdown(self, alive):
-        for i in alive:
-            assert self.ask(i, "close") == "closed"
-        for p in self.procs:
-            p.join(WAIT_S)
-        for scheme in self._weight_sync_schemes.values():
-            scheme.shutdown()
+        nn.Linear(8, width), nn.BatchNorm1d(width), nn.Tanh(), nn.Linear(width, 4))
 
 
 def same(sd, ref):
@@ -219,31 +124,31 @@ def nested(sd):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--endpoint", required=True)
-    ap.add_argument("--strategy", default="tensordict")
-    ap.add_argument("--start", default="spawn")
-    ap.add_argument("--model-id", default="policy")
-    ap.add_argument("--workers", type=int, default=3)
-    args = ap.parse_args()
+def all_same(collector, alive, policy):
+    return all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive)
 
-    scheme = wsync.rl.WsyncWeightSyncScheme(args.strategy, name="policy-" + args.start,
-                                            endpoint=args.endpoint, timeout=WAIT_S)
+
+def scheme_of(args, **kw):
+    return wsync.rl.WsyncWeightSyncScheme(args.strategy, endpoint=args.endpoint,
+                                          timeout=WAIT_S, **kw)
+
+
+def case_main(args):
+    scheme = scheme_of(args)
     check(isinstance(scheme, WeightSyncScheme) and
           type(scheme).__mro__[1] is WeightSyncScheme,
           "the scheme is a subclass of TorchRL's WeightSyncScheme (here: the stand-in)")
-    policy = make_policy(0)
+    policy = make_policy(0, slow=True)
     policy.eval()
     opt = torch.optim.SGD(policy.parameters(), lr=0.1)
-    collector = MultiCollector(policy, args.workers, {"policy": scheme}, args.start,
-                               args.model_id)
+    collector = MultiCollector(policy, args.workers, {args.model_id: scheme}, args.start)
     collector.start()
     n = args.workers
     alive = list(range(n))
-    check(all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
-          "connect(): every worker holds the trainer's first weights")
-
+    check(scheme.wsync_name.startswith("policy-") or args.model_id != "policy",
+          "the default model name is the scheme's own (%s)" % scheme.wsync_name)
+    check(all_same(collector, alive, policy),
+          "connect(): every worker's meta policy holds the trainer's first weights")
     sends = 0
     for rnd in range(5):
         train_step(policy, opt)
@@ -252,7 +157,7 @@ def main():
         sends += 1
         dt = time.monotonic() - t0
         # no sleep, no retry: send() returned, so every worker has applied them
-        check(all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
+        check(all_same(collector, alive, policy),
               "send() %d returned after every worker applied it (%.1f ms)" % (rnd, dt * 1e3))
     # TorchRL's base class's send(): the same prepared weights through every
     # worker's transport, then every transport's wait_ack: one version
@@ -260,25 +165,20 @@ def main():
     v = scheme.version
     WeightSyncScheme.send(scheme)
     sends += 1
-    check(scheme.version == v + 1 and
-          all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
+    check(scheme.version == v + 1 and all_same(collector, alive, policy),
           "TorchRL's send() over %d per-worker transports published one version (v%d), "
           "applied by every worker on return" % (n, scheme.version))
     x = torch.linspace(-1, 1, 16 * 8).reshape(16, 8)
     with torch.no_grad():
         want = policy(x)
-    check(all(torch.allclose(collector.ask(i, "rollout"), want) for i in alive),
+    check(all(torch.allclose(collector.ask(i, "rollout", x), want) for i in alive),
           "the workers act with the trainer's policy")
-
-    # nested weights, as a TensorDict holds them (and as a nested dict)
     for kind, wrap in (("TensorDict-like", MiniTensorDict), ("nested dict", lambda d: d)):
         train_step(policy, opt)
         weights = wrap(nested({k: v.detach().clone() for k, v in policy.state_dict().items()}))
         collector.update_policy_weights_(weights)
         sends += 1
-        check(all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
-              "nested weights (%s) are applied" % kind)
-
+        check(all_same(collector, alive, policy), "nested weights (%s) are applied" % kind)
     collector.update_policy_weights_(worker_ids=[0])
     sends += 1
     try:
@@ -286,15 +186,12 @@ def main():
         check(False, "an unknown worker id is refused")
     except ValueError as e:
         check("not registered" in str(e), "an unknown worker id is refused: %s" % e)
-
     stats = [collector.ask(i, "stats") for i in alive]
     check(all(s["cascaded"] == sends and s["error"] is None for s in stats),
-          "each version applied told the worker's collector once (%s)"
-          % [s["cascaded"] for s in stats])
+          "each version applied told the worker's collector once, which copied it onto "
+          "itself without error (%s)" % [s["cascaded"] for s in stats])
     check(all(s["version"] == scheme.version for s in stats), "the workers are at v%d"
           % scheme.version)
-
-    # a worker killed with SIGKILL stops counting: the next send goes through
     os.kill(collector.procs[1].pid, signal.SIGKILL)
     collector.procs[1].join(WAIT_S)
     alive.remove(1)
@@ -302,11 +199,93 @@ def main():
     t0 = time.monotonic()
     collector.update_policy_weights_()
     dt = time.monotonic() - t0
-    check(dt < WAIT_S / 2 and
-          all(same(collector.ask(i, "params"), policy.state_dict()) for i in alive),
+    check(dt < WAIT_S / 2 and all_same(collector, alive, policy),
           "a worker killed by SIGKILL never stalls send() (%.1f ms)" % (dt * 1e3))
     collector.shutdown(alive)
-    check(not math.isnan(dt), "shutdown")
+
+
+def case_mismatch(args):
+    scheme = scheme_of(args, connect_timeout=WAIT_S)
+    policy = make_policy(0)
+    collector = MultiCollector(policy, args.workers, {"policy": scheme}, args.start,
+                               worker_policy=make_policy(0, width=24))
+    try:
+        collector.start()
+        check(False, "a worker whose layout differs fails start()")
+    except wsync.MismatchError as e:
+        msg = str(e)
+        check("does not fit" in msg and "0.weight: shape (24, 8) in the module, (32, 8) in "
+              "the view" in msg and "Worker traceback" in msg,
+              "the parent sees wsync's MismatchError with the worker's message: %s"
+              % msg.splitlines()[0])
+    finally:
+        for p in collector.procs:
+            p.kill()
+            p.join(WAIT_S)
+        scheme.shutdown()
+
+
+def case_two(args):
+    policies = [make_policy(0), make_policy(1)]
+    for p in policies:
+        p.eval()
+    schemes = [scheme_of(args), scheme_of(args)]
+    cols = [MultiCollector(p, args.workers, {"policy": s}, args.start)
+            for p, s in zip(policies, schemes)]
+    for c in cols:
+        c.start()
+    check(schemes[0].wsync_name != schemes[1].wsync_name,
+          "two schemes in one process publish two models (%s, %s)"
+          % (schemes[0].wsync_name, schemes[1].wsync_name))
+    opts = [torch.optim.SGD(p.parameters(), lr=0.1) for p in policies]
+    for rnd in range(3):
+        for p, o, c in zip(policies, opts, cols):
+            train_step(p, o)
+            c.update_policy_weights_()
+        check(all(all_same(c, range(args.workers), p) for c, p in zip(cols, policies)),
+              "round %d: each collector's workers hold their own trainer's weights" % rnd)
+    for c in cols:
+        c.shutdown()
+
+
+def case_kill_swap(args):
+    scheme = scheme_of(args)
+    policy = make_policy(0)
+    policy.eval()
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    collector = MultiCollector(policy, args.workers, {"policy": scheme}, args.start)
+    collector.start()
+    alive = list(range(args.workers))
+    victim = alive.pop()
+    train_step(policy, opt)
+    scheme.send_async()                 # the workers start swapping it in
+    os.kill(collector.procs[victim].pid, signal.SIGKILL)
+    collector.procs[victim].join(WAIT_S)
+    t0 = time.monotonic()
+    scheme.wait_async()
+    check(time.monotonic() - t0 < WAIT_S / 2 and all_same(collector, alive, policy),
+          "a worker SIGKILLed during a swap: the send it was in returns, the others "
+          "applied it")
+    for rnd in range(20):                # more versions than the model has slabs
+        train_step(policy, opt)
+        collector.update_policy_weights_()
+    check(all_same(collector, alive, policy),
+          "20 sends later (the dead worker's held versions were given back): bit-exact")
+    collector.shutdown(alive)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--strategy", default="tensordict")
+    ap.add_argument("--start", default="spawn")
+    ap.add_argument("--model-id", default="policy")
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--case", default="main",
+                    choices=("main", "mismatch", "two", "kill-swap"))
+    args = ap.parse_args()
+    {"main": case_main, "mismatch": case_mismatch, "two": case_two,
+     "kill-swap": case_kill_swap}[args.case](args)
     print("OK", flush=True)
 
 

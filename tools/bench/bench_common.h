@@ -41,7 +41,8 @@ enum bench_scenario {
 	SC_HOSTILE   = 1u << 10,
 	SC_PYTHON    = 1u << 11,
 	SC_SERVING   = 1u << 12,
-	SC_ALL       = (1u << 13) - 1,
+	SC_TORCHRL   = 1u << 13,
+	SC_ALL       = (1u << 14) - 1,
 };
 
 struct bench {
@@ -251,16 +252,21 @@ int bench_python(struct bench *b);
 /* The Python scripts of the python and serving scenarios (python.c): name
  * found beside this binary's source tree or installed share/wsync (0, else
  * -1 with path the last place looked); run with --endpoint and --repeats
- * (and extra, one more argument, if not NULL), stdout into out; the number
+ * (and extra, one more argument, if not NULL) for at most limit_s seconds,
+ * stdout into out; the number
  * after "key": in the script's JSON line for row. */
 int bench_py_find(const char *name, char *path, size_t len);
-int bench_py_run(struct bench *b, const char *script, const char *extra, char *out,
-                 size_t len, char *why, size_t whylen);
+int bench_py_run(struct bench *b, const char *script, const char *extra, int limit_s,
+                 char *out, size_t len, char *why, size_t whylen);
 int bench_py_value(const char *out, const char *row, const char *key, double *v,
                    char *why, size_t whylen);
 /* serving: rollout workers acting while a trainer publishes, each way of
  * moving the weights (tools/bench/serving.c, serving_bench.py). */
 int bench_serving(struct bench *b);
+/* torchrl: update_policy_weights_() in TorchRL's loop, wsync's scheme against
+ * TorchRL's SharedMem and MultiProcess schemes (tools/bench/torchrl.c,
+ * tools/bench/torchrl_bench.py). */
+int bench_torchrl(struct bench *b);
 /* scale: publish, first publish, first acquire, end-to-end at 256 MiB, 1 GiB
  * and 2 GiB, on 4 KiB and on huge pages (tools/bench/scale.c). */
 int bench_scale(struct bench *b);

@@ -28,6 +28,10 @@
  *   serving    rollout workers acting while a trainer publishes every 200 ms:
  *              LivePolicy against load_into, broadcast, pause-load-resume and
  *              in-place shared tensors (tools/bench/serving_bench.py)
+ *   torchrl    update_policy_weights_() of TorchRL's multi-process collector
+ *              (the source tree's stand-in) with 3 workers, fork and spawn,
+ *              1 and 64 MiB: wsync's scheme vs TorchRL's SharedMem and
+ *              MultiProcess schemes (tools/bench/torchrl_bench.py)
  *
  * The bench reports; it never fails because something is slow. It exits 1
  * when a scenario could not run, the broker failed, or it left files behind.
@@ -55,7 +59,7 @@ static const char usage_text[] =
 	"                       scale: 256 MiB only)\n"
 	"  --only LIST          scenarios to run, comma-separated: publish, acquire,\n"
 	"                       wake, sustained, peers, shard, checksum, e2e, scale,\n"
-	"                       gpu, hostile, python, serving (default: all)\n"
+	"                       gpu, hostile, python, serving, torchrl (default: all)\n"
 	"  --repeats N          measured repetitions per figure (default 5, quick 2)\n"
 	"  --json FILE          also write the report (machine, mode, rows) as a JSON\n"
 	"                       document to FILE; unlike the other tools' --json it\n"
@@ -87,6 +91,7 @@ static const struct {
 	{ "hostile",   SC_HOSTILE,   bench_hostile },
 	{ "python",    SC_PYTHON,    bench_python },
 	{ "serving",   SC_SERVING,   bench_serving },
+	{ "torchrl",   SC_TORCHRL,   bench_torchrl },
 };
 
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])

@@ -297,15 +297,16 @@ int bench_py_find(const char *name, char *path, size_t len)
 	return access(path, R_OK);
 }
 
-/* Runs the script; its stdout into out (NUL-terminated). 0, or -1 with why. */
-int bench_py_run(struct bench *b, const char *script, const char *extra, char *out,
-                 size_t len, char *why, size_t whylen)
+/* Runs the script for at most limit_s seconds (its stderr into
+ * <dir>/<script>.log); its stdout into out (NUL-terminated). 0, or -1 with why. */
+int bench_py_run(struct bench *b, const char *script, const char *extra, int limit_s,
+                 char *out, size_t len, char *why, size_t whylen)
 {
 	char repeats[16], log[160];
 	const char *base = strrchr(script, '/') ? strrchr(script, '/') + 1 : script;
 	char *argv[] = { (char *)b->python, (char *)script, "--endpoint", b->endpoint,
 	                 "--repeats", repeats, (char *)extra, NULL };
-	int64_t deadline = mono_ns() + (b->quick ? 180 : 600) * NS_PER_S;
+	int64_t deadline = mono_ns() + (int64_t)limit_s * NS_PER_S;
 	struct pollfd pfd;
 	size_t got = 0;
 	pid_t parent = getpid(), pid;
@@ -432,7 +433,8 @@ int bench_python(struct bench *b)
 		snprintf(why_py, sizeof why_py, "no python at %.200s", b->python);
 	else {
 		say("python: %s %s", b->python, script);
-		bench_py_run(b, script, NULL, out, PY_OUT_MAX, why_py, sizeof why_py);
+		bench_py_run(b, script, NULL, b->quick ? 180 : 600, out, PY_OUT_MAX, why_py,
+		             sizeof why_py);
 	}
 
 	if (c_views >= 0)

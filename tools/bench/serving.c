@@ -94,8 +94,8 @@ int bench_serving(struct bench *b)
 		snprintf(why, sizeof why, "no python at %.200s", b->python);
 	else {
 		say("serving: %s %s", b->python, script);
-		if (bench_py_run(b, script, b->quick ? "--quick" : NULL, out, SERVING_OUT_MAX,
-		                 why, sizeof why)) {
+		if (bench_py_run(b, script, b->quick ? "--quick" : NULL, b->quick ? 180 : 600, out,
+		                 SERVING_OUT_MAX, why, sizeof why)) {
 			free(out);
 			out = NULL;
 		}

@@ -37,7 +37,7 @@ from ._core import (PUB_GUARDED, PUB_REPLACE, PUB_UNGUARDED, Client, LatestVersi
                     default_endpoint)
 from ._dtypes import CODE as DTYPES
 from ._gpu import DeviceArray, DeviceSlab, DeviceView, gpu_ordinal, gpu_uuid
-from ._module import LoadResult, MismatchError
+from ._module import LoadResult, MismatchError, NoStorageError
 from ._live import Lag, LagError, LivePolicy
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "ReadOnlyTensor", "NoDeviceError", "NoCudaError", "DeviceArray", "DeviceSlab",
     "DeviceView", "gpu_uuid", "gpu_ordinal", "NoBrokerError", "PermissionDeniedError",
     "ChecksumError", "DroppedError", "BrokerRestartedError", "LivePolicy", "Lag", "LagError",
+    "NoStorageError",
 ]
 
 

@@ -1,6 +1,8 @@
 """Exceptions: every negative return of libwsync becomes a WsyncError."""
 import builtins
 import errno as _errno
+import os as _os
+import re
 
 from ._lib import lib
 
@@ -12,18 +14,51 @@ class WsyncError(OSError):
     strerror  wsync_strerror(rc): what the code means
     detail    wsync_errmsg() read right after the failing call: the specifics
               ("model 'policy': layout differs ...", who holds which slot)
+
+    Built the full way, WsyncError(errno, strerror, detail); every class of
+    the package can also be built from one message, as code that rebuilds
+    an exception from its text does (TorchRL's collectors, for a worker's
+    error): a message that starts as str() of a WsyncError does
+    ("[Errno 16] Device or resource busy: ...") gives back errno, strerror
+    and the detail; any other message is the detail, with errno the class's
+    own (EBUSY for BusyError; None for WsyncError). Pickling keeps every
+    field.
     """
 
-    def __init__(self, errno, strerror, detail=""):
-        super().__init__(errno, strerror)
+    _ERRNO = None            # the errno a class stands for, when built from a message
+
+    def __init__(self, errno, strerror=None, detail=""):
+        if strerror is None and isinstance(errno, str) and not detail:
+            errno, strerror, detail = _parse_message(errno, self._ERRNO)
+        if errno is None:
+            super().__init__(detail)
+        else:
+            super().__init__(errno, strerror)
         self.detail = detail
 
     def __reduce__(self):
+        if self.errno is None:
+            return (type(self), (self.detail,))
         return (type(self), (self.errno, self.strerror, self.detail))
 
     def __str__(self):
+        if self.errno is None:
+            return self.detail
         s = "[Errno %s] %s" % (self.errno, self.strerror)
         return "%s: %s" % (s, self.detail) if self.detail else s
+
+
+_STR_FORM = re.compile(r"\[Errno (\d+)\] ([^:\n]*)(?:: (.*))?\Z", re.S)
+
+
+def _parse_message(msg, default_errno):
+    """(errno, strerror, detail) of a one-message construction."""
+    m = _STR_FORM.match(msg)
+    if m:
+        return int(m.group(1)), m.group(2), m.group(3) or ""
+    if default_errno is None:
+        return None, None, msg
+    return default_errno, _os.strerror(default_errno), msg
 
 
 class WsyncTimeoutError(WsyncError, builtins.TimeoutError):
@@ -119,6 +154,12 @@ _BY_ERRNO = {
     _errno.ECONNABORTED: DroppedError,
     _errno.ECONNREFUSED: NoBrokerError,
 }
+
+for _code, _cls in _BY_ERRNO.items():
+    if "_ERRNO" not in _cls.__dict__:
+        _cls._ERRNO = _code          # BusyError("...") is an EBUSY error
+NoCudaError._ERRNO = _errno.ENOSYS
+
 
 # What a failed driver load returns from the GPU calls (libclient/gpu.c).
 _NO_CUDA = (_errno.ENOENT, _errno.ENOSYS, _errno.ENOTSUP)

@@ -12,19 +12,26 @@ of the view absent from the module (both empty with strict=True)."""
 
 
 class MismatchError(RuntimeError):
-    """A view does not fit a module (View.load_into): raised before any byte
-    is copied, listing every mismatch.
+    """A view does not fit a module (View.load_into, or a zero-copy swap):
+    raised before anything is changed, listing every mismatch.
 
     missing     names of the module's state_dict the view lacks (strict only)
     unexpected  names of the view the module lacks (strict only)
     mismatched  (name, what, module's, view's) for each tensor whose shape
                 or dtype differs ("shape" / "dtype"), strict or not
+
+    MismatchError(message) alone (what code that rebuilds an exception from
+    its text builds, TorchRL's collectors for a worker's error) keeps the
+    message, with the three lists empty. Pickling keeps every field.
     """
 
-    def __init__(self, where, missing, unexpected, mismatched):
-        self.missing = list(missing)
-        self.unexpected = list(unexpected)
-        self.mismatched = list(mismatched)
+    def __init__(self, where, missing=None, unexpected=None, mismatched=None):
+        self.missing = list(missing or ())
+        self.unexpected = list(unexpected or ())
+        self.mismatched = list(mismatched or ())
+        if missing is None and unexpected is None and mismatched is None:
+            super().__init__(where)
+            return
         lines = []
         if self.missing:
             lines.append("missing in the view: %s" % ", ".join(self.missing))
@@ -45,6 +52,35 @@ def _rebuild(msg, missing, unexpected, mismatched):
     RuntimeError.__init__(e, msg)
     e.missing, e.unexpected, e.mismatched = missing, unexpected, mismatched
     return e
+
+
+class NoStorageError(RuntimeError):
+    """A copy into a tensor that has no storage (a parameter on the "meta"
+    device, as TorchRL sends a policy to its workers): such a copy would do
+    nothing, so it is refused. Load the weights without copying (a zero-copy
+    swap: WsyncWeightSyncScheme's receivers do, or swap_into), or give the
+    module real tensors first (module.to_empty(device="cpu"))."""
+
+
+def has_storage(t):
+    """False for a tensor a copy into would not land anywhere: one on the
+    "meta" device, or one with elements but no data (data_ptr 0)."""
+    if t.device.type == "meta":
+        return False
+    try:
+        return t.numel() == 0 or t.data_ptr() != 0
+    except RuntimeError:          # a tensor type without data (fake, functional)
+        return False
+
+
+def refuse_storageless(names, where):
+    if names:
+        raise NoStorageError(
+            "wsync: %s: %d tensor%s without storage (%s%s: on the meta device?): a copy "
+            "into them would do nothing, so nothing was copied; load without copying "
+            "(a zero-copy swap) or give the module real tensors first (to_empty)"
+            % (where, len(names), "" if len(names) == 1 else "s", ", ".join(names[:8]),
+               ", ..." if len(names) > 8 else ""))
 
 
 def state_of(weights):
@@ -104,6 +140,7 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None, src_add
     unexpected = [k for k in by_name if k not in targets]
     mismatched = []
     plan = []                     # (tensor, spec, its shape) of every distinct target
+    nostore = []                  # names of targets without storage (meta)
     seen = set()
     code_of = _torch_code
     for name, t in targets.items():
@@ -120,14 +157,17 @@ def load_into(view, dest, strict, plain_tensor, tp=None, read_part=None, src_add
         if code_of(t.dtype) != want:
             mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
                                _dtypes.torch_name(want)))
+        if not has_storage(t):
+            nostore.append(name)
         if id(t) not in seen:     # tied weights: one tensor under two names
             seen.add(id(t))
             plan.append((t, spec, shape))
+    where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
+                                               type(dest).__name__)
     if mismatched or (strict and (missing or unexpected)):
-        where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
-                                                   type(dest).__name__)
         raise MismatchError(where, missing if strict else [], unexpected if strict else [],
                             mismatched)
+    refuse_storageless(nostore, where)
     fast, slow = [], []
     plain = (torch.Tensor, torch.nn.Parameter)
     for t, spec, shape in plan:
@@ -193,3 +233,97 @@ def _known_dtype(dt):
     except TypeError:
         return False
     return True
+
+
+# ---- a zero-copy swap: the view's read-only tensors put into a module ----------------
+
+def module_slots(module):
+    """{dotted name: (owner module, attribute, is a parameter, tensor)} of
+    every parameter and buffer of module (non-persistent buffers and tied
+    weights under each of their names)."""
+    out = {}
+    for prefix, m in module.named_modules(remove_duplicate=False):
+        pre = prefix + "." if prefix else ""
+        for n, p in m._parameters.items():
+            if p is not None:
+                out[pre + n] = (m, n, True, p)
+        for n, b in m._buffers.items():
+            if b is not None:
+                out[pre + n] = (m, n, False, b)
+    return out
+
+
+def _persistent(slots):
+    """Names of slots load_state_dict would ask for (parameters, persistent
+    buffers)."""
+    return [k for k, (m, n, is_param, _) in slots.items()
+            if is_param or n not in m._non_persistent_buffers_set]
+
+
+def can_swap(module):
+    """True if every parameter and buffer of module is on the CPU or has no
+    storage (meta): a host view's tensors can take their place. A module on
+    a GPU needs a copy."""
+    for _, _, _, t in module_slots(module).values():
+        if t.device.type not in ("cpu", "meta"):
+            return False
+    return True
+
+
+def swap_into(view, module, strict=True):
+    """Puts view's tensors into module, without copying: each parameter and
+    buffer the view names becomes a read-only zero-copy tensor over the
+    view (a ReadOnlyTensor; a parameter stays a parameter, without grad),
+    as TorchRL's apply_weights(inplace=False) puts received tensors in
+    (tensordict's to_module). Works on a module whose tensors have no
+    storage (a policy on the "meta" device) as on a real one.
+
+    Names, shapes and dtypes are checked first, as load_into does
+    (MismatchError, nothing changed); a tensor without storage the view does
+    not fill (strict=False) raises NoStorageError. The caller keeps the view
+    held while its tensors are in the module (they raise ClosedError once
+    it is released) and lets it go when the next one is swapped in.
+    Returns LoadResult(missing_keys, unexpected_keys)."""
+    import torch
+    slots = module_slots(module)
+    by_name = view._by_name
+    wanted = _persistent(slots)
+    missing = [k for k in wanted if k not in by_name]
+    unexpected = [k for k in by_name if k not in slots]
+    mismatched = []
+    for name, (_, _, _, t) in slots.items():
+        spec = by_name.get(name)
+        if spec is None:
+            continue
+        if tuple(t.shape) != spec.shape:
+            mismatched.append((name, "shape", tuple(t.shape), spec.shape))
+        want = _dtypes.CODE[spec.dtype]
+        if _torch_code(t.dtype) != want:
+            mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
+                               _dtypes.torch_name(want)))
+    where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
+                                               type(module).__name__)
+    if mismatched or (strict and (missing or unexpected)):
+        raise MismatchError(where, missing if strict else [], unexpected if strict else [],
+                            mismatched)
+    refuse_storageless([k for k, s in slots.items() if k not in by_name and
+                        not has_storage(s[3])], where + " (not in the view)")
+    from . import _views
+    ro = _views.ro_tensors(view, [by_name[k] for k in slots if k in by_name])
+    Parameter = torch.nn.Parameter
+    for name, (m, attr, is_param, _) in slots.items():
+        t = ro.get(name)
+        if t is None:
+            continue
+        if is_param:
+            m._parameters[attr] = Parameter(t, requires_grad=False)
+        else:
+            m._buffers[attr] = t
+    return LoadResult(missing, unexpected)
+
+
+def is_swapped(module):
+    """True if a tensor of module is a view's read-only tensor (a swap put
+    it there): such a module takes new versions by a swap, never a copy."""
+    from ._torch import ReadOnlyTensor
+    return any(isinstance(s[3], ReadOnlyTensor) for s in module_slots(module).values())

@@ -4,10 +4,11 @@ The pages of a view are mapped read-only: a write through a plain tensor
 over them kills the process with SIGSEGV, and torch has no read-only
 tensors. ReadOnlyTensor is a torch.Tensor subclass whose __torch_function__
 raises ReadOnlyError before any in-place operation on it (a method ending in
-"_", __setitem__, an out= argument) reaches the memory, and ClosedError for
-any operation once its view is released. Results that alias the view's
-memory (slices, view(), detach(), .data, t()) are ReadOnlyTensors again; new
-tensors (t * 2, a module's output) are plain.
+"_", __setitem__, an out= argument) reaches the memory (a copy_ of the very
+same elements onto themselves, which writes nothing, is let through), and
+ClosedError for any operation once its view is released. Results that
+alias the view's memory (slices, view(), detach(), .data, t()) are
+ReadOnlyTensors again; new tensors (t * 2, a module's output) are plain.
 
 Every way out of the tensor to other code stays read-only or refuses:
 numpy() and np.asarray() give arrays over the view's read-only buffer (numpy
@@ -142,6 +143,19 @@ def _first_ro(args):
     return None
 
 
+def _same_memory(dst, src):
+    """True if src is a tensor over exactly dst's elements (the same
+    addresses, dtype, shape and strides): a copy_ of it into dst writes
+    nothing new. What code that applies a module's own weights back to it
+    does (TorchRL's collectors, after a zero-copy swap)."""
+    if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+        return False
+    with _DISABLED():
+        return (src.device == dst.device and src.dtype == dst.dtype and
+                src.shape == dst.shape and src.stride() == dst.stride() and
+                src.data_ptr() == dst.data_ptr())
+
+
 class ReadOnlyTensor(torch.Tensor):
     """A torch.Tensor over a wsync View's memory: reads work as on any
     tensor; writes raise ReadOnlyError; any use after the view's release
@@ -179,6 +193,9 @@ class ReadOnlyTensor(torch.Tensor):
                                   "released (clone() what must outlive the view)"
                                   % view.version)
         name = _writes_first(func, args, kwargs) if ro is not None else None
+        if name == "copy_" and args and _same_memory(args[0], args[1] if len(args) > 1
+                                                     else kwargs.get("src")):
+            return args[0]        # copies the bytes it holds onto themselves: nothing
         if name is not None and args and isinstance(args[0], ReadOnlyTensor):
             raise ReadOnlyError("wsync: %s() on a tensor of a View: its memory is the "
                                 "broker's read-only mapping; clone() it to modify it" % name)

@@ -18,17 +18,21 @@ or any trainer and collector processes use it directly::
 Where TorchRL is installed the scheme is a subclass of its WeightSyncScheme
 (so a TorchRL collector accepts it); elsewhere it stands alone with the same
 interface. Weights travel through shared memory: send() writes the version
-once, every worker copies it into its own module in place (View.load_into),
-and a synchronous send() returns when every worker has applied it
-(wsync_pub_wait_readers). A worker that dies, even by SIGKILL, stops
-counting at once: it never stalls a send. See docs/PYTHON.md.
+once, every worker swaps its read-only tensors into its own module (no
+copy; a module on the meta device, as TorchRL sends the policy, is filled
+so; a module on a GPU is copied into), and a synchronous send() returns
+when every worker has applied it (wsync_pub_wait_readers). A worker that
+dies, even by SIGKILL, stops counting at once: it never stalls a send. The
+scheme follows TorchRL 0.14.0. See docs/PYTHON.md.
 
 The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
 they still work (WeightSender, WeightReceiver).
 """
+import gc
 import logging
 import math
 import re
+import secrets
 import threading
 import time
 import warnings
@@ -38,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any, Dict, Optional
 
 from ._core import Client, ModelRef, View, _timeout_s, _uint, default_endpoint
+from . import _module
 from ._errors import ClosedError, NoDataError, RemovedError, WsyncError, WsyncTimeoutError
 
 __all__ = ["WsyncWeightSyncScheme", "WsyncTransport", "WsyncWeightStrategy", "PolicyLag",
@@ -150,11 +155,27 @@ def _destination(model, names=None):
     return _flatten(model)
 
 
+_TD = []
+
+
+def _tensordict_class():
+    """tensordict.TensorDict, or None where it is not installed (looked up
+    once: a failed import searches sys.path again every time)."""
+    if not _TD:
+        try:
+            from tensordict import TensorDict
+        except ImportError:
+            TensorDict = None
+        _TD.append(TensorDict)
+    return _TD[0]
+
+
 class WsyncWeightStrategy:
     """How weights are extracted on the sender and applied on receivers, for
     the "tensordict" and "state_dict" formats (TorchRL's WeightStrategy).
     Extraction gives a flat state_dict or a TensorDict (a nested dict where
-    the tensordict package is missing); application copies in place."""
+    the tensordict package is missing); application copies in place, or
+    puts the tensors in (inplace=False)."""
 
     def __init__(self, extract_as="tensordict"):
         if extract_as not in STRATEGIES:
@@ -171,38 +192,93 @@ class WsyncWeightStrategy:
     def format(self, flat):
         if self.extract_as == "state_dict":
             return dict(flat)
-        try:
-            from tensordict import TensorDict
-        except ImportError:
+        TensorDict = _tensordict_class()
+        if TensorDict is None:
             return _unflatten(flat)
         return TensorDict(dict(flat), batch_size=[]).unflatten_keys(".")
 
-    def apply_weights(self, destination, weights, inplace=True):
-        """Copies weights into destination's tensors in place (wsync never
-        swaps a module's tensors: optimisers and hooks keep theirs)."""
+    def apply_weights(self, destination, weights, inplace=True, strict=True):
+        """Applies weights (a mapping, a TensorDict, a module or a wsync
+        View) to destination, as TorchRL's WeightStrategy does.
+
+        inplace=True copies into destination's tensors (a tensor without
+        storage, on the meta device, raises NoStorageError: such a copy
+        would do nothing; a read-only tensor a swap put there is replaced
+        by a writable copy). inplace=False puts the given tensors into a
+        module instead (tensordict's to_module): a View's as read-only
+        zero-copy tensors (swap_into; the caller keeps the view held), any
+        other's as they are. A mapping or TensorDict destination is always
+        written in place."""
         if weights is None:
             return
         if isinstance(weights, View):
-            weights.load_into(_destination(destination, set(weights.tensors)))
+            if not inplace and _is_module(destination):
+                _module.swap_into(weights, destination, strict=strict)
+            else:
+                weights.load_into(_destination(destination, set(weights.tensors)),
+                                  strict=strict)
             return
         src = _flatten(weights) if not _is_module(weights) else _module_tensors(weights)
-        dst = _destination(destination, set(src))
-        missing = [k for k in src if k not in dst]
-        if missing:
-            raise KeyError("wsync.rl: weights %s are not in the model" % ", ".join(missing))
-        import torch
-        with torch.no_grad():
-            for k, v in src.items():
-                t = dst[k]
-                if tuple(t.shape) != tuple(v.shape):
-                    raise ValueError("wsync.rl: %s: shape %s in the weights, %s in the model"
-                                     % (k, tuple(v.shape), tuple(t.shape)))
-                t.copy_(v)
+        if _is_module(destination):
+            _put(destination, src, inplace)
+            return
+        _copy_into(_flatten(destination), src, "the destination")
+
+
+def _check_fit(dst, src, where):
+    missing = [k for k in src if k not in dst]
+    if missing:
+        raise KeyError("wsync.rl: weights %s are not in %s" % (", ".join(missing), where))
+    for k, v in src.items():
+        t = dst[k]
+        if tuple(t.shape) != tuple(v.shape):
+            raise ValueError("wsync.rl: %s: shape %s in the weights, %s in %s"
+                             % (k, tuple(v.shape), tuple(t.shape), where))
+
+
+def _copy_into(dst, src, where):
+    """Copies src's tensors into dst's in place, after checking them all."""
+    import torch
+    _check_fit(dst, src, where)
+    _module.refuse_storageless([k for k in src if not _module.has_storage(dst[k])],
+                               "weights into %s" % where)
+    with torch.no_grad():
+        for k, v in src.items():
+            dst[k].copy_(v)
+
+
+def _put(module, src, inplace):
+    """src's tensors into module: copied into its tensors (inplace), or put
+    in their place (to_module). With inplace, a read-only tensor of a swap
+    is replaced by a writable copy, and a tensor without storage raises."""
+    import torch
+    from ._torch import ReadOnlyTensor
+    slots = _module.module_slots(module)
+    _check_fit({k: s[3] for k, s in slots.items()}, src, "the model")
+    if inplace:
+        _module.refuse_storageless([k for k in src if not _module.has_storage(slots[k][3])],
+                                   "weights into the model")
+    with torch.no_grad():
+        for k, v in src.items():
+            m, attr, is_param, old = slots[k]
+            if inplace and not isinstance(old, ReadOnlyTensor):
+                old.copy_(v)
+                continue
+            t = v.detach()
+            if inplace:
+                t = t.clone()
+            if is_param:
+                m._parameters[attr] = torch.nn.Parameter(
+                    t, requires_grad=bool(old.requires_grad and t.is_floating_point()
+                                          and not isinstance(t, ReadOnlyTensor)))
+            else:
+                m._buffers[attr] = t
 
 
 # ---- resolving a model_id against a collector --------------------------------------
 
 _SUBSCRIPT = re.compile(r"\[([^\]]+)\]")
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._:/-]")
 
 
 def resolve(context, path):
@@ -241,10 +317,12 @@ def _model_of(context, model_id):
 class _SenderEnd:
     """The trainer's connection: one publisher serving every worker."""
 
-    def __init__(self, endpoint, name, slots, client_name, workers=None):
+    def __init__(self, endpoint, name, slots, client_name, workers=None, join_timeout=None):
         self.client = Client(endpoint, client_name)
         self.name = name
         self.workers = workers or 0    # how many the scheme registered, if it knows
+        self.join_timeout = join_timeout
+        self.joined = not self.workers   # every registered worker has applied a version
         self.slots = slots
         self.publisher = None
         self.version = 0
@@ -260,7 +338,20 @@ class _SenderEnd:
                                                             replace=True)
             self.step += 1
             self.version = self.publisher.publish(flat, self.step, timeout)
+            if not self.joined:
+                self._count_workers()
             return self.version
+
+    def _count_workers(self):
+        """Notes (once) that every registered worker has subscribed; the
+        model's subscribers as the broker counts them now."""
+        try:
+            have = {m.name: m.subscribers for m in self.client.models()}.get(self.name, 0)
+        except WsyncError:
+            return "?"
+        if have >= self.workers:
+            self.joined = True
+        return have
 
     def wait_applied(self, version, timeout):
         """Returns when every current subscriber (each worker's session)
@@ -268,6 +359,8 @@ class _SenderEnd:
         once it applied it."""
         if self.publisher is None:
             return 0
+        if not self.joined:
+            return self._await_workers(version, timeout)
         # in slices, so that Ctrl-C and close() are noticed while waiting
         deadline = None if timeout is None else time.monotonic() + timeout
         if self.client.reconnects != self.reconnects:
@@ -281,6 +374,38 @@ class _SenderEnd:
             except WsyncTimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
+
+    def _await_workers(self, version, timeout):
+        """A synchronous send before every registered worker was seen
+        subscribed (workers still starting): "every current subscriber"
+        could be none at all, so this waits until as many as were
+        registered (num_workers) subscribed, up to timeout (None: the join
+        timeout, the scheme's connect_timeout), then for every current one
+        as usual; a TimeoutError says how many came. Once all were seen, a
+        worker that dies simply stops counting."""
+        t = self.join_timeout if timeout is None else timeout
+        deadline = None if t is None else time.monotonic() + t
+        while True:
+            have = self._count_workers()
+            if self.joined:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                return self.wait_applied(version, left)
+            left = _SLICE_S if deadline is None else \
+                max(0.0, min(_SLICE_S, deadline - time.monotonic()))
+            try:
+                self.readers = self.publisher.wait_readers(version, left, self.workers)
+                self.joined = True
+                self.reconnects = self.client.reconnects
+                return self.readers
+            except WsyncTimeoutError as e:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WsyncTimeoutError(
+                        e.errno, e.strerror,
+                        "wsync.rl: model '%s': %s of the %d registered workers subscribed "
+                        "within %s of a synchronous send() (%s); is every worker started, "
+                        "and connect()ed with this scheme?"
+                        % (self.name, have, self.workers, _fmt(t), e.detail or e.strerror)
+                    ) from None
 
     def _await_returning(self, deadline):
         """The broker restarted since the last synchronous send: "every
@@ -488,7 +613,7 @@ _Base = _TorchRLScheme if _TorchRLScheme is not None else object
 # to the process's own objects).
 _RUNTIME = ("_end", "_lock", "_thread", "_stop", "_context_ref", "_model_ref",
             "_sender_transports", "_receiver_transport", "_background_thread", "_stop_event",
-            "_init_weights", "_shared", "_send_lock")
+            "_init_weights", "_shared", "_send_lock", "_held", "_retired")
 
 
 class WsyncWeightSyncScheme(_Base):
@@ -501,8 +626,11 @@ class WsyncWeightSyncScheme(_Base):
                 with '.', as state_dict names them)
     sync        send() returns once every worker applied the weights (True,
                 TorchRL's default); else as soon as they are published
-    name        the wsync model (default: the model_id, e.g. "policy"); two
-                jobs on one broker need two names
+    name        the wsync model (default: the model_id and a random part made
+                when the scheme is built, e.g. "policy-5f0c9a1e": unique to
+                this sender, and carried to its workers by pickling or fork;
+                two schemes, or two jobs on one broker, never collide). An
+                explicit name wins: a worker started elsewhere finds it
     endpoint    the broker (default $WSYNC_ENDPOINT, else the default broker),
                 resolved to its socket path on the sender so workers reach
                 the same one
@@ -516,6 +644,12 @@ class WsyncWeightSyncScheme(_Base):
                 when the worker calls receive()
     strict      the weights must name exactly the model's tensors
     slots       the model's slabs on the broker (0: its default)
+    zero_copy   workers put each version's read-only tensors into their
+                module (a swap: nothing copied; parameters without storage,
+                a TorchRL meta policy, are filled so) wherever the module is
+                on the CPU or the meta device; a module on a GPU is copied
+                into. False: always copy (a module on the meta device then
+                raises NoStorageError)
 
     Hold scheme.lock around code that must not see the weights change
     (a rollout step): the background thread applies a version under it.
@@ -524,7 +658,8 @@ class WsyncWeightSyncScheme(_Base):
     def __init__(self, strategy: str = "tensordict", sync: bool = True, *,
                  name: Optional[str] = None, endpoint: Optional[str] = None,
                  timeout: Optional[float] = None, connect_timeout: Optional[float] = 120.0,
-                 background: bool = True, strict: bool = True, slots: int = 0) -> None:
+                 background: bool = True, strict: bool = True, slots: int = 0,
+                 zero_copy: bool = True) -> None:
         if strategy not in STRATEGIES:
             hint = ""
             if isinstance(strategy, str):
@@ -532,7 +667,8 @@ class WsyncWeightSyncScheme(_Base):
                         "0.2's first argument)" % strategy)
             raise ValueError("wsync.rl: strategy must be 'tensordict' or 'state_dict', not "
                              "%r%s" % (strategy, hint))
-        for what, val in (("sync", sync), ("background", background), ("strict", strict)):
+        for what, val in (("sync", sync), ("background", background), ("strict", strict),
+                          ("zero_copy", zero_copy)):
             if not isinstance(val, bool):
                 raise TypeError("wsync.rl: %s must be True or False, not %s"
                                 % (what, type(val).__name__))
@@ -552,6 +688,10 @@ class WsyncWeightSyncScheme(_Base):
         self.background = background
         self.strict = strict
         self.slots = _uint(slots, "slots", 32)
+        self.zero_copy = zero_copy
+        # the default name's own part: made here, so that every copy of this
+        # scheme (pickled to a worker, or inherited by fork) finds the same
+        self._name_tag = secrets.token_hex(4)
         self._model_id = None
         self._worker_idx = None
         self.num_workers = None
@@ -572,6 +712,8 @@ class WsyncWeightSyncScheme(_Base):
         self._init_weights = None
         self._shared = None        # (version, weights, fingerprint) transports may join
         self._send_lock = threading.Lock()
+        self._held = None          # the view whose tensors a swap put in the model
+        self._retired = None       # a weak reference to the one swapped out last
         self._initialized_on_sender = False
         self._initialized_on_receiver = False
         self._synchronized_on_sender = False
@@ -680,10 +822,15 @@ class WsyncWeightSyncScheme(_Base):
             except RemovedError:
                 end.resubscribe(sub)
                 view = end.sub.acquire()
-            with self._lock, view:
-                view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
-                end.version, end.step = view.version, view.step
-                end.published_ns = view.published_ns
+            kept = False
+            try:
+                with self._lock:
+                    kept = self._apply_view(model, view)
+                    end.version, end.step = view.version, view.step
+                    end.published_ns = view.published_ns
+            finally:
+                if not kept:
+                    view.release()
             end.acknowledge(end.version)
 
     @property
@@ -712,8 +859,16 @@ class WsyncWeightSyncScheme(_Base):
 
     @property
     def wsync_name(self) -> str:
-        """The wsync model the weights go through."""
-        return self.name or self._model_id or "policy"
+        """The wsync model the weights go through: name, else the model_id
+        (its characters a model name cannot have as "_") and this scheme's
+        own tag, e.g. "policy-5f0c9a1e"."""
+        if self.name:
+            return self.name
+        fixed = getattr(self, "_sender_name", None)
+        if fixed:                  # the sender's, whatever model_id a worker uses
+            return fixed
+        base = _NAME_BAD.sub("_", self._model_id or "policy").lstrip("./") or "policy"
+        return "%s-%s" % (base[:96], getattr(self, "_name_tag", "0"))
 
     @property
     def version(self) -> int:
@@ -763,6 +918,8 @@ class WsyncWeightSyncScheme(_Base):
         self.num_workers = None if n is None else _uint(n, "num_workers", 32)
         if self.endpoint is None:
             self.endpoint = default_endpoint()   # the workers reach the same broker
+        self._sender_name = None
+        self._sender_name = self.wsync_name      # travels to the workers with the scheme
         self._sender_transports = {i: self.create_transport(worker_idx=i, role="sender")
                                    for i in range(self.num_workers or 0)}
         self._initialized_on_sender = True
@@ -831,7 +988,8 @@ class WsyncWeightSyncScheme(_Base):
     def _connect_sender(self, weights):
         if self._end is None:
             self._end = _SenderEnd(self.endpoint, self.wsync_name, self.slots,
-                                   "torchrl-sender-%s" % self.wsync_name, self.num_workers)
+                                   "torchrl-sender-%s" % self.wsync_name, self.num_workers,
+                                   self.connect_timeout)
         self._synchronized_on_sender = True
         try:
             first = weights if weights is not None else self._init_weights
@@ -1045,18 +1203,21 @@ class WsyncWeightSyncScheme(_Base):
                 if end.sub is not sub:      # another thread subscribed again
                     continue
                 raise
-            with view:
+            kept = False
+            try:
                 with self._lock:
                     # another thread (the background one, or a receive())
                     # may have applied this version or a newer one meanwhile
                     fresh = view.version > end.version
                     if fresh:
-                        view.load_into(_destination(model, set(view.tensors)),
-                                       strict=self.strict)
+                        kept = self._apply_view(model, view)
                         end.version, end.step = view.version, view.step
                         end.published_ns = view.published_ns
                         end.received += 1
                         version = end.version
+            finally:
+                if not kept:
+                    view.release()
             if fresh:
                 break
             if deadline is not None and time.monotonic() >= deadline:
@@ -1073,16 +1234,56 @@ class WsyncWeightSyncScheme(_Base):
         end.acknowledge(version)        # now a synchronous send() may return
         return weights
 
+    def _swaps(self, model):
+        """Whether a version goes into model by a zero-copy swap (see
+        zero_copy) rather than a copy."""
+        if not _is_module(model):
+            return False
+        if _module.is_swapped(model):
+            return True            # its tensors are read-only: only a swap updates them
+        return self.zero_copy and _module.can_swap(model)
+
+    def _apply_view(self, model, view):
+        """Applies view to model (under self._lock): a swap, after which
+        the view stays held while its tensors are in the model (True), or a
+        copy (False: the caller releases it). The view swapped out before
+        is let go: released as soon as no code holds one of its tensors any
+        more (at once, unless a forward pass running meanwhile still uses
+        them: it finishes on the old version, never on a released one)."""
+        if self._swaps(model):
+            _module.swap_into(view, model, strict=self.strict)
+            prev, self._held = self._held, view
+            # The view swapped out one update ago should be gone by now; if
+            # it is not, its tensors are most likely kept by a reference
+            # cycle (any code's) that only the collector frees, and its
+            # held version would pin a slab until then: collect once. A
+            # view still alive after that is in real use and stays held.
+            gone = self._retired
+            if gone is not None and gone() is not None:
+                gc.collect()
+            self._retired = None if prev is None else weakref.ref(prev)
+            return True
+        view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
+        return False
+
     def apply_weights(self, weights: Any, inplace: bool = True) -> None:
-        """Copies weights (a mapping, a TensorDict, a module, or a wsync
-        View) into the model in place. inplace=False is taken as True:
-        wsync never swaps a module's tensors."""
+        """Applies weights (a mapping, a TensorDict, a module, or a wsync
+        View) to the model, as TorchRL's apply_weights does: inplace=True
+        copies into the model's tensors, inplace=False puts the weights'
+        tensors into the module (a View's as read-only zero-copy tensors,
+        held until the next is put in). A module that holds a swapped
+        version takes a View by a swap either way. A copy into a tensor
+        without storage (meta) raises NoStorageError."""
         self._check_receiver("apply_weights")
         model = self.model
         if model is None:
             raise ValueError("wsync.rl: no model registered")
         with self._lock:
-            self._strategy.apply_weights(model, weights, inplace=True)
+            if isinstance(weights, View) and (not inplace or _module.is_swapped(model)):
+                self._apply_view(model, weights)
+            else:
+                self._strategy.apply_weights(model, weights, inplace=inplace,
+                                             strict=self.strict)
             if isinstance(weights, View) and self._end is not None:
                 self._end.version = max(self._end.version, weights.version)
                 self._end.acknowledge(weights.version)

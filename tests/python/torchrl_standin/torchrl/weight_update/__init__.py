@@ -1,5 +1,7 @@
 """Stand-in for torchrl.weight_update.WeightSyncScheme, from its documented
-interface (TorchRL 0.11 to 0.15):
+interface (TorchRL 0.11 to 0.15; checked against 0.14.0's source), and for
+its SharedMemWeightSyncScheme and MultiProcessWeightSyncScheme
+(_schemes.py):
 
 - constructed with a strategy, "tensordict" (default) or "state_dict";
 - init_on_sender(...) in the sending process and init_on_receiver(model_id=,
@@ -32,7 +34,8 @@ worker_ids=...). Nothing of this stand-in is wsync's.
 import abc
 import weakref
 
-__all__ = ["WeightSyncScheme", "TransportBackend"]
+__all__ = ["WeightSyncScheme", "TransportBackend", "SharedMemWeightSyncScheme",
+           "MultiProcessWeightSyncScheme"]
 
 
 class TransportBackend:
@@ -256,3 +259,6 @@ class WeightSyncScheme(metaclass=abc.ABCMeta):
             self.shutdown()
         except Exception:
             pass
+
+
+from ._schemes import MultiProcessWeightSyncScheme, SharedMemWeightSyncScheme  # noqa: E402
