@@ -80,7 +80,10 @@
  * different cache lines and never contend; the claim itself is a CAS on
  * the record's own line.
  */
-static _Thread_local struct {
+/* Initial-exec: the default model for a shared library costs a call to
+ * __tls_get_addr on every acquire; these 8 bytes fit the static TLS glibc
+ * keeps for libraries loaded later (ctypes) too. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 	uint32_t client_id;
 	uint32_t idx;
 } hz_hint;
