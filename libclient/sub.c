@@ -187,7 +187,9 @@ struct sub_maps *sub_guard(struct wsync_sub *s, uint32_t idx,
 		struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
 		const void *g = m ? (const void *)m : (const void *)sub_page(s);
 
-		atomic_store_explicit(&h->guard, g, memory_order_relaxed);
+		/* release: the reads through what this record guarded before
+		 * happen before a scan that sees it guard something else */
+		atomic_store_explicit(&h->guard, g, memory_order_release);
 		atomic_signal_fence(memory_order_seq_cst);
 		if (atomic_load_explicit(&s->maps, memory_order_acquire) == m &&
 		    (m || sub_page(s) == g)) {
