@@ -44,11 +44,12 @@
  * its model moves to new memory (sub_attach.c), and unmapped once no record
  * guards them. A record's guard (client.h, hz_claim) names the maps (or,
  * before READY, the page) its holder reads, by address, never read through
- * before it is guarded: stored before the subscription's page and maps are
- * loaded again (wsync_sub_guard; the fence between is the reclaimer's
- * membarrier, so the common path pays none), kept while a view is held,
- * cleared with a release store when the record is put. acquire, wait (one record for the
- * whole wait, which becomes the view's) and latest read only under a guard.
+ * before it is guarded: stored (a release) before the subscription's page
+ * and maps are loaded again (wsync_sub_guard; the fence between is the
+ * reclaimer's membarrier, so the common path pays none), kept while a view
+ * is held, cleared with a release store when the record is put. acquire,
+ * wait (one record for the whole wait, which becomes the view's) and latest
+ * read only under a guard.
  *
  * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
  *
@@ -89,7 +90,8 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 } hz_hint;
 
 /* Claims a free hazard record for s, starting at this thread's hint. */
-static inline __attribute__((always_inline)) int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
+static inline __attribute__((always_inline))
+int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 {
 	uint32_t start;
 

@@ -13,11 +13,11 @@
  * guard (sub.c, wsync_sub_guard); a replaced page and maps are retired and
  * unmapped once no record guards the page (wsync_sub_reclaim: at each
  * follow, and when a record is put, after a membarrier that stands in for
- * the fence the readers' guards do without), so a view taken from them stays valid
- * while it is held, and a collector that follows its model through many
- * moves keeps only what its held views point into. A reader checks the
- * entry's incarnation against the maps' own, so it never reads new memory's
- * latest through old slabs.
+ * the fence the readers' guards do without), so a view taken from them
+ * stays valid while it is held, and a collector that follows its model
+ * through many moves keeps only what its held views point into. A reader
+ * checks the entry's incarnation against the maps' own, so it never reads
+ * new memory's latest through old slabs.
  */
 #include <errno.h>
 #include <stdio.h>
