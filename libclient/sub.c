@@ -44,10 +44,12 @@
  * its model moves to new memory (sub_attach.c), and unmapped once no record
  * guards them. A record's guard (client.h, hz_claim) names the maps (or,
  * before READY, the page) its holder reads, by address, never read through
- * before it is guarded: stored seq_cst before the subscription's page and maps are
- * loaded again (wsync_sub_guard), kept while a view is held, cleared with a
- * release store when the record is put. acquire, wait (one record for the
- * whole wait, which becomes the view's) and latest read only under a guard.
+ * before it is guarded: stored (a release) before the subscription's page
+ * and maps are loaded again (wsync_sub_guard; the fence between is the
+ * reclaimer's membarrier, so the common path pays none), kept while a view
+ * is held, cleared with a release store when the record is put. acquire,
+ * wait (one record for the whole wait, which becomes the view's) and latest
+ * read only under a guard.
  *
  * Waiting (sub_wait.c) sleeps on page->seq, read before latest is checked.
  *
@@ -79,13 +81,17 @@
  * different cache lines and never contend; the claim itself is a CAS on
  * the record's own line.
  */
-static _Thread_local struct {
+/* Initial-exec: the default model for a shared library costs a call to
+ * __tls_get_addr on every acquire; these 8 bytes fit the static TLS glibc
+ * keeps for libraries loaded later (ctypes) too. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 	uint32_t client_id;
 	uint32_t idx;
 } hz_hint;
 
 /* Claims a free hazard record for s, starting at this thread's hint. */
-static int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
+static inline __attribute__((always_inline))
+int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 {
 	uint32_t start;
 
@@ -140,12 +146,15 @@ static void hz_put(struct wsync_client *c, uint32_t idx)
 	}
 }
 
+static int hz_fail_full(const struct wsync_sub *s)
+{
+	return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
+	                  s->model, WSYNC_MAX_VIEWS);
+}
+
 int wsync_sub_hz_take(struct wsync_sub *s, uint32_t *idx)
 {
-	if (hz_take(s->c, s, idx))
-		return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
-		                  s->model, WSYNC_MAX_VIEWS);
-	return 0;
+	return hz_take(s->c, s, idx) ? hz_fail_full(s) : 0;
 }
 
 void wsync_sub_hz_put(struct wsync_sub *s, uint32_t idx)
@@ -155,14 +164,21 @@ void wsync_sub_hz_put(struct wsync_sub *s, uint32_t idx)
 
 /*
  * Guards the memory the subscription reads now with record idx, and returns
- * its maps (NULL before READY) and page. A hazard pointer: the guard is
- * stored (seq_cst), then the subscription's maps and page are loaded again
- * (seq_cst); a follow publishes new ones (seq_cst) before it scans the
- * guards (wsync_sub_reclaim). Either the scan sees our guard and keeps the
- * old memory, or our re-load sees the new memory and we guard that instead.
+ * its maps (NULL before READY) and page. A hazard pointer with an
+ * asymmetric fence: the guard is stored, then the subscription's maps and
+ * page are loaded again, with only a compiler barrier between; a follow
+ * publishes new ones (seq_cst), runs a membarrier (a full barrier on every
+ * CPU running one of our threads, sub_attach.c reclaim_barrier) and then
+ * scans the guards. Wherever the barrier falls in this thread, either it
+ * falls after the guard store, which the scan then sees, and the old
+ * memory stays; or before the re-load, which then sees the new memory, and
+ * we guard that instead. Moves are rare, so the barrier's microseconds go
+ * to the follow and the common path pays no fence for the guard (the pin
+ * after it still has one).
  */
-struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
-                                 const struct wsync_model_page **page)
+static inline __attribute__((always_inline))
+struct sub_maps *sub_guard(struct wsync_sub *s, uint32_t idx,
+                           const struct wsync_model_page **page)
 {
 	struct hz_claim *h = &s->c->hz[idx];
 
@@ -170,15 +186,25 @@ struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
 		/* the guard names the maps (or, before READY, the page) by its
 		 * address alone: m is read only once guarded, since a follow may
 		 * free a maps nobody guards */
-		struct sub_maps *m = atomic_load(&s->maps);
-		const void *g = m ? (const void *)m : (const void *)atomic_load(&s->page);
+		struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
+		const void *g = m ? (const void *)m : (const void *)sub_page(s);
 
-		atomic_store(&h->guard, g);
-		if (atomic_load(&s->maps) == m && (m || atomic_load(&s->page) == g)) {
+		/* release: the reads through what this record guarded before
+		 * happen before a scan that sees it guard something else */
+		atomic_store_explicit(&h->guard, g, memory_order_release);
+		atomic_signal_fence(memory_order_seq_cst);
+		if (atomic_load_explicit(&s->maps, memory_order_acquire) == m &&
+		    (m || sub_page(s) == g)) {
 			*page = sub_maps_page(s, m);
 			return m;
 		}
 	}
+}
+
+struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
+                                 const struct wsync_model_page **page)
+{
+	return sub_guard(s, idx, page);
 }
 
 #define ACQUIRE_MAX_TRIES 4096   /* an honest latest moves once per commit */
@@ -240,7 +266,7 @@ static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
 		const _Atomic uint64_t *src;
 		const struct wsync_model_page *page;
 		/* guarded: a follow by another thread cannot unmap it under us */
-		struct sub_maps *m = wsync_sub_guard(s, idx, &page);
+		struct sub_maps *m = sub_guard(s, idx, &page);
 		uint64_t inc = m ? m->incarnation
 		                 : atomic_load_explicit(&s->incarnation, memory_order_acquire);
 		uint32_t n_slots = m ? m->n_slots : WSYNC_MAX_SLOTS, slot;
@@ -319,9 +345,8 @@ int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view
 
 	if (client_broker_gone(s->c))
 		return client_fail_gone(s->c, s->model);
-	err = wsync_sub_hz_take(s, &idx);
-	if (err)
-		return err;
+	if (hz_take(s->c, s, &idx))
+		return hz_fail_full(s);
 	err = wsync_sub_acquire_in(s, idx, deadline, device, out);
 	if (err)
 		hz_put(s->c, idx);
@@ -618,6 +643,8 @@ static void sub_handle_close(struct client_handle *h)
 	wsync_sub_close((struct wsync_sub *)((char *)h - offsetof(struct wsync_sub, handle)));
 }
 
+static pthread_once_t sub_barrier_once = PTHREAD_ONCE_INIT;
+
 int wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out)
 {
 	union wsync_msg_any m;
@@ -631,6 +658,7 @@ int wsync_sub_open(wsync_client *c, const char *model, wsync_sub **out)
 		return wsync_fail(-EINVAL, "model name '%.128s' is invalid (1..%d of "
 		                  "[A-Za-z0-9._:/-], not starting with '.' or '/')",
 		                  model, WSYNC_NAME_MAX - 1);
+	(void)pthread_once(&sub_barrier_once, wsync_sub_register_barrier);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return wsync_fail(-ENOMEM, "model '%s': out of memory", model);

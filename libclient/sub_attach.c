@@ -12,17 +12,20 @@
  * only replaced. Readers use them without a lock under a hazard record's
  * guard (sub.c, wsync_sub_guard); a replaced page and maps are retired and
  * unmapped once no record guards the page (wsync_sub_reclaim: at each
- * follow, and when a record is put), so a view taken from them stays valid
- * while it is held, and a collector that follows its model through many
- * moves keeps only what its held views point into. A reader checks the
- * entry's incarnation against the maps' own, so it never reads new memory's
- * latest through old slabs.
+ * follow, and when a record is put, after a membarrier that stands in for
+ * the fence the readers' guards do without), so a view taken from them
+ * stays valid while it is held, and a collector that follows its model
+ * through many moves keeps only what its held views point into. A reader
+ * checks the entry's incarnation against the maps' own, so it never reads
+ * new memory's latest through old slabs.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -235,13 +238,57 @@ static bool retired_guarded(struct wsync_client *c, const struct sub_retired *r)
 	return false;
 }
 
+/*
+ * Makes every guard a thread of this process stored before now visible to
+ * the scan that follows: readers store their guards without a fence
+ * (sub.c, wsync_sub_guard), and membarrier runs a full barrier on every CPU
+ * running one of our threads (a thread not running passed one when it was
+ * switched out). Private expedited needs a registration (wsync_sub_open
+ * makes it; a forked child may lack it, so it is made again here); the
+ * global command, slower, needs none. false when no barrier could be had:
+ * then nothing is freed (retired memory stays mapped until close).
+ */
+static bool reclaim_barrier(void)
+{
+#ifdef SYS_membarrier
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		return true;
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		return true;
+	return syscall(SYS_membarrier, MEMBARRIER_CMD_SHARED, 0, 0) == 0;
+#else
+	return false;
+#endif
+}
+
+void wsync_sub_register_barrier(void)
+{
+#ifdef SYS_membarrier
+	(void)syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+#endif
+}
+
+/* Whether a scan now could free anything: a guard seen naming a retired
+ * entry keeps it whatever else the scan would see, so when every entry
+ * looks guarded the barrier is not worth its system call. */
+static bool reclaim_candidates(struct wsync_sub *s)
+{
+	for (struct sub_retired *r = s->retired; r; r = r->next)
+		if (!retired_guarded(s->c, r))
+			return true;
+	return false;
+}
+
 /* The scan loads every guard (seq_cst) after the new page and maps were
- * published (seq_cst): wsync_sub_guard's comment says why a page no guard
- * names is no longer read by anyone. */
+ * published (seq_cst) and after reclaim_barrier: wsync_sub_guard's comment
+ * says why a page no guard names is no longer read by anyone. */
 void wsync_sub_reclaim(struct wsync_sub *s)
 {
 	struct sub_retired **pp = &s->retired;
 
+	if (!reclaim_candidates(s) || !reclaim_barrier())
+		return;
 	while (*pp) {
 		struct sub_retired *r = *pp;
 

@@ -55,6 +55,9 @@ int wsync_sub_attach_fds(struct wsync_sub *s, uint32_t n_slots, uint32_t n_tenso
  */
 int wsync_sub_attach(struct wsync_sub *s, int64_t deadline_ns);
 void wsync_sub_maps_free(struct sub_maps *m);
+/* Registers the process for the barrier wsync_sub_reclaim runs (once, at
+ * the first subscription: the registration can take milliseconds). */
+void wsync_sub_register_barrier(void);
 /* Unmaps and frees what the subscription retired (at close). */
 void wsync_sub_retired_free(struct wsync_sub *s);
 

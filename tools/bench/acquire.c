@@ -16,7 +16,9 @@
  * Threads share one client per process up to 32 threads (a client holds at
  * most WSYNC_MAX_VIEWS views at once); 64 threads in one process use two.
  * One more row gives each of 4 threads a client of its own, to show what
- * sharing a client costs.
+ * sharing a client costs; another holds the 1-thread figure against what
+ * the 2026-11-25 build took, kept as a multiple of the bare loop
+ * (ACQ_PREV_RATIO).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +33,12 @@
 #define ACQ_THREADS_PER_CLIENT 32
 #define ACQ_MODEL_BYTES        (64 * 1024)
 #define ACQ_BATCH              64      /* pairs between looks at the stop flag */
+/* The 2026-11-25 build's acquire+release, 1 thread, nothing published, as a
+ * multiple of the bare hazard loop: 4.5x (43-49 ns against 9.7-10.3 ns in
+ * its quieter runs), both builds run alternately on an Intel Xeon @ 2.50GHz,
+ * 2 vCPU. */
+#define ACQ_PREV_RATIO         4.5
+#define ACQ_PREV_RATIO_TEXT    "4.5 (2026-11-25)"
 
 enum acq_mode { ACQ_WSYNC, ACQ_BARE };
 
@@ -413,6 +421,16 @@ static int acq_series(struct acq_run *r, const char *model, int hz, const double
 		row = row_add("acquire", fig, "ns", v);
 		row_ref(row, "bare hazard loop", bare[cf->bare]);
 		row_target_value(row, 100);
+		if (i == 0 && !hz) {
+			/* the previous release, kept as its multiple of the bare loop
+			 * (no older library is at hand to run): a regression shows
+			 * as a ratio above 1 */
+			row = row_add("acquire", "acquire+release, 1 thread, nothing published, "
+			              "against the 2026-11-25 build", "ns", v);
+			row_ref(row, "bare loop x " ACQ_PREV_RATIO_TEXT,
+			        bare[cf->bare] * ACQ_PREV_RATIO);
+			row_target_ratio(row, 1.0);
+		}
 	}
 	atomic_store(&r->sh->pub_stop, 1);
 	if (child_reap(pub, 10000) != 0 && !rc)

@@ -18,6 +18,9 @@
  *  - View.load_into of 256 MiB (64 tensors) into an nn.Module, against one
  *    single-thread memcpy of 256 MiB between warm buffers (and the
  *    library's own threaded copy, wsync_copy with threads 0, for the floor).
+ *  - a trainer's publish() of 64 MiB right after an SGD step, against a
+ *    torch copy_ of the same tensors right after another, in the same
+ *    process, torch's intra-op threads at one per CPU (target 1.0).
  *
  * The script runs with --python (Debian's python3-torch); a figure it
  * cannot give is a skipped row, never a failure of the bench.
@@ -414,7 +417,7 @@ int bench_python(struct bench *b)
 {
 	char why_c[256] = "", why_py[256] = "", why[256], script[PATH_MAX];
 	char *out = calloc(1, PY_OUT_MAX);
-	double c_views, py, memcpy_ms = -1, lib_ms = -1;
+	double c_views, py, ref, memcpy_ms = -1, lib_ms = -1;
 	struct bench_row *row;
 	int rc = 0;
 
@@ -479,6 +482,16 @@ int bench_python(struct bench *b)
 		}
 	} else {
 		row_skip("python", "Python: View.load_into, 256 MiB", "%s", why);
+	}
+	snprintf(why, sizeof why, "%s", why_py);
+	if (out && !py_value(out, "after_step", "publish_ms", &py, why, sizeof why) &&
+	    !py_value(out, "after_step", "copy_ms", &ref, why, sizeof why)) {
+		row = row_add("python", "Python: publish() 64 MiB right after an SGD step (torch "
+		              "threads: one per CPU)", "ms", py);
+		row_ref(row, "torch copy_, same tensors, after a step", ref);
+		row_target_ratio(row, 1.0);
+	} else {
+		row_skip("python", "Python: publish right after an SGD step", "%s", why);
 	}
 	free(out);
 	return rc;

@@ -22,6 +22,13 @@ row in the same run). Prints one JSON line per figure:
       an nn.Module's parameters (in place, checked first), in a collector
       process of its own (a trainer publishes each version first), the
       module and every slab warm; median.
+  {"row": "after_step", "mib": 64, "publish_ms": ..., "copy_ms": ...}
+      A trainer's publish right after its optimizer step: an MLP of four
+      2048x2048 linear layers (64 MiB of float32) takes an SGD step on a
+      batch of 32 with torch's intra-op threads at one per CPU, then
+      Publisher.publish(state_dict) (copy helper, threads 0) is timed; then
+      another step and a plain torch copy_ of the same tensors into warm
+      ones of its own. Alternated, median of each.
 
 A figure that cannot be measured is {"row": ..., "skipped": "why"}.
 """
@@ -223,6 +230,48 @@ def run_load(args, wsync, torch, client):
          ms=statistics.median(times), samples=len(times))
 
 
+# ---- after_step: a publish right after an optimizer step ------------------------------
+
+
+def run_after_step(args, wsync, torch, client):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(4)])
+        opt = torch.optim.SGD(net.parameters(), lr=1e-4)
+        x = torch.randn(32, 2048)
+        sd = net.state_dict()
+        mirror = {k: v.clone() for k, v in sd.items()}
+        model = "pybench-step-%d" % os.getpid()
+        pub = client.publisher_like(model, sd)
+
+        def step():
+            opt.zero_grad()
+            net(x).sum().backward()
+            opt.step()
+        try:
+            for r in range(4):                      # every slot written, copies tuned
+                pub.publish(sd, r + 1)
+            pubs, copies = [], []
+            for r in range(2 * args.repeats + 1):
+                step()
+                t = time.perf_counter()
+                pub.publish(sd, 100 + r)
+                pubs.append(time.perf_counter() - t)
+                step()
+                t = time.perf_counter()
+                for k, v in sd.items():
+                    mirror[k].copy_(v)
+                copies.append(time.perf_counter() - t)
+        finally:
+            pub.close()
+    finally:
+        torch.set_num_threads(threads)
+    emit(row="after_step", mib=64, publish_ms=1e3 * statistics.median(pubs),
+         copy_ms=1e3 * statistics.median(copies), samples=len(pubs))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--endpoint", required=True)
@@ -235,13 +284,14 @@ def main():
     try:
         import torch
     except ImportError as e:
-        for row in ("views", "views_call", "load_into"):
+        for row in ("views", "views_call", "load_into", "after_step"):
             emit(row=row, skipped="no torch in %s: %s" % (sys.executable, e))
         return 0
     torch.set_num_threads(1)
     wsync = import_wsync()
     with wsync.connect(args.endpoint, "py-bench-trainer") as client:
-        for run, rows in ((run_views, ("views", "views_call")), (run_load, ("load_into",))):
+        for run, rows in ((run_views, ("views", "views_call")), (run_load, ("load_into",)),
+                          (run_after_step, ("after_step",))):
             try:
                 run(args, wsync, torch, client)
             except Exception as e:
