@@ -484,8 +484,8 @@ int bench_python(struct bench *b)
 		row_skip("python", "Python: View.load_into, 256 MiB", "%s", why);
 	}
 	snprintf(why, sizeof why, "%s", why_py);
-	if (out && !py_value(out, "after_step", "publish_ms", &py, why, sizeof why) &&
-	    !py_value(out, "after_step", "copy_ms", &ref, why, sizeof why)) {
+	if (out && !bench_py_value(out, "after_step", "publish_ms", &py, why, sizeof why) &&
+	    !bench_py_value(out, "after_step", "copy_ms", &ref, why, sizeof why)) {
 		row = row_add("python", "Python: publish() 64 MiB right after an SGD step (torch "
 		              "threads: one per CPU)", "ms", py);
 		row_ref(row, "torch copy_, same tensors, after a step", ref);
