@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#define MAX_N 200
+#define MAX_N 400
 
 static struct broker B;
 
