@@ -13,6 +13,7 @@
 #include "log.h"
 #include "loop.h"
 #include "model.h"
+#include "mover.h"
 #include "pages.h"
 #include "readers.h"
 #include "rundir.h"
@@ -91,7 +92,7 @@ int broker_start(struct broker *b, const struct config *cfg)
 	}
 	e = events_start(b);
 	if (e) {
-		snprintf(err, sizeof(err), "cannot set up io_uring: %s", strerror(-e));
+		snprintf(err, sizeof(err), "cannot set up io_uring or the mover thread: %s", strerror(-e));
 		goto out_segments;
 	}
 	/* Last: nothing after it can fail, so no error path removes it. */
@@ -150,6 +151,16 @@ void broker_stop(struct broker *b)
 	if (!loop_drain(b->loop, BROKER_DRAIN_NS))
 		log_warn("shutdown: operations still in flight after %lld s",
 		         (long long)(BROKER_DRAIN_NS / 1000000000));
+	/* A move in progress finishes first (its new memory is freed: its
+	 * requester's session is gone), then the worker is joined. */
+	if (mover_stop(b->mover) && b->move) {
+		char why[WSYNC_ERRMSG_MAX];
+
+		model_move_finish(b, b->move, false, why, sizeof(why));
+		model_move_free(b->move);
+	}
+	b->mover = NULL;
+	b->move = NULL;
 	readers_free_all(b);
 	err = state_save(b->versions_path, b);
 	if (err)

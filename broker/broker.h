@@ -23,6 +23,8 @@ struct model;
 struct loop;
 struct hwm_floors;
 struct reader_wait;
+struct mover;
+struct model_move;
 
 struct broker {
 	struct config cfg;
@@ -51,6 +53,11 @@ struct broker {
 	 * models a uid cycles through. */
 	int64_t  move_credit_ns;
 	int64_t  move_credit_at_ns;            /* when it was last filled, 0 = never */
+
+	/* the worker thread of moves and the one move in progress, NULL if
+	 * none (model.h, model_move_start) */
+	struct mover      *mover;
+	struct model_move *move;
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */

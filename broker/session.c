@@ -394,6 +394,9 @@ static void session_teardown(struct broker *b, struct session *s)
 
 	session_drop_models(b, s, why[0] ? why : "disconnected");
 	readers_peer_gone(b, &s->p);
+	/* a PUB_OPEN it waits for: its move goes on, and is dropped when done */
+	if (b->move && b->move->requester == s)
+		b->move->requester = NULL;
 	s->p.active = false;
 	session_leave_new(b, s, SESSION_CLOSING);
 	if (s->index >= 0) {
