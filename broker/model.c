@@ -665,6 +665,9 @@ int model_move_start(struct broker *b, struct model *m, const char *reason, char
 		return err;
 	}
 	b->move = mv;
+	log_info("model '%s': %s: moving it to new memory (%llu bytes to copy, on the mover's "
+	         "thread)", m->name, reason,
+	         mv->src ? (unsigned long long)mv->bytes : 0ull);
 	return 0;
 }
 
@@ -751,8 +754,9 @@ int model_move_finish(struct broker *b, struct model_move *mv, bool apply, char 
 		renameat(b->seg_dirfd, from, b->seg_dirfd, to);
 	}
 	for (k = 0; k < n; k++) {
-		close(m->slab_fd[k]);
-		close(m->slab_ro_fd[k]);
+		/* the last fds of the old slabs: freeing them takes a while */
+		mover_close(b->mover, m->slab_fd[k]);
+		mover_close(b->mover, m->slab_ro_fd[k]);
 		m->slab_fd[k] = mv->fd[k];
 		m->slab_ro_fd[k] = mv->ro[k];
 		mv->fd[k] = mv->ro[k] = -1;

@@ -9,7 +9,9 @@
  * stores), so no request holds the loop for more than a millisecond.
  *
  * What the worker may touch: the job's argument, from mover_submit until
- * mover_reap returns true, and nothing else of the broker's. The work
+ * mover_reap returns true, the fds handed to mover_close (the loop's no
+ * longer: their numbers stay taken until the worker closes them, so the
+ * loop never sees one reused under it), and nothing else of the broker's. The work
  * function (model.c, move_work) reads its inputs from that argument — a
  * copy of what it needs of the model, a mapping of the old slab made by
  * the loop, the directory fd, which only closes after mover_stop — and
@@ -40,6 +42,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 struct mover {
@@ -52,7 +55,16 @@ struct mover {
 	bool     done;                   /* the worker finished it */
 	bool     stop;
 	int      wake_fd;
+	/* fds to close when idle (mover_close): the last fd of a slab frees
+	 * its memory, tens of ms for a large one */
+	int      closing[MOVER_MAX_CLOSE];
+	unsigned n_closing;
 };
+
+static bool job_waiting(const struct mover *mv)
+{
+	return mv->work && !mv->running && !mv->done;
+}
 
 static void *mover_main(void *p)
 {
@@ -61,13 +73,26 @@ static void *mover_main(void *p)
 
 	pthread_mutex_lock(&mv->lock);
 	for (;;) {
+		int closing[MOVER_MAX_CLOSE];
 		void (*work)(void *);
+		unsigned n;
 		void *arg;
 
-		while (!mv->stop && (!mv->work || mv->running || mv->done))
+		while (!mv->stop && !mv->n_closing && !job_waiting(mv))
 			pthread_cond_wait(&mv->cond, &mv->lock);
-		if (!mv->work || mv->running || mv->done)
-			break;               /* stop, and nothing left to run */
+		if (mv->n_closing) {
+			n = mv->n_closing;
+			memcpy(closing, mv->closing, n * sizeof(*closing));
+			mv->n_closing = 0;
+			pthread_mutex_unlock(&mv->lock);
+			for (unsigned i = 0; i < n; i++)
+				close(closing[i]);
+			pthread_mutex_lock(&mv->lock);
+			pthread_cond_broadcast(&mv->cond);   /* mover_stop waits */
+			continue;
+		}
+		if (!job_waiting(mv))
+			break;               /* stop, and nothing left to do */
 		work = mv->work;
 		arg = mv->arg;
 		mv->running = true;
@@ -132,6 +157,25 @@ int mover_submit(struct mover *mv, void (*work)(void *), void *arg)
 	return err;
 }
 
+void mover_close(struct mover *mv, int fd)
+{
+	bool queued = false;
+
+	if (fd < 0)
+		return;
+	if (mv) {
+		pthread_mutex_lock(&mv->lock);
+		if (!mv->stop && mv->n_closing < MOVER_MAX_CLOSE) {
+			mv->closing[mv->n_closing++] = fd;
+			pthread_cond_broadcast(&mv->cond);
+			queued = true;
+		}
+		pthread_mutex_unlock(&mv->lock);
+	}
+	if (!queued)
+		close(fd);
+}
+
 bool mover_busy(struct mover *mv)
 {
 	bool busy;
@@ -167,8 +211,8 @@ bool mover_stop(struct mover *mv)
 	mv->stop = true;
 	pthread_cond_broadcast(&mv->cond);
 	/* a job submitted runs to its end: its new memory is then the
-	 * caller's to free, never half made */
-	while (mv->work && !mv->done)
+	 * caller's to free, never half made; fds to close are closed */
+	while ((mv->work && !mv->done) || mv->n_closing)
 		pthread_cond_wait(&mv->cond, &mv->lock);
 	unreaped = mv->work != NULL;
 	pthread_mutex_unlock(&mv->lock);

@@ -21,6 +21,12 @@ int  mover_start(struct mover **out, int wake_fd);
  * not reaped. From here until mover_reap returns true, arg is the
  * worker's. */
 int  mover_submit(struct mover *mv, void (*work)(void *), void *arg);
+/* Fds mover_close may hold at once; past them it closes on the spot. */
+#define MOVER_MAX_CLOSE 64
+/* Closes fd on the worker, between jobs: for the last fd of large memory,
+ * whose close frees it. From this call on the fd is the worker's; NULL mv
+ * (or a full list) closes it here. */
+void mover_close(struct mover *mv, int fd);
 /* Whether a job is submitted and not reaped yet. */
 bool mover_busy(struct mover *mv);
 /* true if the submitted job is done: it is reaped (its argument the
