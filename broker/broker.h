@@ -1,7 +1,9 @@
 /*
  * broker/broker.h — the broker's state, passed to every part as `b`.
  *
- * One thread owns all of it; nothing here is shared with another thread.
+ * One thread owns all of it; nothing here is shared with another thread,
+ * except the one move in progress, whose worker's fields change hands
+ * through the mover's lock (mover.c).
  * What clients see of it is mirrored into the control segment (ctl.h).
  */
 #ifndef WSYNC_BROKER_BROKER_H
@@ -45,8 +47,8 @@ struct broker {
 	struct wsync_ctl_header *ctl;
 
 	bool     stopping;                /* broker_stop has begun */
-	/* Moves copy a latest slab inside the event loop (model_rotate): the
-	 * time they may take, a bucket that fills at a tenth of real time up
+	/* Moves copy a latest slab (on the mover's thread, or inside the event
+	 * loop at a departure: model_rotate): the time they may take, a bucket that fills at a tenth of real time up
 	 * to MODEL_MOVE_BURST_NS and that each move drains by its duration;
 	 * while it is below zero, publishers of other uids than the broker's
 	 * and root are refused PUB_OPEN (model_move_wait_ns), however many

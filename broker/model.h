@@ -95,7 +95,7 @@ struct model {
 	uid_t    writer_uid;
 	/* when its last MODEL_MOVE_BUDGET moves happened (CLOCK_MONOTONIC
 	 * ns, a ring at moves % MODEL_MOVE_BUDGET): each copies the latest
-	 * slab inside the event loop, so a uid that opens, commits and leaves
+	 * slab, so a uid that opens, commits and leaves
 	 * again and again is refused past the budget (model_move_budget_left) */
 	int64_t  move_ns[MODEL_MOVE_BUDGET];
 	uint64_t moves;
