@@ -171,7 +171,7 @@ struct model_move {
 	                                    the worker unmaps it */
 	int      fd[WSYNC_MAX_SLOTS], ro[WSYNC_MAX_SLOTS];
 	int      err;
-	int64_t  work_ns;                /* how long the worker took */
+	int64_t  work_ns;                /* the worker's CPU time for it */
 };
 
 /* Versions fit in the 56 high bits of `latest`. */

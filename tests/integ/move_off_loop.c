@@ -21,6 +21,9 @@
  *    generation's directory, the broker's fds and RSS return to their
  *    baseline, and the model still serves its latest, verified.
  *
+ * 4. The model deleted mid-move (before 3., on the same broker): the
+ *    requester's PUB_OPEN gets -EIDRM ("deleted while it moved").
+ *
  * Needs root (to become another uid); skipped otherwise.
  */
 #include "tests/lib/harness.h"
@@ -39,6 +42,8 @@
 #define BIG "moves.big"
 #define SMALL "moves.small"
 #define BIG_BYTES (128u << 20)
+#define MID "moves.mid"
+#define MID_BYTES (32u << 20)
 #define MAX_SAMPLES 65536
 
 static struct broker B;
@@ -53,16 +58,20 @@ static void become_other(void)
 	TEST_ASSERT(setuid(other_uid) == 0);
 }
 
-static int big_open(wsync_client *c, wsync_pub **p)
+static int model_open(wsync_client *c, const char *model, uint64_t bytes, wsync_pub **p)
 {
 	wsync_model_opts o;
 	wsync_tensor_desc d;
-	uint64_t shape = BIG_BYTES;
 
-	harness_desc(&d, "w", WSYNC_U8, 1, &shape);
+	harness_desc(&d, "w", WSYNC_U8, 1, &bytes);
 	memset(&o, 0, sizeof o);
 	o.slots = 2;
-	return wsync_pub_open(c, BIG, &d, 1, &o, p);
+	return wsync_pub_open(c, model, &d, 1, &o, p);
+}
+
+static int big_open(wsync_client *c, wsync_pub **p)
+{
+	return model_open(c, BIG, BIG_BYTES, p);
 }
 
 static int big_commit(wsync_pub *p, uint64_t step)
@@ -97,6 +106,24 @@ static int taker(void *arg)
 	return 0;
 }
 
+/* The other uid asks for MID, deleted while it moves. */
+static int orphan_taker(void *arg)
+{
+	wsync_client *c;
+	wsync_pub *p;
+	int err;
+
+	(void)arg;
+	become_other();
+	TEST_OK(harness_connect(&B, "orphan", &c));
+	chan_send(&up, 1);
+	err = model_open(c, MID, MID_BYTES, &p);
+	TEST_ASSERT_MSG(err == -EIDRM && strstr(wsync_errmsg(), "deleted while it moved"),
+	                "open of a model deleted while it moved: %d %s", err, wsync_errmsg());
+	wsync_close(c);
+	return 0;
+}
+
 /* The other uid asks for the model and is killed while it moves. */
 static int doomed_taker(void *arg)
 {
@@ -107,7 +134,9 @@ static int doomed_taker(void *arg)
 	become_other();
 	TEST_OK(harness_connect(&B, "doomed", &c));
 	chan_send(&up, 1);
-	big_open(c, &p);
+	/* the move of 4. may have spent the time share for a while */
+	while (big_open(c, &p) == -EBUSY && strstr(wsync_errmsg(), "tenth"))
+		harness_sleep_ms(20);
 	pause();
 	return 0;
 }
@@ -269,13 +298,24 @@ int main(void)
 	TEST_OK(big_commit(big, 9));
 	wsync_pub_close(big);
 	read_big(c, 9);
+
+	/* 4. the model deleted while it moves: the requester hears -EIDRM */
+	TEST_OK(model_open(c, MID, MID_BYTES, &big));
+	TEST_OK(big_commit(big, 5));
+	wsync_pub_close(big);
+	pid = harness_fork(orphan_taker, NULL);
+	chan_recv(&up, pid);
+	wait_log("moving it to new memory", 1, 5000);
+	TEST_OK(wsync_model_delete(c, MID));
+	harness_expect_exit0(pid, "the requester of a deleted model");
+
 	fds0 = harness_broker_fd_count(&B);
 	rss0 = harness_broker_rss_kb(&B);
 
 	/* 2 and 3: a second open while it moves; the requester killed */
 	pid = harness_fork(doomed_taker, NULL);
 	chan_recv(&up, pid);
-	wait_log("moving it to new memory", 1, 5000);
+	wait_log("moving it to new memory", 2, 10000);
 	TEST_OK(harness_connect(&B, "second", &c2));
 	err = big_open(c2, &p2);
 	TEST_ASSERT_MSG(err == -EBUSY && strstr(wsync_errmsg(), "is moving to new memory"),
