@@ -652,6 +652,7 @@ int model_move_start(struct broker *b, struct model *m, const char *reason, char
                      size_t whylen)
 {
 	struct model_move *mv;
+	uint64_t copy;
 	int err;
 
 	if (b->move || !b->mover || mover_busy(b->mover)) {
@@ -666,6 +667,8 @@ int model_move_start(struct broker *b, struct model *m, const char *reason, char
 		         "own: %s", m->name, strerror(-err));
 		return err;
 	}
+	/* from the submit on, mv is the worker's until reaped: read it first */
+	copy = mv->src ? mv->bytes : 0;
 	err = mover_submit(b->mover, move_work, mv);
 	if (err) {
 		if (mv->src)
@@ -677,8 +680,7 @@ int model_move_start(struct broker *b, struct model *m, const char *reason, char
 	}
 	b->move = mv;
 	log_info("model '%s': %s: moving it to new memory (%llu bytes to copy, on the mover's "
-	         "thread)", m->name, reason,
-	         mv->src ? (unsigned long long)mv->bytes : 0ull);
+	         "thread)", m->name, reason, (unsigned long long)copy);
 	return 0;
 }
 
