@@ -15,6 +15,7 @@
 #include "model.h"
 #include "mover.h"
 #include "pages.h"
+#include "publish.h"
 #include "readers.h"
 #include "rundir.h"
 #include "service.h"
@@ -151,12 +152,13 @@ void broker_stop(struct broker *b)
 	if (!loop_drain(b->loop, BROKER_DRAIN_NS))
 		log_warn("shutdown: operations still in flight after %lld s",
 		         (long long)(BROKER_DRAIN_NS / 1000000000));
-	/* A move in progress finishes first (its new memory is freed: its
-	 * requester's session is gone), then the worker is joined. */
+	/* A move in progress finishes first, then the worker is joined: a
+	 * takeover's is dropped (its requester's session is gone), a
+	 * departure's applied (the next start adopts this memory). */
 	if (mover_stop(b->mover) && b->move) {
 		char why[WSYNC_ERRMSG_MAX];
 
-		model_move_finish(b, b->move, false, why, sizeof(why));
+		publish_move_done(b, b->move, false, why, sizeof(why));
 		model_move_free(b->move);
 	}
 	b->mover = NULL;

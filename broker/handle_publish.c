@@ -205,6 +205,8 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 	char reason[96];
 	int err;
 
+	if (model_moving(r->b, m))
+		return 1;                /* its departure's move: answered after it */
 	if (m->gpu && !trusted)
 		return req_fail(r, -EPERM, "device model '%s': GPU memory handed to a process "
 		                "cannot be taken back, so only the broker's user (uid %u) and "
@@ -333,6 +335,7 @@ void handle_pub_open_moved(struct broker *b)
 	struct model_move *mv = b->move;
 	struct session *s;
 	wsync_shard *parts;
+	struct model *m;
 	struct req r;
 	int err;
 
@@ -344,21 +347,41 @@ void handle_pub_open_moved(struct broker *b)
 	r.b = b;
 	r.s = s;
 	r.m = &mv->open;
-	err = model_move_finish(b, mv, s != NULL, r.why, sizeof(r.why));
+	err = publish_move_done(b, mv, s != NULL, r.why, sizeof(r.why));
+	m = mv->m;
+	if (mv->closer && !mv->closer->p.doomed) {
+		struct req cr = { .b = b, .s = mv->closer, .p = &mv->closer->p, .m = &mv->close };
+		union wsync_msg_any ok;
+
+		memset(&ok, 0, sizeof(ok));
+		ok.close_ok.model_id = mv->close.close.m.model_id;
+		req_reply(&cr, &ok, WSYNC_MSG_CLOSE_OK, NULL, 0);
+	}
 	if (!s) {
-		if (!err)
-			log_error("model '%s': moved with nobody waiting for it", mv->m->name);
-		else if (err == -ECANCELED)
+		if (err == -ECANCELED)
 			log_info("model '%s': its move is dropped: the publisher it was for left",
-			         mv->m ? mv->m->name : "?");
+			         m ? m->name : "?");
 		goto out_free;
 	}
 	r.p = &s->p;
+	if (mv->for_leave && m) {
+		/* the departure's move is done (or failed, and withdrew the
+		 * latest): the open that waited for it goes on from here */
+		err = pub_open_take_memory(&r, m);
+		if (err > 0) {               /* it moves again, for this one */
+			b->move->requester = s;
+			b->move->open = mv->open;
+			b->move->parts = mv->parts;
+			mv->parts = NULL;
+			goto out_free;
+		}
+	} else if (!err) {
+		m->has_writer = true;
+		m->writer_uid = s->p.uid;
+	}
 	if (!err) {
-		mv->m->has_writer = true;
-		mv->m->writer_uid = s->p.uid;
 		parts = mv->parts;
-		err = pub_open_finish(&r, mv->m, &parts);
+		err = pub_open_finish(&r, m, &parts);
 		mv->parts = parts;
 	}
 	if (err)
@@ -392,7 +415,9 @@ int handle_pub_open(struct req *r)
 		close(fd);
 		return pub_open_refuse_early(r, m, &dev);
 	}
-	if (m && b->move && b->move->m == m) {
+	/* A move for a departure with nobody waiting: this open waits for it
+	 * (pub_open_take_memory). Any other: one waiter at a time. */
+	if (m && model_moving(b, m) && (b->move->requester || !b->move->for_leave)) {
 		close(fd);
 		return req_fail(r, -EBUSY, "model '%s' is moving to new memory for a publisher "
 		                "of another uid, who opens it: try again once it has",

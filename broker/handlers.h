@@ -14,8 +14,9 @@ struct broker;
 
 int handle_hello(struct req *r);
 int handle_pub_open(struct req *r);
-/* The mover woke the loop: a PUB_OPEN's move is done, applied or not, and
- * its requester answered (handle_publish.c). */
+/* The mover woke the loop: a move is done, applied or not, and whoever
+ * waits for it is answered: a PUB_OPEN, the CLOSE of a departure
+ * (handle_publish.c). */
 void handle_pub_open_moved(struct broker *b);
 int handle_begin(struct req *r);
 int handle_commit(struct req *r);

@@ -159,6 +159,14 @@ struct model_move {
 	                                    none or once its session ended */
 	union wsync_msg_any open;        /* that request: its seq, its arguments */
 	void    *parts;                  /* its group's parts (free'd with it) */
+	struct session *closer;          /* the CLOSE that made it (for_leave),
+	                                    answered when it is done; NULL if
+	                                    none or once its session ended */
+	union wsync_msg_any close;       /* that request */
+	bool     for_leave;              /* made because a publisher of left_uid
+	                                    left (publish_revoke): applied even
+	                                    with nobody waiting */
+	uid_t    left_uid;
 	char     reason[96];
 	/* the worker's from mover_submit until mover_reap (mover.c): inputs
 	 * the loop copied from the model, then the results */
@@ -219,6 +227,11 @@ int  model_rotate(struct broker *b, struct model *m, const char *reason, char *w
  */
 int  model_move_start(struct broker *b, struct model *m, const char *reason, char *why,
                       size_t whylen);
+/* Whether m is being moved (b->move is its). */
+static inline bool model_moving(const struct broker *b, const struct model *m)
+{
+	return b->move && b->move->m == m;
+}
 /*
  * Once the worker is done with mv (mover_reap): applies it when apply and
  * its model is still there unchanged, as model_rotate does, else frees the
