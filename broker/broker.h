@@ -47,9 +47,10 @@ struct broker {
 	struct wsync_ctl_header *ctl;
 
 	bool     stopping;                /* broker_stop has begun */
-	/* Moves copy a latest slab (on the mover's thread, or inside the event
-	 * loop at a departure: model_rotate): the time they may take, a bucket that fills at a tenth of real time up
-	 * to MODEL_MOVE_BURST_NS and that each move drains by its duration;
+	/* Moves copy a latest slab (on the mover's thread, or in the loop:
+	 * model_rotate): the CPU time they may take, a bucket that fills at a
+	 * tenth of real time up to MODEL_MOVE_BURST_NS and that each move
+	 * drains by its CPU time;
 	 * while it is below zero, publishers of other uids than the broker's
 	 * and root are refused PUB_OPEN (model_move_wait_ns), however many
 	 * models a uid cycles through. */

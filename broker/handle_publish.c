@@ -212,9 +212,9 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 		                "cannot be taken back, so only the broker's user (uid %u) and "
 		                "root publish device models, not uid %u", m->name,
 		                (unsigned)r->b->uid, (unsigned)uid);
-	/* Each move copies the latest slab (on the mover's thread for an open,
-	 * in the event loop for a leave: model_rotate): a uid whose open or
-	 * leave moves the model must not make the broker copy without bound by opening and leaving again and again. The
+	/* Each move copies the latest slab (on the mover's thread): a uid
+	 * whose open or leave moves the model must not make the broker copy
+	 * without bound by opening and leaving again and again. The
 	 * broker's uid and root are the trainer, never refused. */
 	if (!m->gpu && m->state == WSYNC_MODEL_READY && !trusted) {
 		int64_t now = wsync_mono_ns();
