@@ -13,7 +13,9 @@
 #include "log.h"
 #include "loop.h"
 #include "model.h"
+#include "mover.h"
 #include "pages.h"
+#include "publish.h"
 #include "readers.h"
 #include "rundir.h"
 #include "service.h"
@@ -93,7 +95,7 @@ int broker_start(struct broker *b, const struct config *cfg)
 	uids_init(b);
 	e = events_start(b);
 	if (e) {
-		snprintf(err, sizeof(err), "cannot set up io_uring: %s", strerror(-e));
+		snprintf(err, sizeof(err), "cannot set up io_uring or the mover thread: %s", strerror(-e));
 		goto out_segments;
 	}
 	/* Last: nothing after it can fail, so no error path removes it. */
@@ -155,6 +157,17 @@ void broker_stop(struct broker *b)
 	if (!loop_drain(b->loop, BROKER_DRAIN_NS))
 		log_warn("shutdown: operations still in flight after %lld s",
 		         (long long)(BROKER_DRAIN_NS / 1000000000));
+	/* A move in progress finishes first, then the worker is joined: a
+	 * takeover's is dropped (its requester's session is gone), a
+	 * departure's applied (the next start adopts this memory). */
+	if (mover_stop(b->mover) && b->move) {
+		char why[WSYNC_ERRMSG_MAX];
+
+		publish_move_done(b, b->move, false, why, sizeof(why));
+		model_move_free(b->move);
+	}
+	b->mover = NULL;
+	b->move = NULL;
 	readers_free_all(b);
 	err = state_save(b->versions_path, b);
 	if (err)

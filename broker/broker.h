@@ -1,7 +1,9 @@
 /*
  * broker/broker.h — the broker's state, passed to every part as `b`.
  *
- * One thread owns all of it; nothing here is shared with another thread.
+ * One thread owns all of it; nothing here is shared with another thread,
+ * except the one move in progress, whose worker's fields change hands
+ * through the mover's lock (mover.c).
  * What clients see of it is mirrored into the control segment (ctl.h).
  */
 #ifndef WSYNC_BROKER_BROKER_H
@@ -24,6 +26,8 @@ struct loop;
 struct hwm_floors;
 struct reader_wait;
 struct uid_books;
+struct mover;
+struct model_move;
 
 struct broker {
 	struct config cfg;
@@ -44,9 +48,10 @@ struct broker {
 	struct wsync_ctl_header *ctl;
 
 	bool     stopping;                /* broker_stop has begun */
-	/* Moves copy a latest slab inside the event loop (model_rotate): the
-	 * time they may take, a bucket that fills at a tenth of real time up
-	 * to MODEL_MOVE_BURST_NS and that each move drains by its duration;
+	/* Moves copy a latest slab (on the mover's thread, or in the loop:
+	 * model_rotate): the CPU time they may take, a bucket that fills at a
+	 * tenth of real time up to MODEL_MOVE_BURST_NS and that each move
+	 * drains by its CPU time;
 	 * while it is below zero, publishers of other uids than the broker's
 	 * and root are refused PUB_OPEN (model_move_wait_ns), however many
 	 * models a uid cycles through. */
@@ -55,6 +60,11 @@ struct broker {
 	int64_t  moved_ns;                     /* all moves' time: a request that
 	                                          moved a model is charged the rest
 	                                          of its time only (dispatch.c) */
+
+	/* the worker thread of moves and the one move in progress, NULL if
+	 * none (model.h, model_move_start) */
+	struct mover      *mover;
+	struct model_move *move;
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */

@@ -11,6 +11,7 @@
  *                the monitors' figures, the deadlines of silent connections
  *   timer        group deadlines and readers' waits, when due
  *   signal       SIGTERM/SIGINT stop the loop; SIGHUP reopens the log
+ *   woken        the mover finished a move: its PUB_OPEN is answered
  *   settle       after every event: the teardown point (session_settle)
  *
  * None of these tears a session down itself; they mark it (session_doom)
@@ -31,8 +32,10 @@
 #include "dispatch.h"
 #include "fault.h"
 #include "group.h"
+#include "handlers.h"
 #include "log.h"
 #include "loop.h"
+#include "mover.h"
 #include "outbox.h"
 #include "publish.h"
 #include "readers.h"
@@ -288,6 +291,11 @@ static void on_signal(void *ctx, int signo)
 	service_ready("serving");
 }
 
+static void on_woken(void *ctx)
+{
+	handle_pub_open_moved(ctx);
+}
+
 static void on_settle(void *ctx)
 {
 	session_settle(ctx);
@@ -301,15 +309,25 @@ static const struct loop_ops broker_events = {
 	.tick        = on_tick,
 	.timer       = on_timer,
 	.signal      = on_signal,
+	.woken       = on_woken,
 	.settle      = on_settle,
 };
 
 int events_start(struct broker *b)
 {
 	static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+	int err;
 
 	b->hello_wait_ns = fault_hello_wait_ns(EVENTS_HELLO_WAIT_NS);
 	outbox_init(&b->out);
-	return loop_init(&b->loop, &broker_events, b, b->listen_fd, sigs,
-	                 (int)(sizeof(sigs) / sizeof(sigs[0])));
+	err = loop_init(&b->loop, &broker_events, b, b->listen_fd, sigs,
+	                (int)(sizeof(sigs) / sizeof(sigs[0])));
+	if (err)
+		return err;
+	err = mover_start(&b->mover, loop_wake_fd(b->loop));
+	if (err) {
+		loop_free(b->loop);
+		b->loop = NULL;
+	}
+	return err;
 }

@@ -24,6 +24,7 @@
 #include "group.h"
 #include "log.h"
 #include "model.h"
+#include "mover.h"
 #include "publish.h"
 #include "request.h"
 #include "session.h"
@@ -215,8 +216,8 @@ static int pub_open_bound(struct req *r)
  *    be handed memory holding versions someone else wrote (the committed
  *    latest, views collectors hold), whoever that was: the broker's uid and
  *    root included.
- * So such a publisher gets new memory first (model_rotate), the latest
- * copied into it; the slabs themselves it gets only as grants hand it free
+ * So such a publisher gets new memory first (model_move_start: the latest
+ * copied into it on the mover's thread, the reply deferred until then); the slabs themselves it gets only as grants hand it free
  * slots (pub_open_hands_slabs). The memory is a uid's (writer_uid) once
  * that uid was handed it, and stays so across the move its departure
  * makes, whose copy is its own latest. A publisher of the broker's uid or
@@ -233,14 +234,16 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 	char reason[96];
 	int err;
 
+	if (model_moving(r->b, m))
+		return 1;                /* its departure's move: answered after it */
 	if (m->gpu && !trusted)
 		return req_fail(r, -EPERM, "device model '%s': GPU memory handed to a process "
 		                "cannot be taken back, so only the broker's user (uid %u) and "
 		                "root publish device models, not uid %u", m->name,
 		                (unsigned)r->b->uid, (unsigned)uid);
-	/* Each move copies the latest slab inside the event loop (model_rotate):
-	 * a uid whose open or leave moves the model must not make the broker
-	 * copy without bound by opening and leaving again and again. The
+	/* Each move copies the latest slab (on the mover's thread): a uid
+	 * whose open or leave moves the model must not make the broker copy
+	 * without bound by opening and leaving again and again. The
 	 * broker's uid and root are the trainer, never refused. */
 	if (!m->gpu && m->state == WSYNC_MODEL_READY && !trusted) {
 		int64_t now = wsync_mono_ns();
@@ -274,9 +277,10 @@ static int pub_open_take_memory(struct req *r, struct model *m)
 		else
 			snprintf(reason, sizeof(reason), "a publisher of uid %u takes over "
 			         "versions it did not write", (unsigned)uid);
-		err = model_rotate(r->b, m, reason, r->why, sizeof(r->why));
-		if (err)
-			return err;
+		/* the copy runs on the mover's thread: the reply waits for it
+		 * (handle_pub_open_moved) */
+		err = model_move_start(r->b, m, reason, r->why, sizeof(r->why));
+		return err ? err : 1;
 	}
 	m->has_writer = true;
 	m->writer_uid = uid;
@@ -296,6 +300,125 @@ static bool pub_open_hands_slabs(const struct broker *b, const struct model *m, 
 	return uid == b->uid || uid == 0 || !model_holds_version(m);
 }
 
+/*
+ * The end of a PUB_OPEN once m's memory may be handed to this publisher:
+ * its group's rank taken (*parts then the group's), its membership, the
+ * reply with the page and, where it may have them, the slabs. 0 after the
+ * reply, or -errno with the reason in r->why.
+ */
+static int pub_open_finish(struct req *r, struct model *m, wsync_shard **parts)
+{
+	const struct wsync_msg_pub_open *p = &r->m->pub_open;
+	struct broker *b = r->b;
+	struct session *s = r->s;
+	bool group = p->group_size > 1;
+	int fds[1 + WSYNC_MAX_SLOTS], n_fds;
+	union wsync_msg_any ok;
+	int err;
+
+	if (group) {
+		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms, *parts,
+		                 p->n_parts, r->why, sizeof(r->why));
+		if (err)
+			return err;
+		*parts = NULL;                /* the group's now */
+	}
+	err = session_open_model(b, s, m);
+	if (err) {
+		if (group)
+			group_leave(b, m, &s->p, "its open failed");
+		return req_fail(r, err, "model '%s': too many sessions", p->model);
+	}
+	if (!group)
+		m->pub = &s->p;
+	s->p.m[m->id].pub = true;
+	s->p.m[m->id].fds_sent = 0;
+	atomic_store(&m->ctl->publisher, s->p.id);
+	session_mirror(b, s);
+	log_info("model '%s': publisher is session %u '%s' pid %d", m->name, s->p.id,
+	         s->p.name, (int)s->p.pid);
+
+	/* The page and, where it may have them, every slab, writable: the
+	 * publisher maps them all now, off its publish path, and no grant
+	 * needs to carry an fd. */
+	fds[0] = m->page_fd;
+	n_fds = 1;
+	if (pub_open_hands_slabs(b, m, s->p.uid)) {
+		for (uint32_t k = 0; k < m->books.n_slots; k++)
+			fds[n_fds++] = m->slab_fd[k];
+		s->p.m[m->id].fds_sent = m->books.n_slots >= 32 ? UINT32_MAX
+		                                              : (1u << m->books.n_slots) - 1;
+	}
+	memset(&ok, 0, sizeof(ok));
+	ok.pub_open_ok.model_id = m->id;
+	ok.pub_open_ok.n_slots = m->books.n_slots;
+	ok.pub_open_ok.bytes = m->bytes;
+	ok.pub_open_ok.generation = b->generation;
+	ok.pub_open_ok.incarnation = m->incarnation;
+	req_reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, n_fds);
+	return 0;
+}
+
+void handle_pub_open_moved(struct broker *b)
+{
+	struct model_move *mv = b->move;
+	struct session *s;
+	wsync_shard *parts;
+	struct model *m;
+	struct req r;
+	int err;
+
+	if (!mv || !mover_reap(b->mover))
+		return;                       /* a late or spurious wake */
+	b->move = NULL;
+	s = mv->requester && !mv->requester->p.doomed ? mv->requester : NULL;
+	memset(&r, 0, sizeof(r));
+	r.b = b;
+	r.s = s;
+	r.m = &mv->open;
+	err = publish_move_done(b, mv, s != NULL, r.why, sizeof(r.why));
+	m = mv->m;
+	if (mv->closer && !mv->closer->p.doomed) {
+		struct req cr = { .b = b, .s = mv->closer, .p = &mv->closer->p, .m = &mv->close };
+		union wsync_msg_any ok;
+
+		memset(&ok, 0, sizeof(ok));
+		ok.close_ok.model_id = mv->close.close.m.model_id;
+		req_reply(&cr, &ok, WSYNC_MSG_CLOSE_OK, NULL, 0);
+	}
+	if (!s) {
+		if (err == -ECANCELED)
+			log_info("model '%s': its move is dropped: the publisher it was for left",
+			         m ? m->name : "?");
+		goto out_free;
+	}
+	r.p = &s->p;
+	if (mv->for_leave && m) {
+		/* the departure's move is done (or failed, and withdrew the
+		 * latest): the open that waited for it goes on from here */
+		err = pub_open_take_memory(&r, m);
+		if (err > 0) {               /* it moves again, for this one */
+			b->move->requester = s;
+			b->move->open = mv->open;
+			b->move->parts = mv->parts;
+			mv->parts = NULL;
+			goto out_free;
+		}
+	} else if (!err) {
+		m->has_writer = true;
+		m->writer_uid = s->p.uid;
+	}
+	if (!err) {
+		parts = mv->parts;
+		err = pub_open_finish(&r, m, &parts);
+		mv->parts = parts;
+	}
+	if (err)
+		session_send_error(b, s, mv->open.hdr.seq, WSYNC_MSG_PUB_OPEN, err, r.why);
+out_free:
+	model_move_free(mv);
+}
+
 int handle_pub_open(struct req *r)
 {
 	const struct wsync_msg_pub_open *p = &r->m->pub_open;
@@ -303,11 +426,9 @@ int handle_pub_open(struct req *r)
 	struct session *s = r->s;
 	wsync_tensor_desc *in = NULL, *canon = NULL;
 	uint32_t n_slots = p->slots;
-	int fds[1 + WSYNC_MAX_SLOTS], n_fds;
 	wsync_shard *parts = NULL;
 	bool group = p->group_size > 1;
 	bool declared_here = false;
-	union wsync_msg_any ok;
 	struct model *m;
 	uint64_t hash = 0;
 	struct model_devices dev = { .n = p->n_devices, .flags = p->dev_flags,
@@ -327,6 +448,14 @@ int handle_pub_open(struct req *r)
 	if (err) {
 		close(fd);
 		return err;
+	}
+	/* A move for a departure with nobody waiting: this open waits for it
+	 * (pub_open_take_memory). Any other: one waiter at a time. */
+	if (m && model_moving(b, m) && (b->move->requester || !b->move->for_leave)) {
+		close(fd);
+		return req_fail(r, -EBUSY, "model '%s' is moving to new memory for a publisher "
+		                "of another uid, who opens it: try again once it has",
+		                p->model);
 	}
 	if (n_slots == 0)
 		n_slots = WSYNC_DEFAULT_SLOTS < b->cfg.max_slots ? WSYNC_DEFAULT_SLOTS
@@ -413,50 +542,19 @@ int handle_pub_open(struct req *r)
 		model_set_owner(m, s->p.uid);
 	}
 	err = pub_open_take_memory(r, m);
+	if (err < 0)
+		goto out_undeclare;
+	if (err > 0) {                   /* answered once the model moved */
+		b->move->requester = s;
+		b->move->open = *r->m;
+		b->move->parts = parts;
+		free(canon);
+		return 0;
+	}
+	err = pub_open_finish(r, m, &parts);
 	if (err)
 		goto out_undeclare;
-	if (group) {
-		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms, parts,
-		                 p->n_parts, r->why, sizeof(r->why));
-		if (err)
-			goto out_undeclare;
-		parts = NULL;                 /* the group's now */
-	}
-	err = session_open_model(b, s, m);
-	if (err) {
-		if (group)
-			group_leave(b, m, &s->p, "its open failed");
-		err = req_fail(r, err, "model '%s': too many sessions", p->model);
-		goto out_undeclare;
-	}
-	if (!group)
-		m->pub = &s->p;
-	s->p.m[m->id].pub = true;
-	s->p.m[m->id].fds_sent = 0;
-	atomic_store(&m->ctl->publisher, s->p.id);
-	session_mirror(b, s);
 	free(canon);
-	log_info("model '%s': publisher is session %u '%s' pid %d", m->name, s->p.id,
-	         s->p.name, (int)s->p.pid);
-
-	/* The page and, where it may have them, every slab, writable: the
-	 * publisher maps them all now, off its publish path, and no grant
-	 * needs to carry an fd. */
-	fds[0] = m->page_fd;
-	n_fds = 1;
-	if (pub_open_hands_slabs(b, m, s->p.uid)) {
-		for (uint32_t k = 0; k < m->books.n_slots; k++)
-			fds[n_fds++] = m->slab_fd[k];
-		s->p.m[m->id].fds_sent = m->books.n_slots >= 32 ? UINT32_MAX
-		                                              : (1u << m->books.n_slots) - 1;
-	}
-	memset(&ok, 0, sizeof(ok));
-	ok.pub_open_ok.model_id = m->id;
-	ok.pub_open_ok.n_slots = m->books.n_slots;
-	ok.pub_open_ok.bytes = m->bytes;
-	ok.pub_open_ok.generation = b->generation;
-	ok.pub_open_ok.incarnation = m->incarnation;
-	req_reply(r, &ok, WSYNC_MSG_PUB_OPEN_OK, fds, n_fds);
 	return 0;
 
 out_undeclare:

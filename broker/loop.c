@@ -19,6 +19,9 @@
  *             malloc'd sendbuf owned by the op until its completion, and
  *             so are the duplicates of the fds it carries (below)
  *   eventfd   a write of 1 to a subscriber's eventfd (a notifier)
+ *   wake      a read of the loop's own wake eventfd, which another thread
+ *             (the mover, mover.h) writes; re-armed after each (kind
+ *             signal, told apart by its buffer's address)
  *
  * Memory safety rests on one rule: nothing an op points at is freed before
  * its completion. A connection counts its ops (inflight); closing it only
@@ -62,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
@@ -124,7 +128,9 @@ struct loop {
 	struct __kernel_timespec timer;  /* its address tells its CQE from the tick's */
 	bool     timer_armed;
 	int64_t  timer_due_ns;           /* when the armed one fires (CLOCK_MONOTONIC) */
-	bool     accept_armed, signal_armed, tick_armed;
+	bool     accept_armed, signal_armed, tick_armed, wake_armed;
+	int      wake_fd;                /* loop_wake_fd */
+	_Alignas(8) uint64_t wake_count; /* what its read fills */
 	bool     stopping, stop;
 	uint32_t writes;                 /* eventfd writes in flight */
 	uint32_t cancels;                /* cancel requests in flight */
@@ -653,13 +659,46 @@ static void release_idle(struct loop *l)
 	}
 }
 
+/* ---- the wake eventfd ----------------------------------------------------- */
+
+static void arm_wake(struct loop *l)
+{
+	struct io_uring_sqe *sqe = sqe_get(l);
+
+	io_uring_prep_read(sqe, l->wake_fd, &l->wake_count, sizeof(l->wake_count), 0);
+	/* its address tells its CQE from the signalfd's */
+	io_uring_sqe_set_data64(sqe, op_data(&l->wake_count, OP_SIGNAL));
+	l->wake_armed = true;
+}
+
+static void on_wake(struct loop *l, int res)
+{
+	l->wake_armed = false;
+	if (res < 0 && res != -EINTR && res != -EAGAIN && res != -ECANCELED)
+		log_error("reading the wake eventfd: %s", strerror(-res));
+	if (!l->stopping && res != -ECANCELED)
+		arm_wake(l);
+	if (res > 0)
+		l->ops->woken(l->ctx);
+}
+
+int loop_wake_fd(const struct loop *l)
+{
+	return l->wake_fd;
+}
+
 static void dispatch(struct loop *l, uint64_t data, int res, uint32_t flags)
 {
 	void *p = (void *)(uintptr_t)(data & ~(uint64_t)OP_KIND_MASK);
 
 	switch (data & OP_KIND_MASK) {
 	case OP_ACCEPT:  on_accept(l, res, flags); break;
-	case OP_SIGNAL:  on_signal(l, res); break;
+	case OP_SIGNAL:
+		if (p == &l->wake_count)
+			on_wake(l, res);
+		else
+			on_signal(l, res);
+		break;
 	case OP_TICK:
 		if (p == &l->timer)
 			on_timer(l);
@@ -753,15 +792,24 @@ int loop_init(struct loop **out, const struct loop_ops *ops, void *ctx, int list
 		err = -errno;
 		goto out_free;
 	}
+	/* blocking: io_uring waits for a read of it instead of failing it */
+	l->wake_fd = eventfd(0, EFD_CLOEXEC);
+	if (l->wake_fd < 0) {
+		err = -errno;
+		goto out_close_signal;
+	}
 	err = ring_init(&l->ring);
 	if (err)
-		goto out_close_signal;
+		goto out_close_wake;
 	arm_accept(l);
 	arm_signal(l);
 	arm_tick(l);
+	arm_wake(l);
 	*out = l;
 	return 0;
 
+out_close_wake:
+	close(l->wake_fd);
 out_close_signal:
 	close(l->signal_fd);
 out_free:
@@ -791,7 +839,7 @@ void loop_stop(struct loop *l)
 static bool loop_busy(const struct loop *l)
 {
 	return l->conns || l->writes || l->cancels || l->accept_armed || l->signal_armed ||
-	       l->tick_armed || l->timer_armed;
+	       l->tick_armed || l->timer_armed || l->wake_armed;
 }
 
 bool loop_drain(struct loop *l, int64_t drain_ns)
@@ -829,6 +877,7 @@ void loop_free(struct loop *l)
 		return;
 	io_uring_queue_exit(&l->ring);
 	close(l->signal_fd);
+	close(l->wake_fd);
 	free(l->backlog);
 	free(l);
 }

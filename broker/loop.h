@@ -73,6 +73,9 @@ struct loop_ops {
 	void (*tick)(void *ctx);         /* every second */
 	void (*timer)(void *ctx);        /* the timer of loop_timer_in */
 	void (*signal)(void *ctx, int signo);
+	/* the wake eventfd (loop_wake_fd) was written: another thread has
+	 * something for the owner to look at */
+	void (*woken)(void *ctx);
 	/* after every completion: the one point where consequences settle */
 	void (*settle)(void *ctx);
 };
@@ -91,6 +94,10 @@ void loop_stop(struct loop *l);
 bool loop_drain(struct loop *l, int64_t drain_ns);
 /* Frees the ring (after loop_drain). */
 void loop_free(struct loop *l);
+
+/* An eventfd another thread writes (8 bytes) to wake the loop, which then
+ * calls ops->woken; it stays open until loop_free. */
+int  loop_wake_fd(const struct loop *l);
 
 /* Starts receiving on a connection the owner set up (fd set). */
 void loop_conn_start(struct loop *l, struct conn *c, int fd);

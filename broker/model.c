@@ -10,12 +10,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fault.h"
 #include "ctl.h"
 #include "gpu_slab.h"
 #include "log.h"
+#include "mover.h"
 #include "pages.h"
 #include "state.h"
 #include "uids.h"
@@ -439,6 +441,8 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		close(m->page_fd);
 	if (b->models[m->id] == m)
 		b->models[m->id] = NULL;
+	if (b->move && b->move->m == m)     /* its move is discarded when done */
+		b->move->m = NULL;
 	if (m->group)   /* groups end with their last rank, before this */
 		log_error("model '%s': freed with a publisher group still open", m->name);
 	/* a big layout leaves the heap grown: the tick gives it back */
@@ -506,37 +510,185 @@ void model_destroy(struct broker *b, struct model *m, bool unlink_them)
 
 /* ---- fresh memory for a publisher of another uid --------------------------- */
 
-/* A new slab for slot k, created under a name of its own when slabs are
- * named ("m<id>.s<k>.next", renamed over the old one once every slot has
- * its new slab). */
-static int slab_create_next(struct broker *b, const struct model *m, uint32_t k)
+/*
+ * The worker's part of a move (mover.c says what it may touch): new slabs,
+ * named "m<id>.s<k>.next" when slabs are named (renamed over the old ones
+ * when the move is applied), and the copy of the latest version into its
+ * slot. Reads and writes only mv; calls no fault injection and no log.
+ */
+/* CPU time of the calling thread, ns: what a move costs the machine,
+ * whether it waited for a core or not (the mover runs niced). */
+static int64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void move_work(void *arg)
+{
+	struct model_move *mv = arg;
+	int64_t t0 = thread_cpu_ns();
+	char seg[40];
+	void *dst;
+	uint32_t k;
+
+	mv->err = 0;
+	for (k = 0; k < mv->n; k++) {
+		snprintf(seg, sizeof(seg), "m%u.s%u.next", mv->id, k);
+		if (mv->pages != WSYNC_PAGES_4K)
+			mv->fd[k] = wsync_memfd_create_huge("wsync-slab", mv->bytes, mv->pages);
+		else if (!mv->named)
+			mv->fd[k] = wsync_memfd_create("wsync-slab", mv->bytes);
+		else
+			mv->fd[k] = wsync_seg_create_at(mv->dirfd, seg, mv->bytes);
+		mv->ro[k] = mv->fd[k] < 0 ? -1 : wsync_seg_reopen_ro(mv->fd[k]);
+		if (mv->fd[k] < 0 || mv->ro[k] < 0) {
+			mv->err = mv->fd[k] < 0 ? mv->fd[k] : mv->ro[k];
+			if (mv->fd[k] >= 0)
+				close(mv->fd[k]);
+			if (mv->fd[k] >= 0 && mv->named)
+				unlinkat(mv->dirfd, seg, 0);
+			mv->fd[k] = -1;
+			break;
+		}
+	}
+	if (!mv->err && mv->src) {
+		mv->err = wsync_seg_map(mv->fd[mv->latest], mv->seg_bytes, 1, 0, &dst);
+		if (!mv->err) {
+			memcpy(dst, mv->src, mv->bytes);
+			munmap(dst, mv->seg_bytes);
+		}
+	}
+	if (mv->src)
+		munmap(mv->src, mv->seg_bytes);
+	mv->src = NULL;
+	if (mv->err) {
+		while (k-- > 0) {
+			close(mv->fd[k]);
+			close(mv->ro[k]);
+			mv->fd[k] = mv->ro[k] = -1;
+			if (mv->named) {
+				snprintf(seg, sizeof(seg), "m%u.s%u.next", mv->id, k);
+				unlinkat(mv->dirfd, seg, 0);
+			}
+		}
+	}
+	mv->work_ns = thread_cpu_ns() - t0;
+}
+
+/* The new slabs of a move that is not applied (its work done). */
+static void move_discard(struct model_move *mv)
 {
 	char seg[40];
 
-	if (m->slab_pages != WSYNC_PAGES_4K)
-		return fault_memfd_create_huge("wsync-slab", m->bytes, m->slab_pages);
-	if (!slabs_named(b, m))
-		return fault_memfd_create("wsync-slab", m->bytes);
-	snprintf(seg, sizeof(seg), "m%u.s%u.next", m->id, k);
-	return fault_seg_create_at(b->seg_dirfd, seg, m->bytes);
+	for (uint32_t k = 0; k < mv->n; k++) {
+		if (mv->fd[k] < 0)
+			continue;
+		close(mv->fd[k]);
+		close(mv->ro[k]);
+		mv->fd[k] = mv->ro[k] = -1;
+		if (mv->named) {
+			snprintf(seg, sizeof(seg), "m%u.s%u.next", mv->id, k);
+			unlinkat(mv->dirfd, seg, 0);
+		}
+	}
 }
 
-/* Copies the seg_bytes of slab from into slab to: 0 or -errno. */
-static int slab_copy_into(const struct model *m, int from, int to)
+void model_move_free(struct model_move *mv)
 {
-	void *src, *dst;
+	if (!mv)
+		return;
+	free(mv->parts);
+	free(mv);
+}
+
+/* A move of m, ready for move_work: what it needs of m copied, the latest
+ * slab mapped (no pages touched: the worker reads them). Injected segment
+ * faults strike here, on the loop (fault.c is the loop's). */
+static int move_prepare(struct broker *b, struct model *m, const char *reason,
+                        struct model_move **out)
+{
+	struct model_move *mv;
 	int err;
 
-	err = fault_seg_map(from, m->seg_bytes, 0, 0, &src);
-	if (err)
-		return err;
-	err = fault_seg_map(to, m->seg_bytes, 1, 1, &dst);
-	if (!err) {
-		memcpy(dst, src, m->bytes);
-		munmap(dst, m->seg_bytes);
+	if (m->state != WSYNC_MODEL_READY || m->granted || m->gpu)
+		return -EINVAL;
+	mv = fault_calloc(1, sizeof(*mv));
+	if (!mv)
+		return -ENOMEM;
+	mv->m = m;
+	snprintf(mv->reason, sizeof(mv->reason), "%s", reason);
+	mv->dirfd = b->seg_dirfd;
+	mv->named = slabs_named(b, m);
+	mv->id = m->id;
+	mv->n = m->books.n_slots;
+	mv->latest = wsync_latest_slot(m->latest);
+	mv->pages = m->slab_pages;
+	mv->bytes = m->bytes;
+	mv->seg_bytes = m->seg_bytes;
+	for (uint32_t k = 0; k < WSYNC_MAX_SLOTS; k++)
+		mv->fd[k] = mv->ro[k] = -1;
+	for (uint32_t k = 0; k < mv->n; k++) {
+		if (fault_hit(FAULT_SEG, "a moved slab")) {
+			err = -ENOSPC;
+			goto out_free;
+		}
 	}
-	munmap(src, m->seg_bytes);
+	if (mv->latest < mv->n) {
+		err = fault_seg_map(m->slab_fd[mv->latest], m->seg_bytes, 0, 0, &mv->src);
+		if (err)
+			goto out_free;
+	}
+	*out = mv;
+	return 0;
+
+out_free:
+	free(mv);
 	return err;
+}
+
+static void move_why(const struct model_move *mv, int err, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "model '%s': cannot give its new publisher memory of its own: "
+	         "%s", mv->m ? mv->m->name : "?", strerror(-err));
+}
+
+int model_move_start(struct broker *b, struct model *m, const char *reason, char *why,
+                     size_t whylen)
+{
+	struct model_move *mv;
+	uint64_t copy;
+	int err;
+
+	if (b->move || !b->mover || mover_busy(b->mover)) {
+		snprintf(why, whylen, "model '%s' must move to new memory for this publisher, "
+		         "and another model is moving (one move at a time): try again in a "
+		         "moment", m->name);
+		return -EBUSY;
+	}
+	err = move_prepare(b, m, reason, &mv);
+	if (err) {
+		snprintf(why, whylen, "model '%s': cannot give its new publisher memory of its "
+		         "own: %s", m->name, strerror(-err));
+		return err;
+	}
+	/* from the submit on, mv is the worker's until reaped: read it first */
+	copy = mv->src ? mv->bytes : 0;
+	err = mover_submit(b->mover, move_work, mv);
+	if (err) {
+		if (mv->src)
+			munmap(mv->src, mv->seg_bytes);
+		free(mv);
+		snprintf(why, whylen, "model '%s': cannot start its move: %s", m->name,
+		         strerror(-err));
+		return err;
+	}
+	b->move = mv;
+	log_info("model '%s': %s: moving it to new memory (%llu bytes to copy, on the mover's "
+	         "thread)", m->name, reason, (unsigned long long)copy);
+	return 0;
 }
 
 /* A model page for m: the header, the validated latest, the latest slot's
@@ -583,44 +735,51 @@ static int page_create_next(const struct model *m, int *fd, int *ro,
 	return 0;
 }
 
-int model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
-                 size_t whylen)
+int model_move_finish(struct broker *b, struct model_move *mv, bool apply, char *why,
+                      size_t whylen)
 {
-	uint32_t n = m->books.n_slots, latest = wsync_latest_slot(m->latest), k;
-	int fd[WSYNC_MAX_SLOTS], ro[WSYNC_MAX_SLOTS], page_fd, page_ro, err;
+	struct model *m = mv->m;
+	uint32_t n = mv->n, latest = mv->latest, k;
 	struct wsync_model_page *page, *old_page;
 	int64_t t0 = wsync_mono_ns(), now;
+	int page_fd, page_ro, err;
 	char from[40], to[32];
 
-	if (m->state != WSYNC_MODEL_READY || m->granted || m->gpu)
-		return -EINVAL;
-	err = page_create_next(m, &page_fd, &page_ro, &page);
-	if (err)
-		goto out_why;
-	for (k = 0; k < n; k++) {
-		fd[k] = slab_create_next(b, m, k);
-		ro[k] = fd[k] < 0 ? -1 : wsync_seg_reopen_ro(fd[k]);
-		if (fd[k] < 0 || ro[k] < 0) {
-			err = fd[k] < 0 ? fd[k] : ro[k];
-			if (fd[k] >= 0)
-				close(fd[k]);
-			goto out_slabs;
-		}
+	err = mv->err;
+	if (!err && !m)
+		err = -EIDRM;
+	else if (!err && !apply)
+		err = -ECANCELED;
+	else if (!err && (m->state != WSYNC_MODEL_READY || m->granted || m->gpu ||
+	                  m->books.n_slots != n || wsync_latest_slot(m->latest) != latest))
+		err = -EAGAIN;              /* it changed while it moved */
+	if (!err)
+		err = page_create_next(m, &page_fd, &page_ro, &page);
+	if (err) {
+		move_discard(mv);
+		if (err == -EIDRM)
+			snprintf(why, whylen, "the model was deleted while it moved to new memory");
+		else if (err == -EAGAIN)
+			snprintf(why, whylen, "model '%s' changed while it moved to new memory: "
+			         "try again", m->name);
+		else
+			move_why(mv, err, why, whylen);
+		goto out_charge;
 	}
-	if (latest < n && (err = slab_copy_into(m, m->slab_fd[latest], fd[latest])))
-		goto out_slabs;
 	/* From here on nothing fails: the new memory takes the old's names
 	 * and place, and collectors learn of it from the new incarnation. */
-	for (k = 0; k < n && slabs_named(b, m); k++) {
+	for (k = 0; k < n && mv->named; k++) {
 		snprintf(from, sizeof(from), "m%u.s%u.next", m->id, k);
 		seg_name(m->id, (int)k, to, sizeof(to));
 		renameat(b->seg_dirfd, from, b->seg_dirfd, to);
 	}
 	for (k = 0; k < n; k++) {
-		close(m->slab_fd[k]);
-		close(m->slab_ro_fd[k]);
-		m->slab_fd[k] = fd[k];
-		m->slab_ro_fd[k] = ro[k];
+		/* the last fds of the old slabs: freeing them takes a while */
+		mover_close(b->mover, m->slab_fd[k]);
+		mover_close(b->mover, m->slab_ro_fd[k]);
+		m->slab_fd[k] = mv->fd[k];
+		m->slab_ro_fd[k] = mv->ro[k];
+		mv->fd[k] = mv->ro[k] = -1;
 		if (k != latest)
 			model_set_slot(m, k, WSYNC_SLOT_FREE, 0);
 	}
@@ -638,30 +797,39 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 	munmap(old_page, WSYNC_PAGE);
 	now = wsync_mono_ns();
 	m->move_ns[m->moves++ % MODEL_MOVE_BUDGET] = now;   /* model_move_budget_left */
-	(void)model_move_wait_ns(b, now);                  /* fills the bucket first */
-	b->move_credit_ns -= now - t0;
-	b->moved_ns += now - t0;                           /* not the uid's work */
 	log_info("model '%s': %s: new memory for the page and %u slots, the latest version "
-	         "(%llu bytes) copied, in %.1f ms", m->name, reason, n,
-	         latest < n ? (unsigned long long)m->bytes : 0ull, (double)(now - t0) / 1e6);
+	         "(%llu bytes) copied, in %.1f ms of CPU (%.1f ms of it on the broker's thread "
+	         "once copied)", m->name, mv->reason, n,
+	         latest < n ? (unsigned long long)m->bytes : 0ull,
+	         (double)(mv->work_ns + now - t0) / 1e6, (double)(now - t0) / 1e6);
 	m->has_writer = false;
-	return 0;
 
-out_slabs:
-	while (k-- > 0) {
-		close(fd[k]);
-		close(ro[k]);
-		if (slabs_named(b, m)) {
-			snprintf(from, sizeof(from), "m%u.s%u.next", m->id, k);
-			unlinkat(b->seg_dirfd, from, 0);
-		}
+out_charge:
+	/* The worker's time counts as the broker's: it is the memory
+	 * bandwidth and the core every client shares. */
+	now = wsync_mono_ns();
+	(void)model_move_wait_ns(b, now);                  /* fills the bucket first */
+	b->move_credit_ns -= mv->work_ns + (now - t0);
+	return err;
+}
+
+int model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
+                 size_t whylen)
+{
+	struct model_move *mv;
+	int64_t t0 = wsync_mono_ns();
+	int err;
+
+	err = move_prepare(b, m, reason, &mv);
+	if (err) {
+		snprintf(why, whylen, "model '%s': cannot give its new publisher memory of its "
+		         "own: %s", m->name, strerror(-err));
+		return err;
 	}
-	munmap(page, WSYNC_PAGE);
-	close(page_ro);
-	close(page_fd);
-out_why:
-	snprintf(why, whylen, "model '%s': cannot give its new publisher memory of its own: "
-	         "%s", m->name, strerror(-err));
+	move_work(mv);
+	err = model_move_finish(b, mv, true, why, whylen);
+	model_move_free(mv);
+	b->moved_ns += wsync_mono_ns() - t0;    /* on this thread, not the uid's work */
 	return err;
 }
 

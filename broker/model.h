@@ -23,6 +23,7 @@
 #include "slots.h"
 #include "stats.h"
 #include "shm/layout.h"
+#include "shm/proto.h"
 
 struct pub_group;
 struct gpu_slabs;
@@ -94,7 +95,7 @@ struct model {
 	uid_t    writer_uid;
 	/* when its last MODEL_MOVE_BUDGET moves happened (CLOCK_MONOTONIC
 	 * ns, a ring at moves % MODEL_MOVE_BUDGET): each copies the latest
-	 * slab inside the event loop, so a uid that opens, commits and leaves
+	 * slab, so a uid that opens, commits and leaves
 	 * again and again is refused past the budget (model_move_budget_left) */
 	int64_t  move_ns[MODEL_MOVE_BUDGET];
 	uint64_t moves;
@@ -150,6 +151,41 @@ static inline bool model_move_budget_left(const struct model *m, int64_t now_ns)
  * free memory to the system (broker.h, trim_due). */
 #define MODEL_TRIM_BYTES (256 * 1024)
 
+/*
+ * A move in progress (model_move_start): new slabs made and the latest
+ * version copied by the worker thread (mover.h), applied by the loop when
+ * the worker is done (model_move_finish). One at a time: b->move.
+ */
+struct model_move {
+	/* the loop's, at any time */
+	struct model *m;                 /* NULL once m was removed mid-move */
+	struct session *requester;       /* the PUB_OPEN waiting for it, NULL if
+	                                    none or once its session ended */
+	union wsync_msg_any open;        /* that request: its seq, its arguments */
+	void    *parts;                  /* its group's parts (free'd with it) */
+	struct session *closer;          /* the CLOSE that made it (for_leave),
+	                                    answered when it is done; NULL if
+	                                    none or once its session ended */
+	union wsync_msg_any close;       /* that request */
+	bool     for_leave;              /* made because a publisher of left_uid
+	                                    left (publish_revoke): applied even
+	                                    with nobody waiting */
+	uid_t    left_uid;
+	char     reason[96];
+	/* the worker's from mover_submit until mover_reap (mover.c): inputs
+	 * the loop copied from the model, then the results */
+	int      dirfd;                  /* named slabs: the generation's directory */
+	bool     named;
+	uint32_t id, n, latest;          /* latest: the slot copied, or >= n */
+	uint32_t pages;                  /* enum wsync_slab_pages */
+	uint64_t bytes, seg_bytes;
+	void    *src;                    /* the latest slab, mapped by the loop;
+	                                    the worker unmaps it */
+	int      fd[WSYNC_MAX_SLOTS], ro[WSYNC_MAX_SLOTS];
+	int      err;
+	int64_t  work_ns;                /* the worker's CPU time for it */
+};
+
 /* Versions fit in the 56 high bits of `latest`. */
 #define MODEL_VERSION_MAX ((UINT64_C(1) << 56) - 2)
 
@@ -186,6 +222,30 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
  */
 int  model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
                   size_t whylen);
+/*
+ * model_rotate in two halves, the slow one on the worker thread: starts
+ * moving m (the same preconditions), submitting the new slabs and the copy
+ * to b->mover; b->move is then the move. 0, -EBUSY if a move is already in
+ * progress, or -errno (nothing changed) with a reason in why. While it
+ * moves, m serves its old memory and must get no publisher.
+ */
+int  model_move_start(struct broker *b, struct model *m, const char *reason, char *why,
+                      size_t whylen);
+/* Whether m is being moved (b->move is its). */
+static inline bool model_moving(const struct broker *b, const struct model *m)
+{
+	return b->move && b->move->m == m;
+}
+/*
+ * Once the worker is done with mv (mover_reap): applies it when apply and
+ * its model is still there unchanged, as model_rotate does, else frees the
+ * new memory. Its time is charged to the move budget either way. 0, or
+ * -errno with a reason in why (-EIDRM: the model was removed meanwhile;
+ * -ECANCELED: not applied). mv itself stays the caller's (model_move_free).
+ */
+int  model_move_finish(struct broker *b, struct model_move *mv, bool apply, char *why,
+                       size_t whylen);
+void model_move_free(struct model_move *mv);
 /* 0 if moves have time left now, else how long until they have
  * (broker.h, move_credit_ns). */
 int64_t model_move_wait_ns(struct broker *b, int64_t now_ns);

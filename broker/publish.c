@@ -342,8 +342,28 @@ void publish_revoke(struct broker *b, struct model *m, uid_t uid)
 	if (b->stopping && !b->cfg.keep)
 		return;
 	snprintf(reason, sizeof(reason), "its publisher of uid %u left", (unsigned)uid);
+	/* The copy on the mover's thread, unless it is busy with another
+	 * model's move or the broker is stopping: then here, in the loop. */
+	if (!b->stopping && !b->move && b->mover) {
+		int err = model_move_start(b, m, reason, why, sizeof(why));
+
+		if (!err) {
+			b->move->for_leave = true;
+			b->move->left_uid = uid;
+			return;
+		}
+		if (err != -EBUSY) {
+			publish_revoke_failed(m, uid, why);
+			return;
+		}
+	}
 	if (!model_rotate(b, m, reason, why, sizeof(why)))
 		return;
+	publish_revoke_failed(m, uid, why);
+}
+
+void publish_revoke_failed(struct model *m, uid_t uid, const char *why)
+{
 	/* Its latest is in memory uid may still write: never served again.
 	 * has_writer stays, so the next publisher of another uid than uid
 	 * gets new memory (or is refused), with nothing copied. */
@@ -351,4 +371,14 @@ void publish_revoke(struct broker *b, struct model *m, uid_t uid)
 	log_error("%s; uid %u may still write its memory, so its latest version is "
 	          "withdrawn: collectors get no new view of it until a publisher commits "
 	          "v%llu or later", why, (unsigned)uid, (unsigned long long)(m->hwm + 1));
+}
+
+int publish_move_done(struct broker *b, struct model_move *mv, bool apply, char *why,
+                      size_t whylen)
+{
+	int err = model_move_finish(b, mv, apply || mv->for_leave, why, whylen);
+
+	if (err && mv->for_leave && mv->m)
+		publish_revoke_failed(mv->m, mv->left_uid, why);
+	return err;
 }

@@ -13,6 +13,7 @@
 #include "broker.h"
 
 struct model;
+struct model_move;
 struct peer;
 
 struct grant {
@@ -48,9 +49,18 @@ void publish_restore(struct broker *b, struct model *m, uint64_t seen);
  * group_leave.) */
 void publish_leave(struct broker *b, struct model *m, struct peer *p, const char *why);
 /* The last publisher of m, of uid, is gone: unless uid is the broker's or
- * root, m gets new memory its processes cannot reach (model_rotate), so
- * its write right ends when it leaves (DESIGN invariant 11). */
+ * root, m gets new memory its processes cannot reach, so its write right
+ * ends when it leaves (DESIGN invariant 11): copied on the mover's thread
+ * (model_move_start; a PUB_OPEN meanwhile waits for it), or here
+ * (model_rotate) while another move runs or the broker stops. */
 void publish_revoke(struct broker *b, struct model *m, uid_t uid);
+/* A move for uid's departure failed (why): m's latest is withdrawn. */
+void publish_revoke_failed(struct model *m, uid_t uid, const char *why);
+/* Finishes a move the mover is done with (model_move_finish): applied when
+ * apply or when made for a departure, whose failure withdraws the latest
+ * (publish_revoke_failed). model_move_finish's result. */
+int  publish_move_done(struct broker *b, struct model_move *mv, bool apply, char *why,
+                       size_t whylen);
 /*
  * Checks the page's `latest` against what the broker validated (its latest,
  * or the outstanding grant) and repairs it if it holds anything else

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#define MAX_N 400
+#define MAX_N 300
 
 static struct broker B;
 
@@ -72,7 +72,7 @@ out:
 
 int main(void)
 {
-	char val[16];
+	char val[16], versions[256];
 	int n, start_failures = 0, request_failures = 0;
 
 	/* the production broker ignores the variable */
@@ -95,6 +95,11 @@ int main(void)
 
 		snprintf(val, sizeof(val), "%d", n);
 		snprintf(mark, sizeof(mark), "(WSYNC_FAULT_ALLOC=%d)", n);
+		/* Each round leaves the version floors of its new names, which
+		 * the next start reads, one allocation each: without a fresh
+		 * versions file the start's allocations would grow with N. */
+		snprintf(versions, sizeof(versions), "%s/wsync/%s.versions", B.dir, B.name);
+		unlink(versions);
 		setenv("WSYNC_FAULT_ALLOC", val, 1);
 		if (harness_broker_restart(&B) != 0) {
 			unsetenv("WSYNC_FAULT_ALLOC");

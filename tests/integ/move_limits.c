@@ -3,7 +3,7 @@
  * when it leaves (DESIGN invariants 10 and 11). With --group:
  *
  * 1. The move budget. Each time such a publisher leaves, the model moves
- *    to new memory, its latest slab copied inside the broker's event loop;
+ *    to new memory, its latest slab copied (on the broker's mover thread);
  *    its first open moves it too (it follows the trainer, whose latest it
  *    must not be handed). A uid that opens, commits and leaves in a loop
  *    makes 2 + 1 + 1 moves in three rounds and gets its 4th PUB_OPEN
