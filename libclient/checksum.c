@@ -28,6 +28,7 @@
 #include "client.h"
 #include "shm/errmsg.h"
 #include "sub_attach.h"
+#include "xxh3_copy.h"
 
 static uint64_t nonzero(uint64_t h)
 {
@@ -64,7 +65,7 @@ uint64_t wsync_checksum_threads(const void *data, size_t len, unsigned threads)
 	uint64_t *hash, sum;
 
 	if (n <= 1)
-		return nonzero(XXH3_64bits(data, len));
+		return nonzero(xxh3_hash(data, len));
 	hash = malloc(n * sizeof(*hash));
 	if (!hash)
 		return 1;

@@ -590,7 +590,7 @@ static void block_hash(void *arg, size_t k)
 		return;
 	if (e > h->bytes)
 		e = h->bytes;
-	h->hash[k] = XXH3_64bits(h->base + a, e - a);
+	h->hash[k] = xxh3_hash(h->base + a, e - a);
 }
 
 void copy_hash_blocks(const void *base, uint64_t bytes, uint64_t *hash,

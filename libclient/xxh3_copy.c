@@ -298,6 +298,23 @@ void xxh3_run_copy(struct xxh3_run *r, void *dst, const void *src, size_t n,
 	}
 }
 
+uint64_t xxh3_hash(const void *p, size_t len)
+{
+#if defined(__x86_64__)
+	struct xxh3_run r;
+
+	if (len < XXH3_RUN_MIN)
+		return XXH3_64bits(p, len);
+	xxh3_run_init(&r, len);
+	/* hash only: dst is never written */
+	xxh3_run_copy(&r, (void *)(uintptr_t)p, p, (size_t)xxh3_run_stripes(len), XXH3_HASH_ONLY);
+	return xxh3_run_final(&r, (const uint8_t *)p + len - XXH3_STRIPE);
+#else
+	/* no vector code here: libxxhash's own (NEON on arm64) is faster */
+	return XXH3_64bits(p, len);
+#endif
+}
+
 static uint64_t mul128_fold64(uint64_t a, uint64_t b)
 {
 	unsigned __int128 p = (unsigned __int128)a * b;

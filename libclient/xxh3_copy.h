@@ -48,6 +48,12 @@ void xxh3_run_copy(struct xxh3_run *r, void *dst, const void *src, size_t n,
 /* The hash, given the input's last 64 bytes (bytes len - 64 .. len - 1). */
 uint64_t xxh3_run_final(const struct xxh3_run *r, const void *last);
 
+/* XXH3_64bits(p, len) (seed 0) on the vector code below on x86-64: there
+ * libxxhash's exported XXH3_64bits is its SSE2 build, a third of the speed
+ * of this loop's AVX2 and slower than one core reads memory, which left a
+ * hash pass at commit bound by arithmetic rather than by memory. */
+uint64_t xxh3_hash(const void *p, size_t len);
+
 /* Which vector code xxh3_run_copy uses: the best the CPU has, unless a test
  * forces one (0 = automatic, 1 = portable C, 2 = SSE2, 3 = AVX2); returns
  * the one in use, or -1 if the CPU lacks the one asked for. */

@@ -96,6 +96,31 @@ static void fused_loop_is_xxh3(void **state)
 	free(dst);
 }
 
+/* The hash-only pass (a commit's and verify's) against libxxhash, at every
+ * length around the short-input limit and stripe boundaries, unaligned. */
+static void hash_pass_is_xxh3(void **state)
+{
+	size_t max = 2 * MIB + 99;
+	uint8_t *src = filled(max + 7, 3);
+	unsigned checked = 0;
+
+	(void)state;
+	for (int impl = 1; impl <= 3; impl++) {
+		if (xxh3_copy_impl(impl) < 0)
+			continue;
+		for (size_t len = 0; len < max;
+		     len = len < 1100 ? len + 1 : len < 70000 ? len * 3 / 2 + 61 : len * 2 + 3)
+			for (size_t off = 0; off < 8; off += 7) {
+				assert_int_equal(xxh3_hash(src + off, len), XXH3_64bits(src + off, len));
+				checked++;
+			}
+	}
+	xxh3_copy_impl(0);
+	assert_int_equal(xxh3_hash(src, MIB), XXH3_64bits(src, MIB));
+	assert_true(checked > 2000);
+	free(src);
+}
+
 /* ---- the checksum's definition ----------------------------------------------- */
 
 static void checksum_is_defined_by_blocks(void **state)
@@ -278,6 +303,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fused_loop_is_xxh3),
+		cmocka_unit_test(hash_pass_is_xxh3),
 		cmocka_unit_test(checksum_is_defined_by_blocks),
 		cmocka_unit_test(copies_hash_what_they_write),
 		cmocka_unit_test(plain_copies_copy),
