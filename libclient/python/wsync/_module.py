@@ -270,7 +270,18 @@ def can_swap(module):
     return True
 
 
-def swap_into(view, module, strict=True):
+def _as_parameter(t, Parameter):
+    """nn.Parameter(t, requires_grad=False) of a fresh ReadOnlyTensor t
+    (no grad): torch makes a Parameter of a tensor subclass by marking
+    t.detach().requires_grad_(False) _is_param (torch/nn/parameter.py);
+    marking t itself is the same tensor for the module, without the two
+    torch-function dispatches per tensor (a third of a small model's swap).
+    Where torch does not know the mark, Parameter() as usual."""
+    t._is_param = True
+    return t if isinstance(t, Parameter) else Parameter(t, requires_grad=False)
+
+
+def swap_into(view, module, strict=True, put=None):
     """Puts view's tensors into module, without copying: each parameter and
     buffer the view names becomes a read-only zero-copy tensor over the
     view (a ReadOnlyTensor; a parameter stays a parameter, without grad),
@@ -283,6 +294,8 @@ def swap_into(view, module, strict=True):
     not fill (strict=False) raises NoStorageError. The caller keeps the view
     held while its tensors are in the module (they raise ClosedError once
     it is released) and lets it go when the next one is swapped in.
+    put (a dict), if given, gets {name: tensor put in} for the names
+    load_state_dict would ask for, in the module's order.
     Returns LoadResult(missing_keys, unexpected_keys)."""
     import torch
     slots = module_slots(module)
@@ -316,9 +329,11 @@ def swap_into(view, module, strict=True):
         if t is None:
             continue
         if is_param:
-            m._parameters[attr] = Parameter(t, requires_grad=False)
+            t = m._parameters[attr] = _as_parameter(t, Parameter)
         else:
             m._buffers[attr] = t
+        if put is not None and (is_param or attr not in m._non_persistent_buffers_set):
+            put[name] = t
     return LoadResult(missing, unexpected)
 
 
