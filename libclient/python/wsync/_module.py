@@ -304,16 +304,20 @@ def swap_into(view, module, strict=True, put=None):
     missing = [k for k in wanted if k not in by_name]
     unexpected = [k for k in by_name if k not in slots]
     mismatched = []
-    for name, (_, _, _, t) in slots.items():
-        spec = by_name.get(name)
-        if spec is None:
-            continue
-        if tuple(t.shape) != spec.shape:
-            mismatched.append((name, "shape", tuple(t.shape), spec.shape))
-        want = _dtypes.CODE[spec.dtype]
-        if _torch_code(t.dtype) != want:
-            mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
-                               _dtypes.torch_name(want)))
+    # shape and dtype read without the torch-function dispatch of the
+    # read-only tensors a swap put in before (they only read)
+    with torch._C.DisableTorchFunction():
+        for name, (_, _, _, t) in slots.items():
+            spec = by_name.get(name)
+            if spec is None:
+                continue
+            shape, dtype = tuple(t.shape), t.dtype
+            if shape != spec.shape:
+                mismatched.append((name, "shape", shape, spec.shape))
+            want = _dtypes.CODE[spec.dtype]
+            if _torch_code(dtype) != want:
+                mismatched.append((name, "dtype", str(dtype).replace("torch.", ""),
+                                   _dtypes.torch_name(want)))
     where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
                                                type(module).__name__)
     if mismatched or (strict and (missing or unexpected)):
