@@ -50,6 +50,7 @@ static const struct {
 	[WSYNC_MSG_DELETE]   = { handle_delete, 0, false, WORK_COUNTED },
 	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0, false, WORK_NONE },
 	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0, true, WORK_NONE },
+	[WSYNC_MSG_ACKED]    = { handle_acked, 0, false, WORK_COUNTED },
 };
 
 /* Checks that need no handler; 0 or -errno with the reason in r. */

@@ -1,7 +1,8 @@
 /*
  * broker/handle_subscribe.c — a collector's requests: SUB_OPEN, ATTACH
  * (the layout and slabs, read-only), GPU_ATTACH (a device model's slots on
- * one GPU) and NOTIFY (an eventfd written at every commit).
+ * one GPU), NOTIFY (an eventfd written at every commit) and ACKED (an
+ * explicit ack while the publisher waits for its readers).
  */
 #include "handlers.h"
 
@@ -18,6 +19,7 @@
 #include "loop.h"
 #include "model.h"
 #include "peer.h"
+#include "readers.h"
 #include "request.h"
 #include "session.h"
 
@@ -223,3 +225,22 @@ int handle_notify(struct req *r)
 	return 0;
 }
 
+
+/* A collector's explicit ack while its publisher waited: the waits of the
+ * model are looked at now (broker/readers.c). Only a subscriber may ask:
+ * anybody else's ack counts for nothing anyway. */
+int handle_acked(struct req *r)
+{
+	uint32_t id = r->m->acked.m.model_id;
+	struct model *m = req_model(r, id);
+	union wsync_msg_any ok;
+
+	if (!m || !r->p->m[id].subs)
+		return req_fail(r, -EIDRM, "ACKED for model %u, which this session does not "
+		                "subscribe to (deleted?)", id);
+	readers_acked(r->b, m);
+	memset(&ok, 0, sizeof(ok));
+	ok.acked_ok.model_id = id;
+	req_reply(r, &ok, WSYNC_MSG_ACKED_OK, NULL, 0);
+	return 0;
+}

@@ -1,7 +1,8 @@
 /*
  * broker/handlers.h — one function per request type (shm/proto.h), grouped
  * by family: handle_session.c (HELLO), handle_publish.c (PUB_OPEN, BEGIN,
- * COMMIT, ABORT), handle_subscribe.c (SUB_OPEN, ATTACH, GPU_ATTACH, NOTIFY),
+ * COMMIT, ABORT), handle_subscribe.c (SUB_OPEN, ATTACH, GPU_ATTACH, NOTIFY,
+ * ACKED),
  * handle_lifecycle.c (CLOSE, DELETE, WAIT_READERS). dispatch.c holds the
  * table. Each returns 0 after sending its reply, or -errno with the reason
  * in r->why (request.h).
@@ -25,6 +26,7 @@ int handle_sub_open(struct req *r);
 int handle_attach(struct req *r);
 int handle_gpu_attach(struct req *r);
 int handle_notify(struct req *r);
+int handle_acked(struct req *r);
 int handle_close(struct req *r);
 int handle_delete(struct req *r);
 int handle_wait_readers(struct req *r);

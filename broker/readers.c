@@ -179,6 +179,18 @@ static void wait_free(struct reader_wait *w)
 	free(w);
 }
 
+/* The ctl entry's reader_waits hint for model id: set while a wait on it
+ * pends. Stored, then the subscribers' words read (seq_cst, here and in
+ * wsync_sub_ack): a collector acknowledging meanwhile either is seen by that
+ * read or sees the hint and sends ACKED. */
+static void waits_hint(struct broker *b, uint32_t id)
+{
+	struct model *m = model_get(b, id);
+
+	if (m && m->ctl)
+		atomic_store(&m->ctl->reader_waits, b->reader_waits[id] != NULL);
+}
+
 int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq,
                  uint64_t version, uint32_t n_readers, uint32_t timeout_ms,
                  char *why, size_t whylen)
@@ -218,6 +230,7 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 	p->waits++;
 	if (p->books)
 		p->books->waits++;
+	atomic_store(&m->ctl->reader_waits, 1);
 	have_read(m, t);
 	done = wait_settle(b, m, t, w, now);
 	free(t);
@@ -226,6 +239,7 @@ int readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t seq
 		                      memory_order_relaxed);
 	if (done) {
 		wait_free(w);
+		waits_hint(b, m->id);
 		return 0;
 	}
 	if (w->lead)        /* a begin held back by a collector behind the bound */
@@ -284,6 +298,7 @@ static int64_t model_poll(struct broker *b, uint32_t id, struct have_table *t, i
 		}
 		wait_free(w);
 	}
+	waits_hint(b, id);
 	return due_next;
 }
 
@@ -312,6 +327,22 @@ int64_t readers_poll(struct broker *b)
 	return next;
 }
 
+void readers_acked(struct broker *b, struct model *m)
+{
+	struct have_table *t;
+	int64_t due;
+
+	if (!b->reader_waits[m->id])
+		return;
+	t = fault_malloc(sizeof(*t));
+	if (!t)
+		return;                  /* the poll answers it */
+	due = model_poll(b, m->id, t, wsync_mono_ns());
+	free(t);
+	if (due >= 0)
+		outbox_timer_in(&b->out, due);
+}
+
 void readers_peer_gone(struct broker *b, struct peer *p)
 {
 	bool others = false;
@@ -319,8 +350,10 @@ void readers_peer_gone(struct broker *b, struct peer *p)
 	/* its own waits only: a teardown does not walk everybody's */
 	while (p->wait_list)
 		wait_free(p->wait_list);
-	for (uint32_t id = 0; id < WSYNC_MAX_MODELS && !others; id++)
-		others = b->reader_waits[id] != NULL;
+	for (uint32_t id = 0; id < WSYNC_MAX_MODELS; id++) {
+		others = others || b->reader_waits[id] != NULL;
+		waits_hint(b, id);
+	}
 	/* a reader that went stops counting: some waits may be met now */
 	if (others)
 		outbox_timer_in(&b->out, 0);

@@ -11,6 +11,15 @@
  * feature costs nothing, on the acquire path one conditional store, and a
  * wait left pending for minutes costs the broker a look every 10 ms.
  *
+ * A collector that acknowledges explicitly (wsync_sub_ack) need not wait
+ * for that poll: while a wait on the model pends, its ctl entry's
+ * reader_waits hint is set, and such a collector then sends ACKED
+ * (handle_subscribe.c), which looks at the model's waits at once
+ * (readers_acked). The hint is stored before the words are read, and a
+ * collector stores its word before it reads the hint, so one of the two
+ * sees the other; a hint missed or stale costs a poll's delay or one
+ * message, never a wrong answer: the broker reads the words either way.
+ *
  * A max_lead wait (n_readers with WSYNC_READERS_LEAD, libclient/pub_lead.c)
  * counts the subscribers that acquired any version of the model: one that
  * never did acts with none yet, one that closed its subscription or whose
@@ -51,6 +60,9 @@ int  readers_wait(struct broker *b, struct peer *p, struct model *m, uint32_t se
 /* Looks at every pending wait: answers those met, deleted or past their
  * deadline. Returns ns until the next look is due, -1 when none pends. */
 int64_t readers_poll(struct broker *b);
+/* A subscriber of m acknowledged a version (ACKED): answers m's waits that
+ * are met now, without waiting for the poll. */
+void readers_acked(struct broker *b, struct model *m);
 /* p is going: its own waits are dropped unanswered, and the others are
  * looked at again soon (p no longer counts as a reader). */
 void readers_peer_gone(struct broker *b, struct peer *p);

@@ -421,6 +421,31 @@ int wsync_sub_set_ack(wsync_sub *s, int explicit_ack)
 	return 0;
 }
 
+#define SUB_ACKED_TIMEOUT_NS (1000 * 1000000ll)   /* a stuck broker never stalls an ack */
+
+/* Tells the broker this session acknowledged (ACKED). Best effort: the ack
+ * is in the session page already, and the broker finds it there at its next
+ * look if this does not reach it (the client busy in another call, a broker
+ * restarting, a full budget). */
+static void sub_acked(wsync_sub *s)
+{
+	union wsync_msg_any m;
+	struct conn_reply rep;
+
+	wsync_msg_init(&m.hdr, WSYNC_MSG_ACKED, 0);
+	m.acked.m.model_id = s->model_id;
+	/* never behind another call of this client: that may be this very
+	 * session's own wait for its readers, which the ack would then wait
+	 * out (the broker's look finds the ack meanwhile) */
+	if (pthread_mutex_trylock(&s->c->lock))
+		return;
+	if (!wsync_conn_call_by(s->c, &m, NULL, 0, WSYNC_MSG_ACKED_OK,
+	                        wsync_deadline(SUB_ACKED_TIMEOUT_NS), NULL, &rep))
+		wsync_reply_close_fds(&rep, 0);
+	client_unlock(s->c);
+	wsync_errmsg_clear();
+}
+
 int wsync_sub_ack(wsync_sub *s, uint64_t version)
 {
 	_Atomic uint64_t *word;
@@ -447,6 +472,13 @@ int wsync_sub_ack(wsync_sub *s, uint64_t version)
 	       !atomic_compare_exchange_weak_explicit(word, &had, version, memory_order_relaxed,
 	                                              memory_order_relaxed))
 		;
+	/* A publisher waiting for its readers hears of it now, not at the
+	 * broker's next look (broker/readers.h): the word stored, then the
+	 * hint read, seq_cst against the broker's store of the hint and read
+	 * of the words. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (version > had && atomic_load_explicit(&s->entry->reader_waits, memory_order_relaxed))
+		sub_acked(s);
 	return 0;
 }
 

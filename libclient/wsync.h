@@ -367,8 +367,11 @@ int  wsync_sub_set_spin(wsync_sub *s, int64_t spin_ns);
  * version this subscription acquired (1 .. the newest it acquired); a
  * lower count than one already there is left as it is. -EINVAL for 0 or a
  * version newer than any it acquired, -EIDRM if the model was deleted or
- * replaced since s opened it. No system call; a publisher's
- * wsync_pub_wait_readers sees it within its next look.
+ * replaced since s opened it. No system call while no publisher waits
+ * for the model's readers; while one does, one round trip to the broker,
+ * which answers that wait at once (without it, the broker's next look, up
+ * to 0.5 ms later for a young wait) — skipped, leaving it to that look,
+ * when another thread is in a call on the same client.
  */
 int  wsync_sub_set_ack(wsync_sub *s, int explicit_ack);
 int  wsync_sub_ack(wsync_sub *s, uint64_t version);

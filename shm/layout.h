@@ -214,7 +214,12 @@ struct wsync_ctl_model {
 	 * delete or replace it. WSYNC_OWNER_NONE while it has no layout. Kept
 	 * across adoption. */
 	uint32_t owner_uid;
-	uint32_t reserved0;
+	/* Nonzero while a WAIT_READERS on the model pends (broker/readers.c):
+	 * a collector that acknowledges a version explicitly (wsync_sub_ack)
+	 * then tells the broker (ACKED), so the wait settles at once rather
+	 * than at the broker's next look. Only a hint: a missed one costs that
+	 * look's delay, never an answer. */
+	_Atomic uint32_t reader_waits;
 	/* The incarnation the model was declared with. `incarnation` moves on
 	 * also when the model gets new memory for a publisher of another uid
 	 * (broker/model.c model_rotate): a subscription whose base still

@@ -43,6 +43,8 @@ static const struct {
 	                                sizeof(struct wsync_msg_wait_readers_ok) },
 	[WSYNC_MSG_GPU_ATTACH]      = { "GPU_ATTACH", sizeof(struct wsync_msg_gpu_attach) },
 	[WSYNC_MSG_GPU_ATTACH_OK]   = { "GPU_ATTACH_OK", sizeof(struct wsync_msg_gpu_attach_ok) },
+	[WSYNC_MSG_ACKED]           = { "ACKED", sizeof(struct wsync_msg_acked) },
+	[WSYNC_MSG_ACKED_OK]        = { "ACKED_OK", sizeof(struct wsync_msg_acked_ok) },
 };
 
 size_t wsync_msg_size(uint32_t type)
@@ -234,6 +236,12 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		return 0;
 	case WSYNC_MSG_WAIT_READERS_OK:
 		CHECK(m->wait_readers_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
+		return 0;
+	case WSYNC_MSG_ACKED:
+		return model_ref_ok(&m->acked.m, why, whylen);
+	case WSYNC_MSG_ACKED_OK:
+		CHECK(m->acked_ok.reserved == 0, "reserved field not zero");
+		CHECK(m->acked_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		return 0;
 	case WSYNC_MSG_ERROR:
 		CHECK(m->error.err < 0, "error code %d not negative", m->error.err);

@@ -31,6 +31,7 @@
  *   WAIT_READERS    WAIT_READERS_OK  -                    -
  *   GPU_ATTACH      GPU_ATTACH_OK    -                    slot 0..n-1 on one GPU
  *                                                         (VMM POSIX fds)
+ *   ACKED           ACKED_OK         -                    -
  *
  * Order rules (else -EPROTO): HELLO first and once; BEGIN/COMMIT/ABORT only
  * by the model's publisher; COMMIT/ABORT only for the slot and version of the
@@ -93,6 +94,8 @@ enum wsync_msg_type {
 	WSYNC_MSG_WAIT_READERS_OK,
 	WSYNC_MSG_GPU_ATTACH,
 	WSYNC_MSG_GPU_ATTACH_OK,
+	WSYNC_MSG_ACKED,
+	WSYNC_MSG_ACKED_OK,
 	WSYNC_MSG_TYPE_END,
 };
 
@@ -322,6 +325,20 @@ struct wsync_msg_wait_readers_ok {
 	uint64_t version;
 };
 
+/* subscriber -> broker: this session acknowledged a version of the model
+ * (wsync_sub_ack) while a WAIT_READERS on it pended (the ctl entry's
+ * reader_waits): look at the model's waits now rather than at the next
+ * poll. Carries nothing the broker trusts: it reads the session pages. */
+struct wsync_msg_acked {
+	struct wsync_msg_hdr hdr;
+	struct wsync_model_ref m;
+};
+struct wsync_msg_acked_ok {
+	struct wsync_msg_hdr hdr;
+	uint32_t model_id;
+	uint32_t reserved;
+};
+
 /* publisher or subscriber -> broker: send me the slots of my model on its
  * GPU number `device` (an index in the model's list, ctl entry dev_uuid) */
 struct wsync_msg_gpu_attach {
@@ -378,6 +395,8 @@ union wsync_msg_any {
 	struct wsync_msg_wait_readers_ok wait_readers_ok;
 	struct wsync_msg_gpu_attach gpu_attach;
 	struct wsync_msg_gpu_attach_ok gpu_attach_ok;
+	struct wsync_msg_acked acked;
+	struct wsync_msg_acked_ok acked_ok;
 };
 
 static_assert(sizeof(struct wsync_msg_hello) == 88, "hello size");

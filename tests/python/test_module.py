@@ -392,3 +392,48 @@ def test_the_split_of_a_copy_covers_every_byte_once():
             runs = sorted(covered[d - s])
             assert runs[0][0] == s and runs[-1][1] == s + n
             assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
+
+
+def test_swap_into_puts_read_only_parameters_and_says_which(client):
+    """A swap puts nn.Parameters that are the view's read-only tensors
+    (marked, not rebuilt: the same object in the module and in put), put
+    lists what state_dict names (no non-persistent buffer), and the fast
+    path of the read-only tensors' dispatch still refuses every write and
+    any use after release."""
+    from wsync import _module
+    from wsync._torch import ReadOnlyTensor, ReadOnlyError
+    net = small_net()
+    net.register_buffer("scratch", torch.zeros(3), persistent=False)
+    src = dict(net.state_dict())
+    src["scratch"] = torch.full((3,), 7.0)
+    pub = client.publisher_like("module.swap", src, slots=3)
+    pub.publish(src, 1, WAIT_S)
+    sub = client.subscriber("module.swap")
+    rx = scrambled(small_net(), 0.0)
+    rx.register_buffer("scratch", torch.zeros(3), persistent=False)
+    view = sub.acquire()
+    put = {}
+    res = _module.swap_into(view, rx, put=put)
+    assert res.missing_keys == [] and res.unexpected_keys == []
+    assert list(put) == list(rx.state_dict())            # scratch is not there
+    assert rx.scratch.tolist() == [7.0] * 3               # but it was swapped in
+    for name, p in rx.named_parameters():
+        assert put[name] is p
+        assert isinstance(p, nn.Parameter) and isinstance(p, ReadOnlyTensor)
+        assert not p.requires_grad
+        assert torch.equal(p, src[name])
+    w = rx[0].weight
+    for write in (lambda: w.add_(1), lambda: w.data.add_(1), lambda: w.detach().zero_(),
+                  lambda: torch.relu_(w), lambda: nn.functional.relu(w, inplace=True),
+                  lambda: torch.add(w, 1, out=w)):
+        with pytest.raises(ReadOnlyError):
+            write()
+    assert torch.equal(w, src["0.weight"])
+    assert isinstance(w.data, ReadOnlyTensor) and isinstance(w.detach(), ReadOnlyTensor)
+    view.release()
+    with pytest.raises(wsync.ClosedError):
+        w.data
+    with pytest.raises(wsync.ClosedError):
+        w.detach()
+    sub.close()
+    pub.close()

@@ -47,6 +47,8 @@ static const size_t sizes[END] = {
 	[WSYNC_MSG_WAIT_READERS_OK] = sizeof(struct wsync_msg_wait_readers_ok),
 	[WSYNC_MSG_GPU_ATTACH] = sizeof(struct wsync_msg_gpu_attach),
 	[WSYNC_MSG_GPU_ATTACH_OK] = sizeof(struct wsync_msg_gpu_attach_ok),
+	[WSYNC_MSG_ACKED] = sizeof(struct wsync_msg_acked),
+	[WSYNC_MSG_ACKED_OK] = sizeof(struct wsync_msg_acked_ok),
 };
 
 /* A well-formed message of type t: plausible values, reserved fields 0. */
@@ -176,6 +178,12 @@ static size_t make_valid(uint32_t t, union wsync_msg_any *m)
 		m->gpu_attach_ok.n_slots = 4;
 		m->gpu_attach_ok.dev_bytes = 2 << 20;
 		m->gpu_attach_ok.incarnation = 7;
+		break;
+	case WSYNC_MSG_ACKED:
+		m->acked.m.model_id = 3;
+		break;
+	case WSYNC_MSG_ACKED_OK:
+		m->acked_ok.model_id = 3;
 		break;
 	}
 	return sizes[t];
@@ -465,6 +473,8 @@ static void refuses_nonzero_reserved_fields(void **state)
 		F(WSYNC_MSG_GPU_ATTACH, gpu_attach, m.reserved),
 		F(WSYNC_MSG_GPU_ATTACH, gpu_attach, reserved),
 		F(WSYNC_MSG_GPU_ATTACH_OK, gpu_attach_ok, reserved),
+		F(WSYNC_MSG_ACKED, acked, m.reserved),
+		F(WSYNC_MSG_ACKED_OK, acked_ok, reserved),
 		F(WSYNC_MSG_ERROR, error, reserved),
 		F(WSYNC_MSG_ERROR, error, reserved2[0]),
 		F(WSYNC_MSG_ERROR, error, reserved2[1]),

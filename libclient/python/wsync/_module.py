@@ -270,7 +270,18 @@ def can_swap(module):
     return True
 
 
-def swap_into(view, module, strict=True):
+def _as_parameter(t, Parameter):
+    """nn.Parameter(t, requires_grad=False) of a fresh ReadOnlyTensor t
+    (no grad): torch makes a Parameter of a tensor subclass by marking
+    t.detach().requires_grad_(False) _is_param (torch/nn/parameter.py);
+    marking t itself is the same tensor for the module, without the two
+    torch-function dispatches per tensor (a third of a small model's swap).
+    Where torch does not know the mark, Parameter() as usual."""
+    t._is_param = True
+    return t if isinstance(t, Parameter) else Parameter(t, requires_grad=False)
+
+
+def swap_into(view, module, strict=True, put=None):
     """Puts view's tensors into module, without copying: each parameter and
     buffer the view names becomes a read-only zero-copy tensor over the
     view (a ReadOnlyTensor; a parameter stays a parameter, without grad),
@@ -283,6 +294,8 @@ def swap_into(view, module, strict=True):
     not fill (strict=False) raises NoStorageError. The caller keeps the view
     held while its tensors are in the module (they raise ClosedError once
     it is released) and lets it go when the next one is swapped in.
+    put (a dict), if given, gets {name: tensor put in} for the names
+    load_state_dict would ask for, in the module's order.
     Returns LoadResult(missing_keys, unexpected_keys)."""
     import torch
     slots = module_slots(module)
@@ -291,16 +304,20 @@ def swap_into(view, module, strict=True):
     missing = [k for k in wanted if k not in by_name]
     unexpected = [k for k in by_name if k not in slots]
     mismatched = []
-    for name, (_, _, _, t) in slots.items():
-        spec = by_name.get(name)
-        if spec is None:
-            continue
-        if tuple(t.shape) != spec.shape:
-            mismatched.append((name, "shape", tuple(t.shape), spec.shape))
-        want = _dtypes.CODE[spec.dtype]
-        if _torch_code(t.dtype) != want:
-            mismatched.append((name, "dtype", str(t.dtype).replace("torch.", ""),
-                               _dtypes.torch_name(want)))
+    # shape and dtype read without the torch-function dispatch of the
+    # read-only tensors a swap put in before (they only read)
+    with torch._C.DisableTorchFunction():
+        for name, (_, _, _, t) in slots.items():
+            spec = by_name.get(name)
+            if spec is None:
+                continue
+            shape, dtype = tuple(t.shape), t.dtype
+            if shape != spec.shape:
+                mismatched.append((name, "shape", shape, spec.shape))
+            want = _dtypes.CODE[spec.dtype]
+            if _torch_code(dtype) != want:
+                mismatched.append((name, "dtype", str(dtype).replace("torch.", ""),
+                                   _dtypes.torch_name(want)))
     where = "view v%d of model %r into %s" % (view.version, view.subscriber.model,
                                                type(module).__name__)
     if mismatched or (strict and (missing or unexpected)):
@@ -316,9 +333,11 @@ def swap_into(view, module, strict=True):
         if t is None:
             continue
         if is_param:
-            m._parameters[attr] = Parameter(t, requires_grad=False)
+            t = m._parameters[attr] = _as_parameter(t, Parameter)
         else:
             m._buffers[attr] = t
+        if put is not None and (is_param or attr not in m._non_persistent_buffers_set):
+            put[name] = t
     return LoadResult(missing, unexpected)
 
 

@@ -87,6 +87,31 @@ def _writes_first(func, args, kwargs):
     return None
 
 
+_PLAIN = {}    # func -> True when it needs nothing of __torch_function__ but
+               # the release check and the alias wrap (see _plain)
+
+
+def _plain(func):
+    """True if func, called without keyword arguments, writes nothing (no
+    in-place name, no inplace parameter) and is none of the ways out that
+    __torch_function__ treats apart: the release check, the call and the
+    wrap of an alias are all it needs (.data, detach(), a view, most maths).
+    Decided once per func."""
+    try:
+        return _PLAIN[func]
+    except (KeyError, TypeError):
+        pass
+    name = getattr(func, "__name__", "")
+    plain = (_inplace_name(func) is None and _inplace_arg(func) is None and
+             name not in _NO_EXPORT and name not in ("numpy", "__array__") and
+             func is not _CAI_GET)
+    try:
+        _PLAIN[func] = plain
+    except TypeError:
+        pass
+    return plain
+
+
 # Ways out of the tensor that would hand its memory to code that may write
 # it, and cannot say read-only (DLPack before 1.0, storages).
 _NO_EXPORT = {
@@ -192,6 +217,9 @@ class ReadOnlyTensor(torch.Tensor):
                 raise ClosedError("wsync: a tensor of view v%d used after the view was "
                                   "released (clone() what must outlive the view)"
                                   % view.version)
+        if ro is not None and not kwargs and _plain(func):
+            with _DISABLED():
+                return _wrap_result(func(*args), ro)
         name = _writes_first(func, args, kwargs) if ro is not None else None
         if name == "copy_" and args and _same_memory(args[0], args[1] if len(args) > 1
                                                      else kwargs.get("src")):
@@ -221,13 +249,9 @@ class ReadOnlyTensor(torch.Tensor):
             r = func(*args, **kwargs)
         if ro is None:
             return r
-        if isinstance(r, torch.Tensor):
-            return _wrap_alias(r, ro)
-        if isinstance(r, tuple) and r and isinstance(r[0], torch.Tensor):
-            return tuple(_wrap_alias(x, ro) if isinstance(x, torch.Tensor) else x for x in r)
         if getattr(func, "__name__", "") == "numpy" and hasattr(r, "flags"):
             r.flags.writeable = False
-        return r
+        return _wrap_result(r, ro)
 
     def as_subclass(self, cls):
         """A ReadOnlyTensor as another ReadOnlyTensor class; as a plain or
@@ -250,6 +274,15 @@ class ReadOnlyTensor(torch.Tensor):
     def __deepcopy__(self, memo):
         with _DISABLED():
             return torch.Tensor.as_subclass(torch.Tensor.clone(self), torch.Tensor)
+
+
+def _wrap_result(r, ro):
+    """func's result r: the tensors among it that alias ro's view read-only."""
+    if isinstance(r, torch.Tensor):
+        return _wrap_alias(r, ro)
+    if isinstance(r, tuple) and r and isinstance(r[0], torch.Tensor):
+        return tuple(_wrap_alias(x, ro) if isinstance(x, torch.Tensor) else x for x in r)
+    return r
 
 
 def _wrap_alias(r, ro):

@@ -714,6 +714,7 @@ class WsyncWeightSyncScheme(_Base):
         self._send_lock = threading.Lock()
         self._held = None          # the view whose tensors a swap put in the model
         self._retired = None       # a weak reference to the one swapped out last
+        self._swapped = None       # what the last swap put in (_weights_of)
         self._initialized_on_sender = False
         self._initialized_on_receiver = False
         self._synchronized_on_sender = False
@@ -1211,6 +1212,7 @@ class WsyncWeightSyncScheme(_Base):
                     fresh = view.version > end.version
                     if fresh:
                         kept = self._apply_view(model, view)
+                        put, self._swapped = self._swapped if kept else None, None
                         end.version, end.step = view.version, view.step
                         end.published_ns = view.published_ns
                         end.received += 1
@@ -1222,7 +1224,7 @@ class WsyncWeightSyncScheme(_Base):
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 return None
-        weights = self._strategy.extract_weights(model)
+        weights = self._weights_of(model, put)
         if not notify:
             return weights
         ctx = self.context
@@ -1233,6 +1235,14 @@ class WsyncWeightSyncScheme(_Base):
                                        policy_or_weights=weights)
         end.acknowledge(version)        # now a synchronous send() may return
         return weights
+
+    def _weights_of(self, model, put):
+        """model's weights in the strategy's format: after a swap that
+        filled all of them, put, the tensors it put in (the ones
+        extract_weights would find, without walking the module again)."""
+        if put is None:
+            return self._strategy.extract_weights(model)
+        return self._strategy.format(put)
 
     def _swaps(self, model):
         """Whether a version goes into model by a zero-copy swap (see
@@ -1251,7 +1261,11 @@ class WsyncWeightSyncScheme(_Base):
         more (at once, unless a forward pass running meanwhile still uses
         them: it finishes on the old version, never on a released one)."""
         if self._swaps(model):
-            _module.swap_into(view, model, strict=self.strict)
+            put = {}
+            res = _module.swap_into(view, model, strict=self.strict, put=put)
+            # the module's weights now, for the cascade: every one the
+            # module's state_dict names came from the view
+            self._swapped = None if res.missing_keys else put
             prev, self._held = self._held, view
             # The view swapped out one update ago should be gone by now; if
             # it is not, its tensors are most likely kept by a reference
@@ -1281,6 +1295,7 @@ class WsyncWeightSyncScheme(_Base):
         with self._lock:
             if isinstance(weights, View) and (not inplace or _module.is_swapped(model)):
                 self._apply_view(model, weights)
+                self._swapped = None
             else:
                 self._strategy.apply_weights(model, weights, inplace=inplace,
                                              strict=self.strict)
