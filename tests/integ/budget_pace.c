@@ -213,11 +213,10 @@ int main(void)
 	int64_t t0;
 	pid_t kid, probe;
 
-	skip = harness_other_user("pace other uids", &other_uid, &other_gid);
+	skip = hostile_other_start(&G, "pace other uids", &other_uid, &other_gid, NULL, NULL,
+	                           NULL);
 	if (skip)
 		return skip;
-	if (harness_broker_start(&G, HARNESS_OTHER_USERS, NULL))
-		return 1;
 	chan_open(&up);
 	chan_open(&down);
 
@@ -282,6 +281,6 @@ int main(void)
 	harness_expect_exit0(probe, "the prober");
 	hostile_ctl_mutes(&G, &mutes, &muted);
 	TEST_EQ_U64(muted, 0);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, NULL, NULL);
 	return 0;
 }

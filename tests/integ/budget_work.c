@@ -104,13 +104,10 @@ int main(void)
 	pid_t kid;
 	int skip;
 
-	skip = harness_other_user("open huge layouts as another uid", &other_uid, &other_gid);
+	skip = hostile_other_start(&G, "open huge layouts as another uid", &other_uid, &other_gid,
+	                           "work.honest", &c, &honest);
 	if (skip)
 		return skip;
-	if (harness_broker_start(&G, HARNESS_OTHER_USERS, NULL))
-		return 1;
-	TEST_OK(harness_connect(&G, "honest-trainer", &c));
-	TEST_OK(harness_pub_open_2t(c, "work.honest", 0, &honest));
 	hostile_base_take(&G, honest, &base);
 	hostile_ctl_mutes(&G, &mutes0, &muted);
 
@@ -132,8 +129,6 @@ int main(void)
 	harness_sleep_ms(1200);           /* the tick gives the freed heap back */
 	hostile_check_settled(&G, &base, 2 * 1024, "the other uid went");
 	hostile_check_rtt(&G, honest, &base, "after the other uid went");
-	wsync_pub_close(honest);
-	wsync_close(c);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, c, honest);
 	return 0;
 }

@@ -129,6 +129,31 @@ void hostile_check_settled(const struct broker *b, const struct hostile_base *ba
 	                rss, after);
 }
 
+int hostile_other_start(struct broker *b, const char *what, uid_t *uid, gid_t *gid,
+                        const char *model, wsync_client **c, wsync_pub **honest)
+{
+	int skip = harness_other_user(what, uid, gid);
+
+	if (skip)
+		return skip;
+	if (harness_broker_start(b, HARNESS_OTHER_USERS, NULL))
+		return 1;
+	if (model) {
+		TEST_OK(harness_connect(b, "honest-trainer", c));
+		TEST_OK(harness_pub_open_2t(*c, model, 0, honest));
+	}
+	return 0;
+}
+
+void hostile_other_finish(struct broker *b, wsync_client *c, wsync_pub *honest)
+{
+	if (c) {
+		wsync_pub_close(honest);
+		wsync_close(c);
+	}
+	harness_broker_finish(b);
+}
+
 void hostile_become(uid_t uid, gid_t gid)
 {
 	TEST_ASSERT(setgroups(0, NULL) == 0);

@@ -55,6 +55,19 @@ void    hostile_check_rtt(const struct broker *b, wsync_pub *p, const struct hos
 void    hostile_check_settled(const struct broker *b, const struct hostile_base *base,
                               long slack_kb, const char *after);
 
+/*
+ * What the tests of another uid start with: skips unless root (printing
+ * that it needs root to what), starts b admitting another uid (--group) and
+ * gives the uid and gid to run as (nobody's), and, when model is not NULL,
+ * connects an honest trainer of the broker's uid publishing model (two
+ * tensors) as *c and *honest. 0, or what main returns: HARNESS_SKIP, or 1
+ * when the broker did not start. The test takes the baseline
+ * (hostile_base_take) once what it needs beside is set up.
+ */
+int     hostile_other_start(struct broker *b, const char *what, uid_t *uid, gid_t *gid,
+                            const char *model, wsync_client **c, wsync_pub **honest);
+/* Closes the trainer of hostile_other_start (c NULL: none) and stops b. */
+void    hostile_other_finish(struct broker *b, wsync_client *c, wsync_pub *honest);
 /* In a forked child: drops root for uid and gid (no supplementary groups),
  * as another user admitted through --group would be. */
 void    hostile_become(uid_t uid, gid_t gid);
