@@ -15,6 +15,7 @@
  *     sessions, sockets and fds go at once, while the bucket is still empty
  *     (another session of nobody is refused -EBUSY after they went), and
  *     that session, paused by its refusal, is answered after the refill.
+ *  4. The broker stops cleanly, at once, with a session paused.
  */
 #include "tests/lib/harness.h"
 #include "tests/lib/hostile.h"
@@ -174,6 +175,25 @@ static int killed(void *arg)
 	return 0;
 }
 
+/* 4: a session paused with a request unread, left so. */
+static int left_paused(void *arg)
+{
+	union wsync_msg_any m;
+	struct raw a, b;
+
+	(void)arg;
+	hostile_become(other_uid, other_gid);
+	raw_hello(&a, &G, "left-a");
+	raw_hello(&b, &G, "left-b");
+	empty_bucket(&a, &b, 1024);
+	raw_init(&b, &m, WSYNC_MSG_DELETE);
+	snprintf(m.delete_.model, sizeof m.delete_.model, "pace.none.left");
+	TEST_OK(raw_post(&b, &m, NULL, 0));
+	chan_send(&up, 1);
+	pause();
+	return 0;
+}
+
 /* 3: a session of the same uid that stays: its PUB_OPEN once the killed
  * one went (the error, negated, or 0), then the ms a DELETE took. */
 static int prober(void *arg)
@@ -281,6 +301,18 @@ int main(void)
 	harness_expect_exit0(probe, "the prober");
 	hostile_ctl_mutes(&G, &mutes, &muted);
 	TEST_EQ_U64(muted, 0);
+
+	/* 4. */
+	kid = harness_fork(left_paused, NULL);
+	TEST_EQ_U64(chan_recv(&up, kid), 1);
+	hostile_ctl_mutes(&G, &mutes, &muted);
+	TEST_ASSERT_MSG(muted >= 1, "no session paused after the bucket was emptied");
+	t0 = harness_mono_ns();
 	hostile_other_finish(&G, NULL, NULL);
+	harness_log("the broker stopped in %.1f ms with %u sessions paused",
+	            (harness_mono_ns() - t0) / 1e6, muted);
+	kill(kid, SIGKILL);
+	st = harness_wait_status(kid, 5000);
+	TEST_ASSERT(WIFSIGNALED(st));
 	return 0;
 }
