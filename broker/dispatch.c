@@ -141,13 +141,13 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	r.why[0] = '\0';
 	err = req_screen(&r, len, msg_flags, type);
 	violation = err != 0 && err != -EMFILE;
-	/* The fds of replies a uid has not read are in flight, and the kernel
-	 * caps them for the broker's user as a whole: past its share a uid
-	 * is refused what would send more (uids.h). Not a violation. */
 	if (!err && handlers[type].work >= WORK_PACED && s->p.books) {
 		paced = true;
 		wait = uids_work_wait_ns(s->p.books, wsync_mono_ns());
 	}
+	/* The fds of replies a uid has not read are in flight, and the kernel
+	 * caps them for the broker's user as a whole: past its share a uid
+	 * is refused what would send more (uids.h). Not a violation. */
 	if (!err && handlers[type].fds_reply)
 		err = session_fds_budget(b, s, r.why, sizeof(r.why));
 	if (!err && handlers[type].work == WORK_REFUSED && wait)

@@ -494,8 +494,8 @@ void session_mute(struct broker *b, struct session *s, int64_t wait_ns)
 	if (n)
 		log_warn("uid %u asks for more work (opening and closing models) than its "
 		         "share of the broker's time (1/%d): its sessions that ask past it are "
-		         "not read until it refills (%llu pauses, this one %lld ms, session %u "
-		         "pid %d)", (unsigned)s->p.uid, UIDS_WORK_SHARE, (unsigned long long)n,
+		         "not read until it refills (paused %llu times since the last such line; "
+		         "this one %lld ms, session %u pid %d)", (unsigned)s->p.uid, UIDS_WORK_SHARE, (unsigned long long)n,
 		         (long long)(wait_ns / 1000000), s->p.id, (int)s->p.pid);
 	loop_timer_in(b->loop, wait_ns);
 }
