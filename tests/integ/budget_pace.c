@@ -17,6 +17,7 @@
  *     that session, paused by its refusal, is answered after the refill.
  *  4. The broker stops cleanly, at once, with a session paused.
  */
+#include "tests/lib/faults.h"
 #include "tests/lib/harness.h"
 #include "tests/lib/hostile.h"
 #include "tests/lib/raw.h"
@@ -229,7 +230,7 @@ int main(void)
 {
 	uint64_t mutes0, mutes, took;
 	uint32_t muted;
-	int fds, st, skip;
+	int fds, sessions, st, skip;
 	int64_t t0;
 	pid_t kid, probe;
 
@@ -279,6 +280,7 @@ int main(void)
 	probe = harness_fork(prober, NULL);
 	TEST_EQ_U64(chan_recv(&up, probe), 1);
 	fds = harness_broker_fd_settle(&G, 0, 500);
+	sessions = faults_ctl_sessions(&G);
 	kid = harness_fork(killed, NULL);
 	TEST_EQ_U64(chan_recv(&up, kid), 1);
 	hostile_ctl_mutes(&G, &mutes, &muted);
@@ -292,6 +294,7 @@ int main(void)
 	harness_log("a paused session SIGKILLed: the broker back to %d fds in %.1f ms, %u paused",
 	            fds, (harness_mono_ns() - t0) / 1e6, muted);
 	TEST_EQ_U64(muted, 0);
+	TEST_EQ_U64((uint64_t)faults_ctl_sessions(&G), (uint64_t)sessions);
 	chan_send(&down, 1);
 	TEST_ASSERT_MSG(chan_recv(&up, probe) == EBUSY, "the uid's bucket refilled before its "
 	                "paused sessions were torn down: a hangup waited for the refill");
