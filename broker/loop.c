@@ -399,11 +399,13 @@ static void arm_hup(struct loop *l, struct conn *c)
 
 static void arm_recv(struct loop *l, struct conn *c)
 {
+	struct io_uring_sqe *sqe;
+
 	if (c->muted) {
 		arm_hup(l, c);
 		return;
 	}
-	struct io_uring_sqe *sqe = sqe_get(l);
+	sqe = sqe_get(l);
 
 	c->rx_iov.iov_base = &c->rx;
 	c->rx_iov.iov_len = sizeof(c->rx);
