@@ -80,6 +80,9 @@ struct broker {
 	uint64_t        incarnations;          /* last model incarnation given */
 	uint32_t        n_pending;             /* accepted, no HELLO yet (SESSION_NEW) */
 	struct session *pending_first, *pending_last;  /* those, oldest first */
+	struct session *muted;                 /* not read until their uid's work
+	                                          bucket refills (session_mute) */
+	uint32_t        n_muted;
 	bool            pending_full_logged;   /* one line per spell (events.c) */
 	int64_t         hello_wait_ns;         /* a connection must say HELLO by then */
 

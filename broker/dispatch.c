@@ -28,6 +28,9 @@ typedef int (*handler_fn)(struct req *r);
 enum {
 	WORK_NONE,
 	WORK_COUNTED,                    /* its time drains the uid's bucket */
+	WORK_PACED,                      /* ...at least UIDS_WORK_MIN_NS, and asked
+	                                    while it is empty, the session is not
+	                                    read again until it refilled */
 	WORK_REFUSED,                    /* ...and it is refused while it is empty */
 };
 
@@ -40,14 +43,14 @@ static const struct {
 } handlers[WSYNC_MSG_TYPE_END] = {
 	[WSYNC_MSG_HELLO]    = { handle_hello, 0, true, WORK_NONE },
 	[WSYNC_MSG_PUB_OPEN] = { handle_pub_open, 1, true, WORK_REFUSED },
-	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true, WORK_COUNTED },
+	[WSYNC_MSG_SUB_OPEN] = { handle_sub_open, 0, true, WORK_PACED },
 	[WSYNC_MSG_ATTACH]   = { handle_attach, 0, true, WORK_NONE },
 	[WSYNC_MSG_BEGIN]    = { handle_begin, 0, false, WORK_NONE },
 	[WSYNC_MSG_COMMIT]   = { handle_commit, 0, false, WORK_NONE },
 	[WSYNC_MSG_ABORT]    = { handle_abort, 0, false, WORK_NONE },
 	[WSYNC_MSG_NOTIFY]   = { handle_notify, 1, false, WORK_NONE },
-	[WSYNC_MSG_CLOSE]    = { handle_close, 0, false, WORK_COUNTED },
-	[WSYNC_MSG_DELETE]   = { handle_delete, 0, false, WORK_COUNTED },
+	[WSYNC_MSG_CLOSE]    = { handle_close, 0, false, WORK_PACED },
+	[WSYNC_MSG_DELETE]   = { handle_delete, 0, false, WORK_PACED },
 	[WSYNC_MSG_WAIT_READERS] = { handle_wait_readers, 0, false, WORK_NONE },
 	[WSYNC_MSG_GPU_ATTACH] = { handle_gpu_attach, 0, true, WORK_NONE },
 	[WSYNC_MSG_ACKED]    = { handle_acked, 0, false, WORK_COUNTED },
@@ -99,13 +102,10 @@ static int req_screen(struct req *r, size_t len, int msg_flags, uint32_t type)
 	return 0;
 }
 
-/* A uid's share of the broker's time for opening models (uids.h). */
-static int dispatch_work_wait(struct req *r)
+/* A uid's share of the broker's time for opening models (uids.h): PUB_OPEN
+ * asked wait ns before the bucket refills. */
+static int dispatch_work_refuse(struct req *r, int64_t wait)
 {
-	int64_t wait = uids_work_wait_ns(r->p->books, wsync_mono_ns());
-
-	if (!wait)
-		return 0;
 	return req_fail(r, -EBUSY, "the sessions of uid %u took their share of the broker's "
 	                "time for opening and closing models (1/%d, bursts of %lld ms): try "
 	                "again in %lld ms", (unsigned)r->p->uid, UIDS_WORK_SHARE,
@@ -124,8 +124,9 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	struct req r = { .b = b, .s = s, .p = &s->p, .m = &s->conn.rx, .fds = fds,
 	                 .n_fds = n_fds };
 	uint32_t seq = 0, type = 0;
+	int64_t wait = 0;                /* ns until its uid's bucket refills */
 	const char *what;
-	bool violation;
+	bool violation, paced = false;
 	int err;
 
 	atomic_fetch_add(&b->ctl->messages, 1);
@@ -140,27 +141,43 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	r.why[0] = '\0';
 	err = req_screen(&r, len, msg_flags, type);
 	violation = err != 0 && err != -EMFILE;
+	if (!err && handlers[type].work >= WORK_PACED && s->p.books) {
+		paced = true;
+		wait = uids_work_wait_ns(s->p.books, wsync_mono_ns());
+	}
 	/* The fds of replies a uid has not read are in flight, and the kernel
 	 * caps them for the broker's user as a whole: past its share a uid
 	 * is refused what would send more (uids.h). Not a violation. */
 	if (!err && handlers[type].fds_reply)
 		err = session_fds_budget(b, s, r.why, sizeof(r.why));
-	if (!err && handlers[type].work == WORK_REFUSED && s->p.books)
-		err = dispatch_work_wait(&r);
+	if (!err && handlers[type].work == WORK_REFUSED && wait)
+		err = dispatch_work_refuse(&r, wait);
 	if (!err) {
 		int64_t t0 = handlers[type].work && s->p.books ? wsync_mono_ns() : 0;
 		int64_t moved0 = b->moved_ns;
 
 		err = handlers[type].fn(&r);
 		/* a move it caused has a bucket of its own (model.h) */
-		if (t0)
-			uids_work_charge(s->p.books, wsync_mono_ns() - t0 -
-			                 (b->moved_ns - moved0));
+		if (t0) {
+			int64_t ns = wsync_mono_ns() - t0 - (b->moved_ns - moved0);
+
+			uids_work_charge(s->p.books, paced && ns < UIDS_WORK_MIN_NS ?
+			                 UIDS_WORK_MIN_NS : ns);
+			paced = false;       /* charged */
+		}
 		/* A refused layout cost the broker work proportional to its size:
 		 * it counts toward the limit like a protocol error. */
 		violation = err == -EPROTO ||
 		            (type == WSYNC_MSG_PUB_OPEN && (err == -EINVAL || err == -EEXIST));
 	}
+	if (paced)                       /* refused before its handler ran */
+		uids_work_charge(s->p.books, UIDS_WORK_MIN_NS);
+	/* Asked while its uid's bucket was empty: answered, and then not read
+	 * again until the bucket refilled (session_mute), so that a uid past
+	 * its share costs the broker no more than the share, refusals
+	 * included. Its other sessions are read until they ask too. */
+	if (wait)
+		session_mute(b, s, uids_work_wait_ns(s->p.books, wsync_mono_ns()));
 	if (!err)
 		return;
 

@@ -9,7 +9,8 @@
  *   released     a torn-down session with nothing in flight: freed
  *   tick         each second: heartbeat, the audit of every model's latest,
  *                the monitors' figures, the deadlines of silent connections
- *   timer        group deadlines and readers' waits, when due
+ *   timer        group deadlines, readers' waits and muted sessions'
+ *                refills, when due
  *   signal       SIGTERM/SIGINT stop the loop; SIGHUP reopens the log
  *   woken        the mover finished a move: its PUB_OPEN is answered
  *   settle       after every event: the teardown point (session_settle)
@@ -261,10 +262,12 @@ static void on_tick(void *ctx)
 static void on_timer(void *ctx)
 {
 	struct broker *b = ctx;
-	int64_t next = group_poll(b), readers = readers_poll(b);
+	int64_t next = group_poll(b), readers = readers_poll(b), muted = session_unmute_due(b);
 
 	if (readers >= 0 && (next < 0 || readers < next))
 		next = readers;
+	if (muted >= 0 && (next < 0 || muted < next))
+		next = muted;
 	if (next >= 0)
 		outbox_timer_in(&b->out, next);
 }

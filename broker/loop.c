@@ -6,7 +6,8 @@
  * marks it; its teardown runs once, in session_settle, which this loop calls
  * (ops->settle) after each completion, outside every callback and scan. This
  * file's part is to never call up except from the completion loop: loop_send,
- * loop_conn_close, loop_notify and loop_timer_in only queue SQEs, and
+ * loop_conn_close, loop_conn_mute/unmute, loop_notify and loop_timer_in only
+ * queue SQEs (or set a flag), and
  * sqe_get sets completions aside rather than dispatch them. The argument why
  * no path re-enters a teardown is in broker/session.c.
  *
@@ -14,7 +15,10 @@
  *   accept    multishot on the listening socket, re-armed when it stops
  *   signal    a read of the signalfd (the signals are blocked)
  *   tick      a 1 s timeout; timer: the owner's timeout (loop_timer_in)
- *   recv      one recvmsg per connection, into the connection's buffers
+ *   recv      one recvmsg per connection, into the connection's buffers;
+ *             or, while the owner muted it (loop_conn_mute), a poll of its
+ *             socket for a hangup in its place: one or the other is in
+ *             flight, never both, and conn.hup_armed says which (kind recv)
  *   send      sendmsg of a reply; the buffer (message + SCM_RIGHTS) is a
  *             malloc'd sendbuf owned by the op until its completion, and
  *             so are the duplicates of the fds it carries (below)
@@ -61,6 +65,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,9 +386,26 @@ void loop_timer_in(struct loop *l, int64_t ns)
 	l->timer_due_ns = due;
 }
 
-static void arm_recv(struct loop *l, struct conn *c)
+/* While c is muted: a poll for its peer's hangup instead of a recv. */
+static void arm_hup(struct loop *l, struct conn *c)
 {
 	struct io_uring_sqe *sqe = sqe_get(l);
+
+	io_uring_prep_poll_add(sqe, c->fd, POLLRDHUP);
+	io_uring_sqe_set_data64(sqe, op_data(c, OP_RECV));
+	c->hup_armed = true;
+	c->inflight++;
+}
+
+static void arm_recv(struct loop *l, struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (c->muted) {
+		arm_hup(l, c);
+		return;
+	}
+	sqe = sqe_get(l);
 
 	c->rx_iov.iov_base = &c->rx;
 	c->rx_iov.iov_len = sizeof(c->rx);
@@ -406,6 +428,29 @@ void loop_conn_start(struct loop *l, struct conn *c, int fd)
 	c->fd = fd;
 	l->conns++;
 	arm_recv(l, c);
+}
+
+void loop_conn_mute(struct loop *l, struct conn *c)
+{
+	(void)l;
+	if (!c->closing)
+		c->muted = true;
+}
+
+void loop_conn_unmute(struct loop *l, struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!c->muted)
+		return;
+	c->muted = false;
+	if (c->closing || !c->hup_armed)
+		return;                  /* the recv in flight is re-armed as usual */
+	/* its completion (cancelled, or a hangup that came first) arms the recv */
+	sqe = sqe_get(l);
+	io_uring_prep_poll_remove(sqe, op_data(c, OP_RECV));
+	io_uring_sqe_set_data64(sqe, op_data(NULL, OP_CANCEL));
+	l->cancels++;
 }
 
 static void conn_shutdown(struct conn *c)
@@ -598,6 +643,26 @@ static void on_recv(struct loop *l, struct conn *c, int res)
 	conn_maybe_release(l, c);
 }
 
+/*
+ * The hangup poll of a muted c completed: res is the poll's events, or
+ * -ECANCELED when loop_conn_unmute took it back. A hangup of a connection
+ * still muted ends it (the owner hears res 0, as from a recv); otherwise
+ * the recv (or, still muted, the poll) is armed again.
+ */
+static void on_hup(struct loop *l, struct conn *c, int res)
+{
+	c->inflight--;
+	c->hup_armed = false;
+	if (c->closing) {
+		/* its shutdown completed the poll: nothing more to read */
+	} else if (c->muted && res > 0 && (res & (POLLRDHUP | POLLHUP | POLLERR))) {
+		l->ops->received(l->ctx, c, 0, NULL, 0, 0, false);
+	} else {
+		arm_recv(l, c);
+	}
+	conn_maybe_release(l, c);
+}
+
 /* ---- signal, tick, accept ------------------------------------------------- */
 
 static void on_signal(struct loop *l, int res)
@@ -705,7 +770,12 @@ static void dispatch(struct loop *l, uint64_t data, int res, uint32_t flags)
 		else
 			on_tick(l, res);
 		break;
-	case OP_RECV:    on_recv(l, p, res); break;
+	case OP_RECV:
+		if (((struct conn *)p)->hup_armed)
+			on_hup(l, p, res);
+		else
+			on_recv(l, p, res);
+		break;
 	case OP_SEND:    on_send(l, p, res); break;
 	case OP_EVENTFD: on_eventfd(l, p, res); break;
 	case OP_CANCEL:  l->cancels--; break;

@@ -44,6 +44,8 @@ struct conn {
 	uint32_t sends;                  /* of which sendmsg */
 	bool     closing;                /* loop_conn_close was called */
 	bool     shutdown_pending;       /* shut down once the sends left */
+	bool     muted;                  /* loop_conn_mute: no recv is armed */
+	bool     hup_armed;              /* the op in flight is the hangup poll */
 	struct conn *idle_next;          /* the loop's, once closed and idle */
 	/* the one recvmsg in flight and what it fills */
 	union wsync_msg_any rx;
@@ -63,7 +65,7 @@ struct loop_ops {
 	 * loop closes the others), msg_flags as recvmsg gave them, and
 	 * out_of_fds when MSG_CTRUNC came from the broker's own descriptor
 	 * limit; res 0 = the peer closed, res < 0 = -errno. The loop arms the
-	 * next recv unless c is closing. */
+	 * next recv unless c is closing or muted (loop_conn_mute). */
 	void (*received)(void *ctx, struct conn *c, int res, int *fds, int n_fds,
 	                 int msg_flags, bool out_of_fds);
 	/* a send of c failed or was short (res = -errno, or the bytes sent) */
@@ -111,6 +113,16 @@ void loop_conn_start(struct loop *l, struct conn *c, int fd);
  */
 int  loop_send(struct loop *l, struct conn *c, const union wsync_msg_any *msg,
                const int *fds, int n_fds);
+/*
+ * Stops reading c after the message in hand (or the recv in flight): no recv
+ * is armed for it until loop_conn_unmute, so what its peer sends waits in
+ * the socket, unread. The loop polls the socket for a hangup meanwhile; on
+ * one, ops->received hears res 0 (the peer closed) and what it left unread
+ * is never read: a peer that is gone waits for no answer.
+ */
+void loop_conn_mute(struct loop *l, struct conn *c);
+/* Reads c again (its hangup poll is cancelled first). */
+void loop_conn_unmute(struct loop *l, struct conn *c);
 /* Closes c: its socket is shut down once its queued replies went out; the
  * owner hears ops->released when nothing is in flight any more. Once. */
 void loop_conn_close(struct loop *l, struct conn *c);

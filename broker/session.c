@@ -460,6 +460,66 @@ static void session_drop_models(struct broker *b, struct session *s, const char 
 	s->p.models = 0;
 }
 
+/* ---- pacing: a uid past its share of work is read at the pace it refills --- */
+
+static void session_mute_unlink(struct broker *b, struct session *s)
+{
+	*s->mute_pprev = s->mute_next;
+	if (s->mute_next)
+		s->mute_next->mute_pprev = s->mute_pprev;
+	s->mute_next = NULL;
+	s->mute_pprev = NULL;
+	s->muted = false;
+	b->n_muted--;
+	atomic_store(&b->ctl->sessions_muted, b->n_muted);
+}
+
+void session_mute(struct broker *b, struct session *s, int64_t wait_ns)
+{
+	uint64_t n;
+
+	if (s->muted || s->p.doomed || s->state != SESSION_ACTIVE || !s->p.books)
+		return;
+	loop_conn_mute(b->loop, &s->conn);
+	s->muted = true;
+	s->mute_next = b->muted;
+	if (s->mute_next)
+		s->mute_next->mute_pprev = &s->mute_next;
+	s->mute_pprev = &b->muted;
+	b->muted = s;
+	b->n_muted++;
+	atomic_store(&b->ctl->sessions_muted, b->n_muted);
+	atomic_fetch_add(&b->ctl->work_mutes, 1);
+	n = uids_mute_count(s->p.books, wsync_mono_ns());
+	if (n)
+		log_warn("uid %u asks for more work (opening and closing models) than its "
+		         "share of the broker's time (1/%d): its sessions that ask past it are "
+		         "not read until it refills (paused %llu times since the last such line; "
+		         "this one %lld ms, session %u pid %d)", (unsigned)s->p.uid, UIDS_WORK_SHARE, (unsigned long long)n,
+		         (long long)(wait_ns / 1000000), s->p.id, (int)s->p.pid);
+	loop_timer_in(b->loop, wait_ns);
+}
+
+int64_t session_unmute_due(struct broker *b)
+{
+	int64_t now = wsync_mono_ns(), next = -1;
+	struct session *s, *nx;
+
+	for (s = b->muted; s; s = nx) {
+		int64_t wait = uids_work_wait_ns(s->p.books, now);
+
+		nx = s->mute_next;
+		if (wait) {
+			if (next < 0 || wait < next)
+				next = wait;
+			continue;
+		}
+		session_mute_unlink(b, s);
+		loop_conn_unmute(b->loop, &s->conn);
+	}
+	return next;
+}
+
 static void session_teardown(struct broker *b, struct session *s)
 {
 	enum session_state was = s->state;
@@ -473,6 +533,9 @@ static void session_teardown(struct broker *b, struct session *s)
 	if (b->move && b->move->closer == s)
 		b->move->closer = NULL;
 	s->p.active = false;
+	/* still muted at the loop: the close ends its hangup poll */
+	if (s->muted)
+		session_mute_unlink(b, s);
 	session_leave_new(b, s, SESSION_CLOSING);
 	if (s->index >= 0) {
 		struct wsync_ctl_session *e = ctl_session(b, (uint32_t)s->index);

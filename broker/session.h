@@ -75,6 +75,9 @@ struct session {
 	/* while NEW: the broker's connections waiting for HELLO, oldest first
 	 * (b->pending_first) */
 	struct session *pend_next, *pend_prev;
+	/* muted (session_mute): on b->muted, its socket not read */
+	bool     muted;
+	struct session *mute_next, **mute_pprev;
 };
 
 static inline struct session *session_of_peer(struct peer *p)
@@ -112,6 +115,18 @@ int  session_fds_budget(struct broker *b, struct session *s, char *why, size_t w
 /* An ERROR reply to request seq of type req_type. */
 void session_send_error(struct broker *b, struct session *s, uint32_t seq,
                         uint32_t req_type, int err, const char *why);
+
+/*
+ * Pacing (uids.h): s asked its uid for work while the uid's bucket was
+ * empty, and was answered; its socket is not read again (loop_conn_mute)
+ * until the bucket refilled, wait_ns from now, when session_unmute_due
+ * finds it. What its peer sends meanwhile waits in the socket, unread; a
+ * hangup still ends it at once (the loop polls for one).
+ */
+void session_mute(struct broker *b, struct session *s, int64_t wait_ns);
+/* Reads again every muted session whose uid's bucket refilled: ns until the
+ * next one is due, -1 when none is muted (the timer, events.c). */
+int64_t session_unmute_due(struct broker *b);
 
 /* Marks s to be torn down for why (the first reason is kept). Only marks. */
 void session_doom(struct broker *b, struct session *s, const char *why);

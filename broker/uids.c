@@ -180,6 +180,19 @@ void uids_work_charge(struct uid_books *u, int64_t ns)
 		u->work_ns -= ns;
 }
 
+uint64_t uids_mute_count(struct uid_books *u, int64_t now_ns)
+{
+	uint64_t n;
+
+	u->mutes++;
+	if (u->mutes_logged_ns && now_ns - u->mutes_logged_ns < UIDS_MUTE_LOG_NS)
+		return 0;
+	n = u->mutes - u->mutes_logged;
+	u->mutes_logged = u->mutes;
+	u->mutes_logged_ns = now_ns;
+	return n;
+}
+
 static void uids_drop(struct broker *b, uint32_t i)
 {
 	struct uid_books *u = b->uids[i];

@@ -26,10 +26,18 @@
  * to ask. A uid's requests of those kinds may take 1/UIDS_WORK_SHARE of
  * real time, in bursts of UIDS_WORK_BURST_NS: a bucket of time that fills
  * at that rate and that each such request drains by what it took (measured,
- * like moves, model.h, whose own time is not counted again); while it is
- * below zero the uid's PUB_OPEN is refused (-EBUSY, saying when to try
- * again). SUB_OPEN, CLOSE and DELETE are never refused, only counted: a
- * collector must not be refused because its uid also trains a big model.
+ * like moves, model.h, whose own time is not counted again; at least
+ * UIDS_WORK_MIN_NS, what reading and answering it costs besides). While it
+ * is below zero the uid's PUB_OPEN is refused (-EBUSY, saying when to try
+ * again); SUB_OPEN, CLOSE and DELETE are never refused: a collector must
+ * not be refused because its uid also trains a big model. And a session
+ * that asks for any of the four while the bucket is below zero is paced:
+ * answered, then not read again until the bucket is back at zero
+ * (session_mute, the loop's timer), so that a uid past its share costs the
+ * broker its share and no more, refusals included, instead of being
+ * refused as fast as it asks. What it sends meanwhile waits in its socket;
+ * a hangup still ends it at once (the loop polls for one); its sessions
+ * that do not ask (BEGIN, COMMIT, ACKED ...) are read as usual.
  * The burst is the moves' (250 ms), so that an honest publisher of another
  * uid may open a model of some hundred MiB (its slabs are reserved,
  * fallocate) without being refused after it; the share is half theirs. One layout of such a uid holds at most
@@ -52,6 +60,11 @@ struct uid_linger {
 
 #define UIDS_WORK_SHARE    20                        /* a twentieth of the time */
 #define UIDS_WORK_BURST_NS INT64_C(250000000)        /* 250 ms */
+/* What one paced request costs at least (reading, checking and answering
+ * it, which its measured time leaves out), so that cheap ones asked by
+ * the thousand pay their way too. */
+#define UIDS_WORK_MIN_NS   INT64_C(50000)            /* 50 us */
+#define UIDS_MUTE_LOG_NS   INT64_C(10000000000)      /* a line per uid per 10 s */
 #define UIDS_MAX_LAYOUT    16384                     /* tensors + parts, one layout */
 #define UIDS_MAX_TENSORS   65536                     /* of all the models it owns */
 /* WAIT_READERS pending for all the sessions of a uid: four sessions' worth
@@ -69,6 +82,9 @@ struct uid_books {
 	int64_t  refreshed_ns;           /* its sessions' queues last looked at */
 	struct uid_linger *linger;
 	uint32_t n_linger, linger_cap;
+	uint64_t mutes;                  /* its sessions paused (session_mute) */
+	uint64_t mutes_logged;           /* ...as of the last line about them */
+	int64_t  mutes_logged_ns;        /* when that was, 0 = never */
 };
 
 /* Whether uid's clients are budgeted per session (the broker's uid, root)
@@ -110,6 +126,9 @@ void uids_linger_look(struct broker *b, struct uid_books *u);
 int64_t uids_work_wait_ns(struct uid_books *u, int64_t now_ns);
 /* u's request took ns of the broker's thread. */
 void uids_work_charge(struct uid_books *u, int64_t ns);
+/* One more session of u paused: the pauses since the last line about u
+ * when one is due (one each UIDS_MUTE_LOG_NS), else 0. */
+uint64_t uids_mute_count(struct uid_books *u, int64_t now_ns);
 
 /* Each second: lingering sockets looked at, books nobody needs freed. */
 void uids_tick(struct broker *b);

@@ -126,7 +126,13 @@ struct wsync_ctl_header {
 	 * learns of the death with a load instead of a poll() of its socket
 	 * (libclient/pub_commit.c). Only the broker and the kernel write it. */
 	_Alignas(8) uint8_t broker_alive[64];
-	uint8_t  reserved[WSYNC_PAGE - 256];
+	/* Pacing of other uids' work (broker/uids.h), for monitors: sessions
+	 * paused since start because their uid asked for more than its share,
+	 * and those not being read now (0 from brokers before pacing). */
+	_Atomic uint64_t work_mutes;
+	_Atomic uint32_t sessions_muted;
+	uint32_t pad0;
+	uint8_t  reserved[WSYNC_PAGE - 272];
 };
 #define WSYNC_BROKER_DIED 0x40000000u
 static_assert(sizeof(struct wsync_ctl_header) == WSYNC_PAGE, "ctl header is one page");
@@ -134,6 +140,7 @@ static_assert(offsetof(struct wsync_ctl_header, state) == 32, "ctl state offset"
 static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset");
 static_assert(offsetof(struct wsync_ctl_header, stats_ns) == 184, "ctl stats_ns offset");
 static_assert(offsetof(struct wsync_ctl_header, broker_alive) == 192, "ctl broker_alive offset");
+static_assert(offsetof(struct wsync_ctl_header, work_mutes) == 256, "ctl work_mutes offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {

@@ -24,7 +24,6 @@
 #include "tests/lib/raw.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,9 +59,7 @@ static int other_user(void *arg)
 	uint32_t id = (uint32_t)(uintptr_t)arg;
 	int devnull;
 
-	TEST_ASSERT(setgroups(0, NULL) == 0);
-	TEST_ASSERT(setgid(other_gid) == 0);
-	TEST_ASSERT(setuid(other_uid) == 0);
+	hostile_become(other_uid, other_gid);
 	for (int i = 0; i < SESSIONS; i++) {
 		char name[32];
 
@@ -185,8 +182,6 @@ int main(void)
 		                "the broker lost count of the fds in flight");
 	}
 	hostile_check_rtt(&G, honest, &base, "after the other uid went");
-	wsync_pub_close(honest);
-	wsync_close(c);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, c, honest);
 	return 0;
 }

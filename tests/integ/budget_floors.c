@@ -18,7 +18,6 @@
 #include "tests/lib/hostile.h"
 #include "tests/lib/raw.h"
 
-#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +75,7 @@ static int other_user(void *arg)
 	uint32_t id;
 
 	(void)arg;
-	TEST_ASSERT(setgroups(0, NULL) == 0);
-	TEST_ASSERT(setgid(other_gid) == 0);
-	TEST_ASSERT(setuid(other_uid) == 0);
+	hostile_become(other_uid, other_gid);
 	harness_model_2t(d);
 	raw_hello(&r, &G, "names");
 	for (int i = 0; i < NAMES; i++) {
@@ -113,13 +110,10 @@ int main(void)
 	FILE *fp;
 	pid_t kid;
 
-	skip = harness_other_user("publish many names as another uid", &other_uid, &other_gid);
+	skip = hostile_other_start(&G, "publish many names as another uid", &other_uid, &other_gid,
+	                           "floors.honest", &c, &honest);
 	if (skip)
 		return skip;
-	if (harness_broker_start(&G, HARNESS_OTHER_USERS, NULL))
-		return 1;
-	TEST_OK(harness_connect(&G, "honest-trainer", &c));
-	TEST_OK(harness_pub_open_2t(c, "floors.honest", 0, &honest));
 	hostile_base_take(&G, honest, &base);
 
 	chan_open(&up);
@@ -129,9 +123,7 @@ int main(void)
 	TEST_EQ_U64(chan_recv(&up, kid), 2);
 	harness_expect_exit0(kid, "the other uid");
 	hostile_check_settled(&G, &base, 2 * 1024, "the other uid left 600 names");
-	wsync_pub_close(honest);
-	wsync_close(c);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, c, honest);
 
 	/* 3. what the versions file keeps */
 	snprintf(path, sizeof path, "%s/wsync/%s.versions", G.dir, G.name);
@@ -163,8 +155,6 @@ int main(void)
 		harness_log("'floors.1' after a restart: v%llu", (unsigned long long)v);
 		TEST_GT_U64(v, 1);
 	}
-	wsync_pub_close(honest);
-	wsync_close(c);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, c, honest);
 	return 0;
 }

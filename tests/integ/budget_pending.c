@@ -20,7 +20,6 @@
 #include "tests/lib/hostile.h"
 #include "tests/lib/raw.h"
 
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,9 +38,7 @@ static struct chan up, down;
 
 static void become_other(void)
 {
-	TEST_ASSERT(setgroups(0, NULL) == 0);
-	TEST_ASSERT(setgid(other_gid) == 0);
-	TEST_ASSERT(setuid(other_uid) == 0);
+	hostile_become(other_uid, other_gid);
 }
 
 /* How many of fds the broker has not closed yet. */
@@ -110,13 +107,10 @@ int main(void)
 	pid_t kid, friend;
 	int st, skip;
 
-	skip = harness_other_user("open connections as another uid", &other_uid, &other_gid);
+	skip = hostile_other_start(&G, "open connections as another uid", &other_uid, &other_gid,
+	                           "pending.honest", &c, &honest);
 	if (skip)
 		return skip;
-	if (harness_broker_start(&G, HARNESS_OTHER_USERS, NULL))
-		return 1;
-	TEST_OK(harness_connect(&G, "honest-trainer", &c));
-	TEST_OK(harness_pub_open_2t(c, "pending.honest", 0, &honest));
 	hostile_base_take(&G, honest, &base);
 
 	/* 1. the silent burst, and honest connects beside it */
@@ -171,8 +165,6 @@ int main(void)
 	TEST_ASSERT(WIFSIGNALED(st));
 	hostile_check_settled(&G, &base, 4 * 1024, "the silent connections went");
 	hostile_check_rtt(&G, honest, &base, "after the silent connections went");
-	wsync_pub_close(honest);
-	wsync_close(c);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, c, honest);
 	return 0;
 }

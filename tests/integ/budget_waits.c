@@ -17,7 +17,6 @@
 #include "tests/lib/hostile.h"
 #include "tests/lib/raw.h"
 
-#include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,9 +39,7 @@ static int other_user(void *arg)
 	uint32_t id = (uint32_t)(uintptr_t)arg;
 	int refused = 0;
 
-	TEST_ASSERT(setgroups(0, NULL) == 0);
-	TEST_ASSERT(setgid(other_gid) == 0);
-	TEST_ASSERT(setuid(other_uid) == 0);
+	hostile_become(other_uid, other_gid);
 	for (int i = 0; i < SESSIONS; i++) {
 		char name[32];
 
@@ -104,13 +101,10 @@ int main(void)
 	pid_t kid;
 	int st, skip;
 
-	skip = harness_other_user("wait for readers as another uid", &other_uid, &other_gid);
+	skip = hostile_other_start(&G, "wait for readers as another uid", &other_uid, &other_gid,
+	                           "waits.honest", &c, &honest);
 	if (skip)
 		return skip;
-	if (harness_broker_start(&G, HARNESS_OTHER_USERS, NULL))
-		return 1;
-	TEST_OK(harness_connect(&G, "honest-trainer", &c));
-	TEST_OK(harness_pub_open_2t(c, "waits.honest", 0, &honest));
 	raw_hello(&p, &G, "publisher");
 	harness_model_2t(d);
 	TEST_OK(raw_pub_open(&p, MODEL, d, 2, 2, NULL, &id, NULL));
@@ -137,8 +131,6 @@ int main(void)
 	TEST_OK(wsync_model_delete(c, MODEL));
 	hostile_check_settled(&G, &base, 4 * 1024, "the other uid's sessions went");
 	hostile_check_rtt(&G, honest, &base, "after the other uid's sessions went");
-	wsync_pub_close(honest);
-	wsync_close(c);
-	harness_broker_finish(&G);
+	hostile_other_finish(&G, c, honest);
 	return 0;
 }

@@ -28,7 +28,6 @@
 #include "tests/lib/hostile.h"
 #include "tests/lib/raw.h"
 
-#include <grp.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -88,9 +87,7 @@ static int other_user(void *arg)
 	int got, err;
 
 	(void)arg;
-	TEST_ASSERT(setgroups(0, NULL) == 0);
-	TEST_ASSERT(setgid(other_gid) == 0);
-	TEST_ASSERT(setuid(other_uid) == 0);
+	hostile_become(other_uid, other_gid);
 	raw_hello(&a, &G, "user-a");
 	raw_hello(&b, &G, "user-b");
 	got = subscribe_names(&a, "user-a", "uid.a", AWAITED - 6);

@@ -159,6 +159,8 @@ def test_metrics_known_state(broker, server):
             assert get(got, "wsync_collector_acquires_total", name="c:1/x") == 1
             assert get(got, "wsync_broker_sessions", broker=b) == 2
             assert get(got, "wsync_broker_cpu_seconds_total", broker=b) >= 0
+            assert get(got, "wsync_broker_work_pauses_total", broker=b) == 0
+            assert get(got, "wsync_broker_sessions_paused", broker=b) == 0
             assert 0 <= get(got, "wsync_broker_heartbeat_age_seconds", broker=b) < 3
         view.release()
     # other paths and methods

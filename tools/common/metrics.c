@@ -179,6 +179,12 @@ int metrics_write(FILE *f, const struct snap *s, const char *instance, double cp
 	family(f, "wsync_broker_bad_messages_total", "counter",
 	       "Messages answered with an error or a closed connection.");
 	broker_sample(f, "wsync_broker_bad_messages_total", b, (double)s->bad_messages);
+	family(f, "wsync_broker_work_pauses_total", "counter",
+	       "Sessions paused because their uid asked past its share of work.");
+	broker_sample(f, "wsync_broker_work_pauses_total", b, (double)s->work_mutes);
+	family(f, "wsync_broker_sessions_paused", "gauge",
+	       "Sessions not read until their uid's work bucket refills.");
+	broker_sample(f, "wsync_broker_sessions_paused", b, s->sessions_muted);
 	family(f, "wsync_broker_shm_used_bytes", "gauge", "Slab memory in use.");
 	broker_sample(f, "wsync_broker_shm_used_bytes", b, (double)s->shm_used);
 	family(f, "wsync_broker_shm_limit_bytes", "gauge", "Slab memory allowed (--shm-limit).");

@@ -225,6 +225,8 @@ void snap_take(const struct seg *seg, struct snap *out)
 	out->sessions_total = LOAD(h->sessions_total);
 	out->messages = LOAD(h->messages);
 	out->bad_messages = LOAD(h->bad_messages);
+	out->work_mutes = LOAD(h->work_mutes);
+	out->sessions_muted = LOAD(h->sessions_muted);
 	/* The session figures of one tick: the broker stores stats_ns last
 	 * (release); the same value before and after the copy means no tick
 	 * wrote in between. A broker that ticks during every try leaves the

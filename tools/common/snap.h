@@ -83,6 +83,8 @@ struct snap {
 	int64_t  stats_ns;               /* the tick the session figures are from, 0 none */
 	struct health health;
 	uint64_t shm_limit, shm_used, sessions_total, messages, bad_messages;
+	uint64_t work_mutes;             /* sessions paused past their uid's work share */
+	uint32_t sessions_muted;         /* ...and paused now */
 	uint32_t n_models, n_sessions;
 	struct snap_model models[WSYNC_MAX_MODELS];
 	struct snap_session sessions[WSYNC_MAX_SESSIONS];
