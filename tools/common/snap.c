@@ -594,9 +594,9 @@ const char *fmt_lag_ms(char *buf, size_t len, const struct snap_session *e)
 	return buf;
 }
 
-const char *fmt_bound(char *buf, size_t len, const struct snap_session *e)
+const char *fmt_bound(char *buf, size_t len, const struct snap_session *e, bool mark)
 {
-	char v[16] = "", t[24] = "";
+	char v[16] = "", t[32] = "";
 
 	if (!e->max_lag_versions && !e->max_lag_ns) {
 		snprintf(buf, len, "-");
@@ -605,7 +605,10 @@ const char *fmt_bound(char *buf, size_t len, const struct snap_session *e)
 	if (e->max_lag_versions)
 		snprintf(v, sizeof(v), "%" PRIu32 "v", e->max_lag_versions);
 	if (e->max_lag_ns)
-		snprintf(t, sizeof(t), "%.2fs", (double)e->max_lag_ns / 1e9);
-	snprintf(buf, len, "%s%s%s%s", v, v[0] && t[0] ? "/" : "", t, e->over_bound ? "!" : "");
+		snprintf(t, sizeof(t), e->max_lag_ns < 100 * UINT64_C(1000000000) ? "%.3gs" :
+		         "%.0fs", (double)e->max_lag_ns / 1e9);
+	/* the mark first: a narrow column cuts the end of a cell */
+	snprintf(buf, len, "%s%s%s%s", mark && e->over_bound ? "!" : "", v,
+	         v[0] && t[0] ? "/" : "", t);
 	return buf;
 }

@@ -123,9 +123,9 @@ json_t *snap_json_sessions(const struct snap *s);
 /* The lag of a session: "3", "~3", "-" into buf; and in time. */
 const char *fmt_lag(char *buf, size_t len, const struct snap_session *e);
 const char *fmt_lag_ms(char *buf, size_t len, const struct snap_session *e);
-/* Its declared bound: "3v/0.50s", "3v", "0.50s", "-" none; "!" after it
- * when past it (one word). */
-const char *fmt_bound(char *buf, size_t len, const struct snap_session *e);
+/* Its declared bound: "3v/0.5s", "3v", "0.5s", "-" none; with mark, "!"
+ * before it when it is past it (one word). */
+const char *fmt_bound(char *buf, size_t len, const struct snap_session *e, bool mark);
 /* Human figures: "12.5 MiB", "3m04s", "0x0123456789abcdef" into buf. */
 const char *fmt_bytes(char *buf, size_t len, uint64_t bytes);
 const char *fmt_age(char *buf, size_t len, int64_t ns);

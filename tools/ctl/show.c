@@ -46,8 +46,8 @@ static const char *const show_usage[] = {
 	"commits and in time since that version was superseded ('~' = an\n"
 	"estimate), how long it has held the view, acquires, waits, timeouts,\n"
 	"connected for, and the staleness bound it declared (BOUND: versions\n"
-	"'v' and age 's', '-' = none, '!' = its lag or its version's age is\n"
-	"past it). The broker computes the reading figures once a second,\n"
+	"'v' and age 's', '-' = none, '!' first = its lag or its version's age\n"
+	"is past it). The broker computes the reading figures once a second,\n"
 	"all at one instant (status shows how old they are). Exit 3, after the\n"
 	"table, when the broker shut down, died or is not responding.\n\n",
 };
@@ -132,7 +132,7 @@ static void print_lag_bounds(const struct snap *s, const struct snap_model *m)
 		printf("%s '%s' (pid %" PRIu32 ") at v%" PRIu64 ", %" PRIu64 " behind, %s old, "
 		       "max_lag %s", shown++ ? "," : ":", e->name, e->pid, e->view_version, e->lag,
 		       fmt_age(age, sizeof(age), (int64_t)(e->age_ms * 1e6)),
-		       fmt_bound(bound, sizeof(bound), e));
+		       fmt_bound(bound, sizeof(bound), e, false));
 	}
 	printf("\n");
 }
@@ -198,7 +198,7 @@ static void print_sessions(const struct snap *s)
 		       snap_roles_name(e->roles), models, ver, fmt_lag(lag, sizeof(lag), e),
 		       fmt_lag_ms(ms, sizeof(ms), e), slot, held, e->acquires, e->waits,
 		       e->timeouts, fmt_age(con, sizeof(con), s->now_ns - e->connected_ns),
-		       fmt_bound(bound, sizeof(bound), e));
+		       fmt_bound(bound, sizeof(bound), e, true));
 	}
 }
 
