@@ -100,6 +100,7 @@ static int old_open(const struct broker *b, int old_dirfd, const char *name, uin
 static void *old_ctl_read(const struct broker *b, int *old_dirfd, char *dir, size_t dirlen)
 {
 	char why[WSYNC_ERRMSG_MAX];
+	uint64_t len;
 	void *buf;
 	int fd, dfd, err;
 
@@ -125,7 +126,13 @@ static void *old_ctl_read(const struct broker *b, int *old_dirfd, char *dir, siz
 			         "starting afresh", WSYNC_SHM_DIR, dir, why);
 		return NULL;
 	}
-	fd = old_open(b, dfd, CTL_SEG_NAME, CTL_BYTES);
+	/* a broker before the session bounds table left a shorter one */
+	len = CTL_BYTES;
+	fd = old_open(b, dfd, CTL_SEG_NAME, len);
+	if (fd == -EINVAL) {
+		len = CTL_BYTES_NO_BOUNDS;
+		fd = old_open(b, dfd, CTL_SEG_NAME, len);
+	}
 	if (fd < 0) {
 		if (fd != -ENOENT)
 			log_warn("old control segment in %s/%s not adopted: %s; starting afresh",
@@ -135,13 +142,14 @@ static void *old_ctl_read(const struct broker *b, int *old_dirfd, char *dir, siz
 	buf = fault_malloc(CTL_BYTES);
 	if (!buf)
 		goto out_close;
-	err = fd_read_all(fd, buf, CTL_BYTES);
+	memset((char *)buf + len, 0, CTL_BYTES - len);
+	err = fd_read_all(fd, buf, len);
 	if (err) {
 		log_warn("cannot read the old control segment: %s; starting afresh",
 		         strerror(-err));
 		goto out_free;
 	}
-	if (ctl_validate(buf, CTL_BYTES, b->uid, why, sizeof(why))) {
+	if (ctl_validate(buf, len, b->uid, why, sizeof(why))) {
 		log_warn("old control segment not adopted: %s; starting afresh", why);
 		goto out_free;
 	}
@@ -382,7 +390,8 @@ static void old_ctl_supersede(const struct broker *b, int old_dirfd)
 	if (fd < 0)
 		return;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == b->uid &&
-	    st.st_nlink == 1 && (uint64_t)st.st_size == CTL_BYTES &&
+	    st.st_nlink == 1 && ((uint64_t)st.st_size == CTL_BYTES ||
+	                         (uint64_t)st.st_size == CTL_BYTES_NO_BOUNDS) &&
 	    pwrite(fd, &state, sizeof(state), offsetof(struct wsync_ctl_header, state)) ==
 	    (ssize_t)sizeof(state))
 		log_debug("told the old generation's clients it was superseded");

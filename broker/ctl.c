@@ -85,6 +85,7 @@ int ctl_create(struct broker *b)
 	h->max_sessions = WSYNC_MAX_SESSIONS;
 	h->models_offset = CTL_MODELS_OFFSET;
 	h->sessions_offset = CTL_SESSIONS_OFFSET;
+	h->bounds_offset = CTL_BOUNDS_OFFSET;
 	h->started_ns = b->started_ns;
 	atomic_store(&h->heartbeat_ns, wsync_real_ns());
 	h->shm_limit = b->cfg.shm_limit;
@@ -214,8 +215,10 @@ int ctl_validate(const void *buf, size_t len, uid_t uid, char *why, size_t whyle
 		snprintf(why, whylen, "it belongs to uid %u", h->uid);
 		return -EINVAL;
 	}
-	if (h->header_bytes != sizeof(*h) || h->total_bytes != CTL_BYTES ||
-	    len != CTL_BYTES || h->max_models != WSYNC_MAX_MODELS ||
+	if (h->header_bytes != sizeof(*h) || h->total_bytes != len ||
+	    (len != CTL_BYTES && len != CTL_BYTES_NO_BOUNDS) ||
+	    h->bounds_offset != (len == CTL_BYTES ? CTL_BOUNDS_OFFSET : 0) ||
+	    h->max_models != WSYNC_MAX_MODELS ||
 	    h->max_sessions != WSYNC_MAX_SESSIONS ||
 	    h->models_offset != CTL_MODELS_OFFSET ||
 	    h->sessions_offset != CTL_SESSIONS_OFFSET) {

@@ -17,8 +17,12 @@
 #define CTL_MODELS_OFFSET   ((uint32_t)sizeof(struct wsync_ctl_header))
 #define CTL_SESSIONS_OFFSET (CTL_MODELS_OFFSET + \
                              WSYNC_MAX_MODELS * (uint32_t)sizeof(struct wsync_ctl_model))
-#define CTL_BYTES           ((uint64_t)CTL_SESSIONS_OFFSET + \
-                             WSYNC_MAX_SESSIONS * sizeof(struct wsync_ctl_session))
+#define CTL_BOUNDS_OFFSET   (CTL_SESSIONS_OFFSET + \
+                             WSYNC_MAX_SESSIONS * (uint32_t)sizeof(struct wsync_ctl_session))
+#define CTL_BYTES           ((uint64_t)CTL_BOUNDS_OFFSET + \
+                             WSYNC_MAX_SESSIONS * sizeof(struct wsync_session_bound))
+/* The size of a segment of a broker before the bounds table: still adopted. */
+#define CTL_BYTES_NO_BOUNDS ((uint64_t)CTL_BOUNDS_OFFSET)
 
 /* Creates the new segment under a temporary name, maps it, fills the header
  * (state STARTING) and empty tables: 0 or -errno. */
@@ -34,7 +38,9 @@ int  ctl_read_state(const char *path, uid_t uid, char *dir, size_t len, char *wh
  * (and the state file if it names it). */
 void ctl_destroy(struct broker *b, bool unlink_it);
 
-/* Validates a copy of an old segment: 0 or -EINVAL with a reason. */
+/* Validates a copy of an old segment of len bytes (CTL_BYTES, or
+ * CTL_BYTES_NO_BOUNDS from a broker before the bounds table): 0 or -EINVAL
+ * with a reason. */
 int  ctl_validate(const void *buf, size_t len, uid_t uid, char *why, size_t whylen);
 
 static inline struct wsync_ctl_model *ctl_model(const struct broker *b, uint32_t id)
@@ -44,6 +50,11 @@ static inline struct wsync_ctl_model *ctl_model(const struct broker *b, uint32_t
 static inline struct wsync_ctl_session *ctl_session(const struct broker *b, uint32_t idx)
 {
 	return (struct wsync_ctl_session *)((char *)b->ctl + CTL_SESSIONS_OFFSET) + idx;
+}
+
+static inline struct wsync_session_bound *ctl_bound(const struct broker *b, uint32_t idx)
+{
+	return (struct wsync_session_bound *)((char *)b->ctl + CTL_BOUNDS_OFFSET) + idx;
 }
 
 /* The control segment's name in the generation's directory. */

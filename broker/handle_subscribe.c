@@ -79,6 +79,9 @@ int handle_sub_open(struct req *r)
 		 * must not count for this one (wsync_pub_wait_readers): a new
 		 * subscription has acquired nothing yet. */
 		atomic_store(&s->p.page->acquired[m->id], 0);
+		/* nor a staleness bound declared by an earlier subscription */
+		atomic_store(&s->p.page->lag_bound_ns[m->id], 0);
+		atomic_store(&s->p.page->lag_bound_versions[m->id], 0);
 	}
 	session_mirror(r->b, s);
 	log_debug("session %u '%s': subscribed to '%s'", s->p.id, s->p.name, m->name);

@@ -178,6 +178,7 @@ int session_hello(struct broker *b, struct session *s, const char *name,
 	atomic_store(&e->models, 0);
 	snprintf(e->name, sizeof(e->name), "%s", s->p.name);
 	stats_clear(&e->stats);
+	stats_clear_bound(ctl_bound(b, (uint32_t)s->index));
 	atomic_store(&e->id, s->p.id);        /* publishes the entry */
 	log_debug("session %u '%s' pid %d uid %u connected", s->p.id, s->p.name,
 	          (int)s->p.pid, (unsigned)s->p.uid);
@@ -712,7 +713,14 @@ void session_mirror_stats(struct broker *b)
 
 		if (!s || s->state != SESSION_ACTIVE || !s->p.page)
 			continue;
+		uint64_t subscribed = 0;
+
 		stats_mirror(&ctl_session(b, i)->stats, s->p.page, s->p.models, hist, mono, real);
+		for (uint32_t m = 0; m < WSYNC_MAX_MODELS; m++)
+			if (s->p.m[m].subs)
+				subscribed |= UINT64_C(1) << m;
+		stats_mirror_bound(ctl_bound(b, i), &ctl_session(b, i)->stats, s->p.page,
+		                   subscribed & s->p.models);
 		for (uint32_t m = 0; m < WSYNC_MAX_MODELS; m++)
 			session_count_verify_failures(b, &s->p, m);
 	}

@@ -51,6 +51,13 @@ void stats_clear(struct wsync_session_stats *st)
 	atomic_store_explicit(&st->timeouts, 0, RELAXED);
 }
 
+void stats_clear_bound(struct wsync_session_bound *bd)
+{
+	atomic_store_explicit(&bd->max_age_ns, 0, RELAXED);
+	atomic_store_explicit(&bd->max_versions, 0, RELAXED);
+	atomic_store_explicit(&bd->model, WSYNC_STATS_MODEL_UNKNOWN, RELAXED);
+}
+
 /* ---- histories --------------------------------------------------------------- */
 
 void stats_history_reset(struct stats_history *h)
@@ -222,4 +229,25 @@ void stats_mirror(struct wsync_session_stats *out, const struct wsync_session_pa
 	                      (uint32_t)atomic_load_explicit(&page->waits, RELAXED), RELAXED);
 	atomic_store_explicit(&out->timeouts,
 	                      (uint32_t)atomic_load_explicit(&page->timeouts, RELAXED), RELAXED);
+}
+
+void stats_mirror_bound(struct wsync_session_bound *out, const struct wsync_session_stats *st,
+                        const struct wsync_session_page *page, uint64_t subscribed)
+{
+	uint64_t view = atomic_load_explicit(&st->view, RELAXED), ns = 0;
+	uint32_t model = view ? (uint32_t)(view & WSYNC_STATS_MODEL_UNKNOWN) :
+	                 WSYNC_STATS_MODEL_UNKNOWN, versions = 0;
+
+	if (model >= WSYNC_MAX_MODELS)
+		model = only_model(subscribed);
+	if (model < WSYNC_MAX_MODELS && (subscribed & (UINT64_C(1) << model))) {
+		ns = atomic_load_explicit(&page->lag_bound_ns[model], RELAXED);
+		versions = atomic_load_explicit(&page->lag_bound_versions[model], RELAXED);
+	} else {
+		model = WSYNC_STATS_MODEL_UNKNOWN;
+	}
+	/* a client's word past INT64_MAX is no age: shown as none */
+	atomic_store_explicit(&out->max_age_ns, ns > INT64_MAX ? 0 : ns, RELAXED);
+	atomic_store_explicit(&out->max_versions, versions, RELAXED);
+	atomic_store_explicit(&out->model, model, RELAXED);
 }

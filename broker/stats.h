@@ -68,7 +68,13 @@ uint32_t stats_lag(const struct stats_history *h, uint64_t version, int64_t real
 void stats_mirror(struct wsync_session_stats *out, const struct wsync_session_page *page,
                   uint64_t models, const struct stats_history *const *hist,
                   int64_t mono_ns, int64_t real_ns);
+/* The staleness bound the session declared for the model of st's view
+ * (mirrored just before; else the only model it subscribes to), shown only
+ * while `subscribed` (bit per model: a subscription open) has it. */
+void stats_mirror_bound(struct wsync_session_bound *out, const struct wsync_session_stats *st,
+                        const struct wsync_session_page *page, uint64_t subscribed);
 /* Clears an entry's figures (a new session in a reused table entry). */
 void stats_clear(struct wsync_session_stats *st);
+void stats_clear_bound(struct wsync_session_bound *bd);
 
 #endif

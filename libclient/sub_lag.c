@@ -9,6 +9,11 @@
  * The age is the version's commit time (CLOCK_REALTIME, stamped by the
  * publisher) against this clock: on one machine both read the same clock.
  * The bound costs nothing on the acquire path while it is off (one load).
+ *
+ * Both calls also declare the bound in the session page for monitors
+ * (layout.h lag_bound_ns, lag_bound_versions): the broker mirrors it for
+ * the tools while the subscription is open and zeroes it when the next one
+ * opens the model. Informational: nobody acts on it.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -30,6 +35,22 @@ int wsync_sub_set_max_lag(wsync_sub *s, int64_t max_age_ns, int64_t timeout_ns)
 		                  (long long)timeout_ns);
 	atomic_store_explicit(&s->lag_timeout_ns, timeout_ns, memory_order_relaxed);
 	atomic_store_explicit(&s->max_age_ns, max_age_ns, memory_order_relaxed);
+	atomic_store_explicit(&s->c->session->lag_bound_ns[s->model_id], (uint64_t)max_age_ns,
+	                      memory_order_relaxed);
+	return 0;
+}
+
+int wsync_sub_declare_max_lag(wsync_sub *s, uint32_t versions, int64_t max_age_ns)
+{
+	if (!s)
+		return wsync_fail(-EINVAL, "wsync_sub_declare_max_lag: subscription is NULL");
+	if (max_age_ns < 0)
+		return wsync_fail(-EINVAL, "model '%s': max_age %lld ns is negative", s->model,
+		                  (long long)max_age_ns);
+	atomic_store_explicit(&s->c->session->lag_bound_versions[s->model_id], versions,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&s->c->session->lag_bound_ns[s->model_id], (uint64_t)max_age_ns,
+	                      memory_order_relaxed);
 	return 0;
 }
 

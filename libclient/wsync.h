@@ -336,6 +336,15 @@ int  wsync_sub_acquire(wsync_sub *s, wsync_view *out);
  * naming the trainer's last commit. 0 turns it off (the default). -EINVAL
  * for a negative max_age or timeout. */
 int  wsync_sub_set_max_lag(wsync_sub *s, int64_t max_age_ns, int64_t timeout_ns);
+/* Declares a staleness bound for monitors only (wsync-top, wsyncctl show
+ * it against the lag; docs/LIVE.md): versions behind the newest (a caller
+ * that enforces it itself, such as a policy that keeps a view across
+ * calls: an acquire always takes the newest version) and age in ns (as
+ * wsync_sub_set_max_lag, which declares its own). 0 = none; changes no
+ * acquire. Per client and model: other subscriptions of this client to
+ * the model share it, the last declared counts. -EINVAL for a negative
+ * age. */
+int  wsync_sub_declare_max_lag(wsync_sub *s, uint32_t versions, int64_t max_age_ns);
 /* The newest version if it is newer than after_version, waiting up to
  * timeout_ns for one. -ETIMEDOUT on time; -ENOTCONN if the broker shuts down
  * or dies meanwhile (noticed within 200 ms); -EAGAIN at once if

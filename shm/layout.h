@@ -131,7 +131,10 @@ struct wsync_ctl_header {
 	 * and those not being read now (0 from brokers before pacing). */
 	_Atomic uint64_t work_mutes;
 	_Atomic uint32_t sessions_muted;
-	uint32_t pad0;
+	/* Where the session bounds table lies (struct wsync_session_bound,
+	 * max_sessions entries, after the session table); 0 from brokers
+	 * before it, whose segments end with the session table. */
+	uint32_t bounds_offset;
 	uint8_t  reserved[WSYNC_PAGE - 272];
 };
 #define WSYNC_BROKER_DIED 0x40000000u
@@ -141,6 +144,7 @@ static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset")
 static_assert(offsetof(struct wsync_ctl_header, stats_ns) == 184, "ctl stats_ns offset");
 static_assert(offsetof(struct wsync_ctl_header, broker_alive) == 192, "ctl broker_alive offset");
 static_assert(offsetof(struct wsync_ctl_header, work_mutes) == 256, "ctl work_mutes offset");
+static_assert(offsetof(struct wsync_ctl_header, bounds_offset) == 268, "ctl bounds_offset offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {
@@ -341,6 +345,22 @@ struct wsync_ctl_session {
 static_assert(sizeof(struct wsync_ctl_session) == 128, "ctl session entry size");
 static_assert(offsetof(struct wsync_ctl_session, stats) == 96, "ctl session stats offset");
 
+/*
+ * The staleness bound a collector declared for the model it reads
+ * (wsync_sub_set_max_lag, wsync_sub_declare_max_lag; docs/LIVE.md), for
+ * monitors: mirrored by the broker from the session page with the stats,
+ * one entry per session table entry (same index). `model` is the model of
+ * the stats' view (or the only model the session subscribes to),
+ * WSYNC_STATS_MODEL_UNKNOWN when none; max_age_ns and max_versions 0 = no
+ * bound of that kind. Informational, never trusted.
+ */
+struct wsync_session_bound {
+	_Atomic uint64_t max_age_ns;
+	_Atomic uint32_t max_versions;
+	_Atomic uint32_t model;
+};
+static_assert(sizeof(struct wsync_session_bound) == 16, "session bound entry size");
+
 /* ---- model page: what collectors poll and sleep on ----------------------- */
 
 struct wsync_slot_meta {
@@ -438,7 +458,16 @@ struct wsync_session_page {
 	/* Checksum mismatches this client found in model i's versions
 	 * (wsync_view_verify), for monitors; the broker sums them per model. */
 	_Atomic uint32_t verify_failed[WSYNC_MAX_MODELS];
-	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 12];
+	/* The staleness bound this client declared for model i, for monitors
+	 * (the broker mirrors it into struct wsync_session_bound): the age of
+	 * a version in ns (wsync_sub_set_max_lag, wsync_sub_declare_max_lag)
+	 * and versions behind the newest (wsync_sub_declare_max_lag); 0 = none.
+	 * The broker zeroes both when a subscription opens the model and shows
+	 * them only while one is open; it never acts on them. Zero in the
+	 * pages of clients before them (the page is zero-filled). */
+	_Atomic uint64_t lag_bound_ns[WSYNC_MAX_MODELS];
+	_Atomic uint32_t lag_bound_versions[WSYNC_MAX_MODELS];
+	uint8_t  reserved2[WSYNC_PAGE - WSYNC_MAX_MODELS * 24];
 };
 #define WSYNC_SESSION_PAGE_BYTES (2 * WSYNC_PAGE)
 static_assert(sizeof(struct wsync_session_page) == WSYNC_SESSION_PAGE_BYTES,
@@ -447,5 +476,11 @@ static_assert(offsetof(struct wsync_session_page, hazards) == WSYNC_CACHELINE, "
 static_assert(offsetof(struct wsync_session_page, acquired) == WSYNC_PAGE, "acquired offset");
 static_assert(offsetof(struct wsync_session_page, verify_failed) ==
               WSYNC_PAGE + WSYNC_MAX_MODELS * 8, "verify_failed offset");
+static_assert(offsetof(struct wsync_session_page, lag_bound_ns) ==
+              WSYNC_PAGE + WSYNC_MAX_MODELS * 12, "lag_bound_ns offset");
+static_assert(offsetof(struct wsync_session_page, lag_bound_versions) ==
+              WSYNC_PAGE + WSYNC_MAX_MODELS * 20, "lag_bound_versions offset");
+static_assert(offsetof(struct wsync_session_page, reserved2) ==
+              WSYNC_PAGE + WSYNC_MAX_MODELS * 24, "session page reserve offset");
 
 #endif /* WSYNC_SHM_LAYOUT_H */

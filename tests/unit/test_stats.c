@@ -11,7 +11,9 @@
  * commit; from tick observations exact where no version was skipped between
  * two points and flagged as an estimate, inside its bounds, where one was;
  * lag_ms from the successor's commit time; a history that wraps keeps the
- * newest points.
+ * newest points. A declared staleness bound is mirrored for the model of
+ * the view (or the only one subscribed), only while a subscription of it
+ * is open; a forged age past INT64_MAX reads as none.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -258,6 +260,42 @@ static void history_keeps_the_newest_and_the_order(void **state)
 	assert_in_range(COUNT(w), STATS_HISTORY, STATS_HISTORY + 50 - 10);
 }
 
+static void bound_of_the_viewed_model(void **state)
+{
+	struct wsync_session_bound bd;
+
+	(void)state;
+	stats_clear_bound(&bd);
+	assert_int_equal(atomic_load(&bd.model), WSYNC_STATS_MODEL_UNKNOWN);
+	atomic_store(&page.lag_bound_ns[3], 500 * MS);
+	atomic_store(&page.lag_bound_versions[3], 2);
+	atomic_store(&page.lag_bound_ns[5], 900 * MS);
+	hz(0, 3, 1, 40, MONO - 1000 * MS, 1, 1);
+	stats_mirror(&st, &page, (UINT64_C(1) << 3) | (UINT64_C(1) << 5), NULL, MONO, REAL);
+	stats_mirror_bound(&bd, &st, &page, (UINT64_C(1) << 3) | (UINT64_C(1) << 5));
+	assert_int_equal(atomic_load(&bd.model), 3);
+	assert_int_equal(atomic_load(&bd.max_age_ns), 500 * MS);
+	assert_int_equal(atomic_load(&bd.max_versions), 2);
+	/* its subscription closed (the model still open to publish): none */
+	stats_mirror_bound(&bd, &st, &page, UINT64_C(1) << 5);
+	assert_int_equal(atomic_load(&bd.model), WSYNC_STATS_MODEL_UNKNOWN);
+	assert_int_equal(atomic_load(&bd.max_age_ns), 0);
+	assert_int_equal(atomic_load(&bd.max_versions), 0);
+	/* never acquired: the only model subscribed */
+	stats_clear(&st);
+	stats_mirror_bound(&bd, &st, &page, UINT64_C(1) << 5);
+	assert_int_equal(atomic_load(&bd.model), 5);
+	assert_int_equal(atomic_load(&bd.max_age_ns), 900 * MS);
+	assert_int_equal(atomic_load(&bd.max_versions), 0);
+	/* several and no view: unknown, no bound */
+	stats_mirror_bound(&bd, &st, &page, (UINT64_C(1) << 3) | (UINT64_C(1) << 5));
+	assert_int_equal(atomic_load(&bd.model), WSYNC_STATS_MODEL_UNKNOWN);
+	assert_int_equal(atomic_load(&bd.max_versions), 0);
+	atomic_store(&page.lag_bound_ns[5], UINT64_MAX);
+	stats_mirror_bound(&bd, &st, &page, UINT64_C(1) << 5);
+	assert_int_equal(atomic_load(&bd.max_age_ns), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -272,6 +310,7 @@ int main(void)
 		cmocka_unit_test_setup(tick_points_with_skips_are_estimates, reset),
 		cmocka_unit_test_setup(unknown_without_history, reset),
 		cmocka_unit_test_setup(history_keeps_the_newest_and_the_order, reset),
+		cmocka_unit_test_setup(bound_of_the_viewed_model, reset),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,7 +69,7 @@ static void session_sample(FILE *f, const char *name, const char *broker,
 
 enum mfig { M_VERSION, M_STEP, M_COMMITS, M_ABORTS, M_BUSY, M_BYTES, M_SLOTS, M_USED,
             M_PINNED, M_COLL, M_AGE, M_LAG, M_LAG_S, M_SUMFAIL, M_LEAD, M_LEAD_WAITS,
-            M_LEAD_TIMEOUTS, M_N };
+            M_LEAD_TIMEOUTS, M_OVER, M_N };
 
 static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	[M_VERSION] = { "wsync_model_version", "gauge", "Latest version of the model (0: none yet)." },
@@ -97,6 +97,8 @@ static const struct { const char *name, *type, *help; } model_families[M_N] = {
 	                   "Begins held back by a collector behind the publisher's max_lead." },
 	[M_LEAD_TIMEOUTS] = { "wsync_model_lead_timeouts_total", "counter",
 	                      "Of those, the ones that timed out." },
+	[M_OVER]    = { "wsync_model_collectors_over_bound", "gauge",
+	                "Collectors past the staleness bound (max_lag) they declared." },
 };
 
 static double model_figure(const struct snap *s, const struct snap_model *m, int k)
@@ -119,11 +121,13 @@ static double model_figure(const struct snap *s, const struct snap_model *m, int
 	case M_LEAD:    return m->max_lead;
 	case M_LEAD_WAITS: return (double)m->lead_waits;
 	case M_LEAD_TIMEOUTS: return (double)m->lead_timeouts;
+	case M_OVER:    return m->over_bound;
 	default:        return 0;
 	}
 }
 
-enum sfig { S_LAG, S_LAG_S, S_HELD, S_ACQ, S_WAITS, S_TIMEOUTS, S_N };
+enum sfig { S_LAG, S_LAG_S, S_HELD, S_ACQ, S_WAITS, S_TIMEOUTS, S_BOUND_V, S_BOUND_S,
+            S_OVER, S_N };
 
 static const struct { const char *name, *type, *help; } session_families[S_N] = {
 	[S_LAG]      = { "wsync_collector_lag_commits", "gauge",
@@ -135,6 +139,12 @@ static const struct { const char *name, *type, *help; } session_families[S_N] = 
 	[S_ACQ]      = { "wsync_collector_acquires_total", "counter", "Views taken (32-bit, wraps)." },
 	[S_WAITS]    = { "wsync_collector_waits_total", "counter", "Waits for a newer version (32-bit)." },
 	[S_TIMEOUTS] = { "wsync_collector_timeouts_total", "counter", "Waits that timed out (32-bit)." },
+	[S_BOUND_V]  = { "wsync_collector_max_lag_versions", "gauge",
+	                 "The staleness bound the collector declared, in versions behind." },
+	[S_BOUND_S]  = { "wsync_collector_max_lag_seconds", "gauge",
+	                 "The staleness bound the collector declared, as the age of its version." },
+	[S_OVER]     = { "wsync_collector_over_bound", "gauge",
+	                 "1 if the collector's lag or its version's age is past its declared bound." },
 };
 
 static bool session_figure(const struct snap_session *e, int k, double *v)
@@ -146,6 +156,9 @@ static bool session_figure(const struct snap_session *e, int k, double *v)
 	case S_ACQ:      *v = e->acquires; return true;
 	case S_WAITS:    *v = e->waits; return true;
 	case S_TIMEOUTS: *v = e->timeouts; return true;
+	case S_BOUND_V:  *v = e->max_lag_versions; return e->max_lag_versions;
+	case S_BOUND_S:  *v = (double)e->max_lag_ns / 1e9; return e->max_lag_ns;
+	case S_OVER:     *v = e->over_bound; return e->max_lag_versions || e->max_lag_ns;
 	default:         return false;
 	}
 }
@@ -202,8 +215,9 @@ int metrics_write(FILE *f, const struct snap *s, const char *instance, double cp
 			model_sample(f, model_families[k].name, b, &s->models[i],
 			             model_figure(s, &s->models[i], k));
 	}
-	/* Lags belong to the model of the view a collector reads; its counters
-	 * to the session, labelled with every model it opened. */
+	/* Lags belong to the model of the view a collector reads, a bound to
+	 * the model it was declared for; its counters to the session, labelled
+	 * with every model it opened. */
 	for (int k = 0; k < S_N; k++) {
 		bool titled = false;
 
@@ -216,9 +230,9 @@ int metrics_write(FILE *f, const struct snap *s, const char *instance, double cp
 			if (!(e->roles & WSYNC_ROLE_SUB))
 				continue;
 			for (uint32_t j = 0; j < s->n_models; j++)
-				if (s->models[j].id == e->view_model)
+				if (s->models[j].id == (k >= S_BOUND_V ? e->bound_model : e->view_model))
 					m = &s->models[j];
-			if (k == S_LAG || k == S_LAG_S || k == S_HELD) {
+			if (k == S_LAG || k == S_LAG_S || k == S_HELD || k >= S_BOUND_V) {
 				if (!m)
 					continue;
 				snprintf(models, sizeof(models), "%s", m->name);

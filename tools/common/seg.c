@@ -230,6 +230,8 @@ static int check_header(const struct seg *s, const struct wsync_ctl_header *h, s
 	               (uint64_t)h->max_sessions * sizeof(struct wsync_ctl_session);
 	if (h->total_bytes != bytes || h->max_models > WSYNC_MAX_MODELS ||
 	    h->max_sessions > WSYNC_MAX_SESSIONS || models_end > bytes || sessions_end > bytes ||
+	    (h->bounds_offset && (uint64_t)h->bounds_offset + (uint64_t)h->max_sessions *
+	     sizeof(struct wsync_session_bound) > bytes) ||
 	    h->uid != (uint32_t)s->uid || strncmp(h->name, s->instance, sizeof(h->name))) {
 		snprintf(why, whylen, "%s/%s/ctl does not describe broker '%s' of uid %u: "
 		         "not reading it", WSYNC_SHM_DIR, s->dir, s->instance, (unsigned)s->uid);

@@ -79,7 +79,7 @@ static void snap_model_copy(struct snap_model *m, const struct wsync_ctl_model *
 }
 
 static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_session *e,
-                              uint32_t id)
+                              const struct wsync_session_bound *bd, uint32_t id)
 {
 	uint64_t view = LOAD(e->stats.view);
 	uint32_t lag = LOAD(e->stats.lag);
@@ -106,6 +106,35 @@ static void snap_session_copy(struct snap_session *s, const struct wsync_ctl_ses
 	s->lag_estimated = s->lag_known && (lag & WSYNC_STATS_LAG_ESTIMATE);
 	s->lag = lag & WSYNC_STATS_LAG_MAX;
 	s->lag_ms = LOAD(e->stats.lag_ms);
+	s->bound_model = bd ? LOAD(bd->model) : WSYNC_STATS_MODEL_UNKNOWN;
+	if (s->bound_model < WSYNC_MAX_MODELS) {
+		s->max_lag_ns = LOAD(bd->max_age_ns);
+		s->max_lag_versions = LOAD(bd->max_versions);
+	}
+}
+
+/*
+ * The age of the version a session reads, now, and whether it is past the
+ * bound it declared. The model's latest is as old as its last commit; an
+ * older version was superseded lag_ms ago, so it is at least that old (the
+ * age a collector's own bound measures, wsync_sub_set_max_lag, is of the
+ * newest version it could take: the same while it keeps up). A lag in
+ * commits stands for versions behind.
+ */
+static void bound_to_now(struct snap_session *e, const struct snap_model *m, int64_t now_ns)
+{
+	if (!e->lag_known || e->view_model != m->id)
+		return;
+	e->age_known = true;
+	if (e->lag)
+		e->age_ms = e->lag_ms;
+	else
+		e->age_ms = m->commit_ns > 0 && now_ns > m->commit_ns ?
+		            (double)(now_ns - m->commit_ns) / 1e6 : 0;
+	if (e->bound_model != m->id)
+		return;
+	e->over_bound = (e->max_lag_versions && e->lag > e->max_lag_versions) ||
+	                (e->max_lag_ns && e->age_ms * 1e6 > (double)e->max_lag_ns);
 }
 
 /*
@@ -166,6 +195,9 @@ static void snap_derive(struct snap *s)
 			if (!(e->models & (UINT64_C(1) << m->id)) || !(e->roles & WSYNC_ROLE_SUB))
 				continue;
 			m->collectors++;
+			if (e->bound_model == m->id && (e->max_lag_versions || e->max_lag_ns))
+				m->bounded++;
+			m->over_bound += e->over_bound && e->bound_model == m->id;
 			if (!e->lag_known || e->view_model != m->id)
 				continue;
 			m->worst_known = true;
@@ -189,10 +221,14 @@ static void snap_copy_sessions(const struct wsync_ctl_header *h, struct snap *ou
 	for (uint32_t i = 0; i < h->max_sessions; i++) {
 		const struct wsync_ctl_session *e =
 			(const struct wsync_ctl_session *)(base + h->sessions_offset) + i;
+		/* seg.c checked the table lies inside the segment; 0: a broker
+		 * before bounds */
+		const struct wsync_session_bound *bd = h->bounds_offset ?
+			(const struct wsync_session_bound *)(base + h->bounds_offset) + i : NULL;
 		uint32_t id = LOAD(e->id);
 
 		if (id)
-			snap_session_copy(&out->sessions[out->n_sessions++], e, id);
+			snap_session_copy(&out->sessions[out->n_sessions++], e, bd, id);
 	}
 }
 
@@ -257,9 +293,11 @@ void snap_take(const struct seg *seg, struct snap *out)
 		if (e->view_version && out->stats_ns && out->now_ns > out->stats_ns)
 			e->view_ms += (double)(out->now_ns - out->stats_ns) / 1e6;
 		for (uint32_t j = 0; j < out->n_models; j++)
-			if (out->models[j].id == e->view_model)
+			if (out->models[j].id == e->view_model) {
 				lag_to_now(e, tick_commits[e->view_model], out->models[j].commits,
 				           out->models[j].commit_ns, out->stats_ns, out->now_ns);
+				bound_to_now(e, &out->models[j], out->now_ns);
+			}
 	}
 	snap_derive(out);
 }
@@ -414,6 +452,8 @@ json_t *snap_json_model(const struct snap *s, const struct snap_model *m)
 	json_object_set_new(o, "max_lead", json_integer((json_int_t)m->max_lead));
 	json_object_set_new(o, "lead_waits", json_integer((json_int_t)m->lead_waits));
 	json_object_set_new(o, "lead_timeouts", json_integer((json_int_t)m->lead_timeouts));
+	json_object_set_new(o, "collectors_bounded", json_integer((json_int_t)m->bounded));
+	json_object_set_new(o, "collectors_over_bound", json_integer((json_int_t)m->over_bound));
 	return o;
 }
 
@@ -454,6 +494,13 @@ json_t *snap_json_session(const struct snap *s, const struct snap_session *e)
 	json_object_set_new(o, "lag", e->lag_known ? jcount(e->lag) : json_null());
 	json_object_set_new(o, "lag_ms", e->lag_known ? json_real(e->lag_ms) : json_null());
 	json_object_set_new(o, "lag_estimated", json_boolean(e->lag_estimated));
+	/* its declared staleness bound (null: none) and the age it bounds */
+	json_object_set_new(o, "max_lag_versions", e->max_lag_versions ?
+	                    json_integer(e->max_lag_versions) : json_null());
+	json_object_set_new(o, "max_lag_s", e->max_lag_ns ? jseconds((int64_t)e->max_lag_ns) :
+	                    json_null());
+	json_object_set_new(o, "age_s", e->age_known ? json_real(e->age_ms / 1e3) : json_null());
+	json_object_set_new(o, "over_bound", json_boolean(e->over_bound));
 	return o;
 }
 
@@ -544,5 +591,24 @@ const char *fmt_lag_ms(char *buf, size_t len, const struct snap_session *e)
 		snprintf(buf, len, "%s%.0fms", e->lag_estimated ? "~" : "", e->lag_ms);
 	else
 		fmt_age(buf, len, (int64_t)(e->lag_ms * 1e6));
+	return buf;
+}
+
+const char *fmt_bound(char *buf, size_t len, const struct snap_session *e, bool mark)
+{
+	char v[16] = "", t[32] = "";
+
+	if (!e->max_lag_versions && !e->max_lag_ns) {
+		snprintf(buf, len, "-");
+		return buf;
+	}
+	if (e->max_lag_versions)
+		snprintf(v, sizeof(v), "%" PRIu32 "v", e->max_lag_versions);
+	if (e->max_lag_ns)
+		snprintf(t, sizeof(t), e->max_lag_ns < 100 * UINT64_C(1000000000) ? "%.3gs" :
+		         "%.0fs", (double)e->max_lag_ns / 1e9);
+	/* the mark first: a narrow column cuts the end of a cell */
+	snprintf(buf, len, "%s%s%s%s", mark && e->over_bound ? "!" : "", v,
+	         v[0] && t[0] ? "/" : "", t);
 	return buf;
 }

@@ -53,6 +53,8 @@ struct snap_model {
 	uint32_t slab_pages;             /* enum wsync_slab_pages (shm/segment.h) */
 	uint32_t max_lead;               /* its publisher's bound, 0 = none (docs/LIVE.md) */
 	uint64_t lead_waits, lead_timeouts;  /* begins held back by it, timed out */
+	uint32_t bounded;                /* collectors that declared a max_lag */
+	uint32_t over_bound;             /* ...and are past it now */
 };
 
 struct snap_session {
@@ -70,6 +72,16 @@ struct snap_session {
 	bool     lag_known, lag_estimated;
 	uint64_t lag;                    /* commits it did not take, now */
 	double   lag_ms;                 /* since its version was superseded, now */
+	/* The staleness bound it declared for the model it reads (docs/LIVE.md),
+	 * 0 = none of that kind (or a broker before bounds); age_ms: how old its
+	 * version is, now (exact while it is the latest, else at least lag_ms),
+	 * the figure max_lag_ns bounds; over_bound: its lag or age is past it. */
+	uint32_t bound_model;            /* model id, WSYNC_STATS_MODEL_UNKNOWN */
+	uint32_t max_lag_versions;
+	uint64_t max_lag_ns;
+	bool     age_known;
+	double   age_ms;
+	bool     over_bound;
 };
 
 struct snap {
@@ -111,6 +123,9 @@ json_t *snap_json_sessions(const struct snap *s);
 /* The lag of a session: "3", "~3", "-" into buf; and in time. */
 const char *fmt_lag(char *buf, size_t len, const struct snap_session *e);
 const char *fmt_lag_ms(char *buf, size_t len, const struct snap_session *e);
+/* Its declared bound: "3v/0.5s", "3v", "0.5s", "-" none; with mark, "!"
+ * before it when it is past it (one word). */
+const char *fmt_bound(char *buf, size_t len, const struct snap_session *e, bool mark);
 /* Human figures: "12.5 MiB", "3m04s", "0x0123456789abcdef" into buf. */
 const char *fmt_bytes(char *buf, size_t len, uint64_t bytes);
 const char *fmt_age(char *buf, size_t len, int64_t ns);

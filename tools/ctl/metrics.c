@@ -27,9 +27,10 @@ static const char metrics_usage[] =
 	"\n"
 	"Prints the broker's figures in the Prometheus text exposition format, read\n"
 	"from its control segment (no session): per model version, commits (the\n"
-	"rate), slab bytes, slots used and pinned, collectors, worst lag; per\n"
-	"collector lag in commits and seconds, held view, acquires, waits,\n"
-	"timeouts; the broker's health (wsync_up), heartbeat, sessions, memory and\n"
+	"rate), slab bytes, slots used and pinned, collectors, worst lag,\n"
+	"collectors past their staleness bound; per collector lag in commits and\n"
+	"seconds, held view, acquires, waits, timeouts, the max_lag it declared\n"
+	"and whether it is past it; the broker's health (wsync_up), heartbeat, sessions, memory and\n"
 	"CPU. For node_exporter's textfile collector:\n"
 	"  wsyncctl metrics > DIR/wsync.prom.tmp && mv DIR/wsync.prom.tmp DIR/wsync.prom\n"
 	"Without a broker it prints wsync_up 0 and exits 0.\n\n";

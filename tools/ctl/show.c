@@ -34,7 +34,9 @@ static const char *const show_usage[] = {
 	"the checksum mismatches its collectors found (SUMFAIL). Below the table,\n"
 	"each model whose publisher has a staleness bound (max_lead): its begins\n"
 	"held back and timed out, and the collectors at or past the bound (their\n"
-	"version and how many versions behind the latest). Exit 3, after the\n"
+	"version and how many versions behind the latest). Then each model whose\n"
+	"collectors declared a staleness bound (max_lag): how many did, and those\n"
+	"past it. Exit 3, after the\n"
 	"table, when the broker shut down, died or is not responding.\n\n",
 	[SHOW_SESSIONS] =
 	"usage: wsyncctl sessions [OPTIONS]\n"
@@ -43,7 +45,9 @@ static const char *const show_usage[] = {
 	"version it reads (* = holds it now) and the slot it pins, its lag in\n"
 	"commits and in time since that version was superseded ('~' = an\n"
 	"estimate), how long it has held the view, acquires, waits, timeouts,\n"
-	"connected for. The broker computes the reading figures once a second,\n"
+	"connected for, and the staleness bound it declared (BOUND: versions\n"
+	"'v' and age 's', '-' = none, '!' first = its lag or its version's age\n"
+	"is past it). The broker computes the reading figures once a second,\n"
 	"all at one instant (status shows how old they are). Exit 3, after the\n"
 	"table, when the broker shut down, died or is not responding.\n\n",
 };
@@ -109,6 +113,30 @@ static void print_lead(const struct snap *s, const struct snap_model *m)
 	printf("\n");
 }
 
+/* The staleness bounds a model's collectors declared (docs/LIVE.md) and
+ * those past theirs: lag in versions, age of the version they read. */
+static void print_lag_bounds(const struct snap *s, const struct snap_model *m)
+{
+	char bound[48], age[32];
+	uint32_t shown = 0;
+
+	if (!m->bounded)
+		return;
+	printf("%s: %" PRIu32 " of %" PRIu32 " collectors declare max_lag, %" PRIu32
+	       " past it", m->name, m->bounded, m->collectors, m->over_bound);
+	for (uint32_t j = 0; j < s->n_sessions; j++) {
+		const struct snap_session *e = &s->sessions[j];
+
+		if (!e->over_bound || e->bound_model != m->id)
+			continue;
+		printf("%s '%s' (pid %" PRIu32 ") at v%" PRIu64 ", %" PRIu64 " behind, %s old, "
+		       "max_lag %s", shown++ ? "," : ":", e->name, e->pid, e->view_version, e->lag,
+		       fmt_age(age, sizeof(age), (int64_t)(e->age_ms * 1e6)),
+		       fmt_bound(bound, sizeof(bound), e, false));
+	}
+	printf("\n");
+}
+
 static void print_models(const struct snap *s)
 {
 	char sz[32], age[32], cs[32], slots[16], pinned[16], lag[24], ms[32], pid[16];
@@ -140,16 +168,18 @@ static void print_models(const struct snap *s)
 	}
 	for (uint32_t i = 0; i < s->n_models; i++)
 		print_lead(s, &s->models[i]);
+	for (uint32_t i = 0; i < s->n_models; i++)
+		print_lag_bounds(s, &s->models[i]);
 }
 
 static void print_sessions(const struct snap *s)
 {
-	char models[256], ver[32], lag[24], ms[32], held[32], slot[8], con[32];
+	char models[256], ver[32], lag[24], ms[32], held[32], slot[8], con[32], bound[48];
 	int w = name_width(s, false, 4);
 
-	printf("%6s %8s %-*s %-7s %-16s %10s %6s %8s %4s %8s %10s %8s %8s %8s\n", "ID", "PID",
-	       w, "NAME", "ROLE", "MODELS", "VERSION", "LAG", "BEHIND", "SLOT", "HELD",
-	       "ACQUIRES", "WAITS", "TIMEOUTS", "CONN");
+	printf("%6s %8s %-*s %-7s %-16s %10s %6s %8s %4s %8s %10s %8s %8s %8s %11s\n", "ID",
+	       "PID", w, "NAME", "ROLE", "MODELS", "VERSION", "LAG", "BEHIND", "SLOT", "HELD",
+	       "ACQUIRES", "WAITS", "TIMEOUTS", "CONN", "BOUND");
 	for (uint32_t i = 0; i < s->n_sessions; i++) {
 		const struct snap_session *e = &s->sessions[i];
 
@@ -164,10 +194,11 @@ static void print_sessions(const struct snap *s)
 		else
 			snprintf(held, sizeof(held), "-");
 		printf("%6" PRIu32 " %8" PRIu32 " %-*s %-7s %-16s %10s %6s %8s %4s %8s %10" PRIu32
-		       " %8" PRIu32 " %8" PRIu32 " %8s\n", e->id, e->pid, w, e->name,
+		       " %8" PRIu32 " %8" PRIu32 " %8s %11s\n", e->id, e->pid, w, e->name,
 		       snap_roles_name(e->roles), models, ver, fmt_lag(lag, sizeof(lag), e),
 		       fmt_lag_ms(ms, sizeof(ms), e), slot, held, e->acquires, e->waits,
-		       e->timeouts, fmt_age(con, sizeof(con), s->now_ns - e->connected_ns));
+		       e->timeouts, fmt_age(con, sizeof(con), s->now_ns - e->connected_ns),
+		       fmt_bound(bound, sizeof(bound), e, true));
 	}
 }
 

@@ -28,25 +28,29 @@ const struct top_col top_model_cols[MC_N] = {
 	[MC_COLL]     = { "COLL",      4,  4, false },
 	[MC_LAG]      = { "LAG",       6,  5, false },
 	[MC_BEHIND]   = { "BEHIND",    7,  6, false },
+	[MC_OVER]     = { "OVER",      5, 12, false },
 	[MC_PUB]      = { "PUB",       7, 11, false },
-	[MC_CHECKSUM] = { "CHECKSUM", 16, 12, true },
+	[MC_CHECKSUM] = { "CHECKSUM", 16, 13, true },
 };
 
+/* BOUND comes after what an 80-column screen always kept: it shows there
+ * when the names leave room (OVER likewise), and on any wider screen. */
 const struct top_col top_session_cols[SC_N] = {
-	[SC_ID]       = { "ID",        5, 13, false },
+	[SC_ID]       = { "ID",        5, 14, false },
 	[SC_PID]      = { "PID",       7,  0, false },
 	[SC_NAME]     = { "NAME",     12,  1, true },
 	[SC_ROLE]     = { "ROLE",      7,  2, true },
-	[SC_MODELS]   = { "MODELS",   10,  8, true },
+	[SC_MODELS]   = { "MODELS",   10,  9, true },
 	[SC_VERSION]  = { "VERSION",   9,  3, false },
 	[SC_SLOT]     = { "SLOT",      4,  7, false },
 	[SC_LAG]      = { "LAG",       6,  4, false },
 	[SC_BEHIND]   = { "BEHIND",    7,  5, false },
+	[SC_BOUND]    = { "BOUND",     9,  8, false },
 	[SC_HELD]     = { "HELD",      7,  6, false },
-	[SC_ACQ]      = { "ACQUIRES", 10, 12, false },
-	[SC_WAITS]    = { "WAITS",     8,  9, false },
-	[SC_TIMEOUTS] = { "TIMEOUTS",  8, 10, false },
-	[SC_CONN]     = { "CONN",      8, 11, false },
+	[SC_ACQ]      = { "ACQUIRES", 10, 13, false },
+	[SC_WAITS]    = { "WAITS",     8, 10, false },
+	[SC_TIMEOUTS] = { "TIMEOUTS",  8, 11, false },
+	[SC_CONN]     = { "CONN",      8, 12, false },
 };
 
 /* The name column first gets what its longest name needs, up to this, when
@@ -210,6 +214,13 @@ void top_model_cells(const struct top_view *v, uint32_t i, char (*c)[TOP_CELL])
 		fmt_lag(c[MC_LAG], TOP_CELL, &worst);
 		fmt_lag_ms(c[MC_BEHIND], TOP_CELL, &worst);
 	}
+	/* collectors past the staleness bound they declared, of those that
+	 * declared one */
+	if (m->bounded)
+		snprintf(c[MC_OVER], TOP_CELL, "%s%" PRIu32 "/%" PRIu32, m->over_bound ? "!" : "",
+		         m->over_bound, m->bounded);
+	else
+		snprintf(c[MC_OVER], TOP_CELL, "-");
 	snprintf(c[MC_PUB], TOP_CELL, m->publisher_pid ? "%" PRIu32 : "-", m->publisher_pid);
 	fmt_checksum(c[MC_CHECKSUM], TOP_CELL, m);
 }
@@ -232,6 +243,7 @@ void top_session_cells(const struct top_view *v, const struct snap_session *e,
 	snprintf(c[SC_SLOT], TOP_CELL, e->slot >= 0 ? "%d" : "-", e->slot);
 	fmt_lag(c[SC_LAG], TOP_CELL, e);
 	fmt_lag_ms(c[SC_BEHIND], TOP_CELL, e);
+	fmt_bound(c[SC_BOUND], TOP_CELL, e, true);
 	if (e->held)
 		fmt_age(c[SC_HELD], TOP_CELL, (int64_t)(e->view_ms * 1e6));
 	else

@@ -156,6 +156,9 @@ static int by_col(const void *pa, const void *pb)
 	                  break;
 	case SC_BEHIND:   r = cmp_f(a->lag_known ? a->lag_ms : -1, b->lag_known ? b->lag_ms : -1);
 	                  break;
+	case SC_BOUND:    r = cmp_u64(a->over_bound * 2u + !!(a->max_lag_versions || a->max_lag_ns),
+	                          b->over_bound * 2u + !!(b->max_lag_versions || b->max_lag_ns));
+	                  break;
 	case SC_HELD:     r = cmp_f(a->held ? a->view_ms : -1, b->held ? b->view_ms : -1); break;
 	case SC_ACQ:      r = cmp_u64(a->acquires, b->acquires); break;
 	case SC_WAITS:    r = cmp_u64(a->waits, b->waits); break;

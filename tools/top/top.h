@@ -53,9 +53,9 @@ struct top_state {
 /* ---- columns: the screen shows what fits, batch mode all of them ---------- */
 
 enum top_mcol { MC_NAME, MC_VERSION, MC_STEP, MC_AGE, MC_RATE, MC_BW, MC_SLAB, MC_SLOTS,
-                MC_COLL, MC_LAG, MC_BEHIND, MC_PUB, MC_CHECKSUM, MC_N };
+                MC_COLL, MC_LAG, MC_BEHIND, MC_OVER, MC_PUB, MC_CHECKSUM, MC_N };
 enum top_scol { SC_ID, SC_PID, SC_NAME, SC_ROLE, SC_MODELS, SC_VERSION, SC_SLOT, SC_LAG,
-                SC_BEHIND, SC_HELD, SC_ACQ, SC_WAITS, SC_TIMEOUTS, SC_CONN, SC_N };
+                SC_BEHIND, SC_BOUND, SC_HELD, SC_ACQ, SC_WAITS, SC_TIMEOUTS, SC_CONN, SC_N };
 
 #define TOP_CELL 160
 #define TOP_LINE 1024

@@ -1397,6 +1397,7 @@ class Subscriber(_Child):
         self._layout_seen = None   # the layout of the last view's connection
         self._explicit_ack = False
         self._max_lag = None       # set_max_lag's (max_age_ns, timeout_ns), kept for a reopen
+        self._declared = None      # declare_max_lag's (versions, max_age_ns), the same
         self._acquired = 0         # the newest version a view of it had
         self._notify = None        # fileno() of a client that follows restarts
         try:
@@ -1418,6 +1419,8 @@ class Subscriber(_Child):
             check(lib.wsync_sub_set_ack(new.ptr, 1))
         if self._max_lag is not None:
             check(lib.wsync_sub_set_max_lag(new.ptr, *self._max_lag))
+        if self._declared is not None:
+            check(lib.wsync_sub_declare_max_lag(new.ptr, *self._declared))
         if self._notify is not None:
             # readable at once if the new broker has a version: look again
             self._notify.point(check(lib.wsync_sub_fd(new.ptr)))
@@ -1590,6 +1593,38 @@ class Subscriber(_Child):
         try:
             check(lib.wsync_sub_set_max_lag(cell.ptr, *bound))
             self._max_lag = None if bound == (0, 0) else bound
+        finally:
+            self._leave(cell)
+
+    def declare_max_lag(self, versions: Optional[int] = None,
+                        seconds: Optional[float] = None) -> None:
+        """Declares a staleness bound for monitors only
+        (wsync_sub_declare_max_lag, docs/LIVE.md): wsync-top and wsyncctl
+        show it beside this collector's lag and flag it when its lag passes
+        versions or its version is older than seconds. Enforces nothing
+        (LivePolicy declares its max_lag this way and enforces it itself;
+        set_max_lag enforces seconds on acquire() and declares it too).
+        None (or 0) for either: no bound of that kind. Shared by this
+        client's subscriptions to the model; the last declared counts."""
+        if versions is None:
+            versions = 0
+        if isinstance(versions, bool) or not isinstance(versions, int) or \
+                not 0 <= versions < 2 ** 32:
+            raise ValueError("wsync: max_lag versions must be an int in [0, 2**32) or "
+                             "None, not %r" % (versions,))
+        if seconds is None:
+            ns = 0
+        elif isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or \
+                not 0 <= float(seconds) < 2 ** 63 / 1e9:
+            raise ValueError("wsync: max_lag seconds must be a finite number >= 0 or None, "
+                             "not %r" % (seconds,))
+        else:
+            ns = int(float(seconds) * 1e9)
+        bound = (versions, ns)
+        cell = self._call()
+        try:
+            check(lib.wsync_sub_declare_max_lag(cell.ptr, *bound))
+            self._declared = None if bound == (0, 0) else bound
         finally:
             self._leave(cell)
 

@@ -218,6 +218,7 @@ _PROTOS = {
     "wsync_pub_wait_readers": (_i32, [_vp, _u64, _u32, _i64, _P(_u32)]),
     "wsync_pub_set_max_lead": (_i32, [_vp, _u32]),
     "wsync_sub_set_max_lag": (_i32, [_vp, _i64, _i64]),
+    "wsync_sub_declare_max_lag": (_i32, [_vp, _u32, _i64]),
     # GPUs (docs/GPU.md); streams are CUstream values as void *
     "wsync_gpu_uuid": (_i32, [_i32, ctypes.c_char_p, _sz]),
     "wsync_gpu_ordinal": (_i32, [_cp]),
