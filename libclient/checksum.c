@@ -1,13 +1,26 @@
 /*
  * libclient/checksum.c — per-version slab checksums (see checksum.h).
  *
- * The publisher forms the checksum in pub_publish() (pub_commit.c) before
- * it stores the slot metadata and moves `latest`, so the checksum is
- * published with the version (the seq_cst store of `latest` releases it).
- * Most blocks were hashed by wsync_slab_copy_tensors as it wrote them
- * (copy_engine.c), so the commit only hashes what was written otherwise. A
- * collector reads the stored checksum while it pins the slot, like the
- * step: the metadata of a pinned slot does not change.
+ * The publisher forms the checksum in pub_publish() (pub_commit.c). Most
+ * blocks were hashed by wsync_slab_copy_tensors as it wrote them
+ * (copy_engine.c); when few or none are left the commit hashes them and
+ * stores the checksum with the version's metadata before `latest` moves
+ * (the seq_cst store of `latest` releases it). Else the version becomes
+ * visible at once with the slot's sum_pending word set to the publisher's
+ * session id, and the publisher's hashing thread (struct sum_hasher)
+ * finishes: it stores the checksum, then clears sum_pending with a release
+ * store and wakes the word's futex waiters.
+ *
+ * Why a collector reading sum_pending == 0 with an acquire load reads the
+ * final checksum: either it read the value the commit stored (0 and a
+ * complete checksum, before `latest`, which the collector's acquire of
+ * `latest` ordered), or the hasher's release store, which orders the
+ * checksum before it. The metadata of a pinned slot does not change, and
+ * the publisher never writes a slot again while its hash runs (it waits in
+ * begin, at the next commit and at close), so the word cannot belong to a
+ * later version. A publisher that dies hashing leaves its id in the word;
+ * the collector finds no live session with that id in the control
+ * segment's table and says so (-ENODATA) instead of waiting on.
  *
  * Why blocks: XXH3 of a whole slab is one sequential pass, which a copy
  * split across threads cannot feed in order; a hash per block can be
@@ -16,6 +29,7 @@
  * small and every block of a copy is long enough for the fused loop.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +40,9 @@
 
 #include "checksum.h"
 #include "client.h"
+#include "shm/clock.h"
 #include "shm/errmsg.h"
+#include "shm/futex.h"
 #include "sub_attach.h"
 #include "xxh3_copy.h"
 
@@ -127,6 +143,188 @@ uint64_t sum_blocks_finish(struct sum_blocks *s, uint64_t tag, const void *base,
 	return wsync_sum_combine(s->hash, s->n);
 }
 
+uint64_t sum_blocks_unhashed(const struct sum_blocks *s, uint64_t tag, uint64_t bytes)
+{
+	uint64_t left = 0;
+
+	if (atomic_load(&s->tag) != tag)
+		return bytes;
+	for (size_t k = 0; k < s->n; k++)
+		if (!atomic_load_explicit(&s->ok[k], memory_order_relaxed))
+			left += WSYNC_SUM_BLOCK;
+	return left < bytes ? left : bytes;
+}
+
+void sum_job_run(const struct sum_job *job)
+{
+	uint64_t sum = sum_blocks_finish(job->s, job->tag, job->base, job->bytes);
+
+	atomic_store_explicit(job->checksum, sum, memory_order_relaxed);
+	atomic_store_explicit(job->pending, 0, memory_order_release);
+	wsync_futex_wake(job->pending, INT32_MAX);
+}
+
+struct sum_hasher {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;             /* a job submitted, one done, or stop */
+	struct sum_job job;
+	bool busy;                       /* job submitted and not done */
+	bool stop;
+};
+
+static void *hasher_main(void *arg)
+{
+	struct sum_hasher *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		struct sum_job job;
+
+		while (!h->busy && !h->stop)
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (!h->busy)
+			break;
+		job = h->job;
+		pthread_mutex_unlock(&h->lock);
+		sum_job_run(&job);
+		pthread_mutex_lock(&h->lock);
+		h->busy = false;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static int hasher_start(struct sum_hasher **out)
+{
+	struct sum_hasher *h = calloc(1, sizeof(*h));
+	int err;
+
+	if (!h)
+		return -ENOMEM;
+	err = pthread_mutex_init(&h->lock, NULL);
+	if (err)
+		goto out_free;
+	err = pthread_cond_init(&h->cond, NULL);
+	if (err)
+		goto out_mutex;
+	err = pthread_create(&h->thread, NULL, hasher_main, h);
+	if (err)
+		goto out_cond;
+	*out = h;
+	return 0;
+
+out_cond:
+	pthread_cond_destroy(&h->cond);
+out_mutex:
+	pthread_mutex_destroy(&h->lock);
+out_free:
+	free(h);
+	return -err;
+}
+
+int sum_hasher_submit(struct sum_hasher **hp, const struct sum_job *job)
+{
+	struct sum_hasher *h = *hp;
+
+	if (!h) {
+		int err = hasher_start(&h);
+
+		if (err)
+			return err;
+		*hp = h;
+	}
+	pthread_mutex_lock(&h->lock);
+	h->job = *job;
+	h->busy = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+void sum_hasher_wait(struct sum_hasher *h, uint32_t slot)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	while (h->busy && (slot == WSYNC_SLOT_NONE || h->job.slot == slot))
+		pthread_cond_wait(&h->cond, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+}
+
+void sum_hasher_free(struct sum_hasher *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	/* the thread ends only once no job is left */
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+/* Whether the session that was to store a pending checksum is gone: no
+ * entry of the control segment's table has its id (ids are never reused
+ * within a generation). Unknown (false) when the view's page is of
+ * another generation than the control segment we read. */
+static bool sum_publisher_gone(const struct wsync_client *c,
+                               const struct wsync_model_page *pg, uint32_t id)
+{
+	const struct wsync_ctl_session *t;
+
+	if (pg->generation != c->ctl->generation)
+		return false;
+	t = (const struct wsync_ctl_session *)((const char *)c->ctl + c->ctl->sessions_offset);
+	for (uint32_t i = 0; i < c->ctl->max_sessions; i++)
+		if (atomic_load_explicit(&t[i].id, memory_order_relaxed) == id)
+			return false;
+	return true;
+}
+
+/* The checksum of slot once no publisher forms it any more (see the top of
+ * this file). */
+static int sum_wait(const wsync_view *v, const struct wsync_model_page *pg, uint32_t slot,
+                    uint64_t *out)
+{
+	_Atomic uint32_t *pending = (_Atomic uint32_t *)&pg->sum_pending[slot];
+	int64_t now = wsync_mono_ns(), deadline = now + WSYNC_SUM_WAIT_NS, orphan = 0;
+	uint32_t id;
+
+	while ((id = atomic_load_explicit(pending, memory_order_acquire))) {
+		int64_t until;
+
+		now = wsync_mono_ns();
+		if (!orphan && sum_publisher_gone(v->priv_sub->c, pg, id))
+			orphan = now + WSYNC_SUM_ORPHAN_NS;
+		if (orphan && now >= orphan)
+			return wsync_fail(-ENODATA, "model '%s' version %llu: its checksum never "
+			                  "completed: its publisher (session %u) died while "
+			                  "hashing it", v->priv_sub->model,
+			                  (unsigned long long)v->version, id);
+		if (now >= deadline)
+			return wsync_fail(-ETIMEDOUT, "model '%s' version %llu: its publisher "
+			                  "(session %u) is still forming its checksum after "
+			                  "%lld ms", v->priv_sub->model,
+			                  (unsigned long long)v->version, id,
+			                  (long long)(WSYNC_SUM_WAIT_NS / 1000000));
+		/* woken when it is stored; a publisher that dies wakes nobody,
+		 * so the table is looked at again every 50 ms */
+		until = now + 50 * 1000000ll;
+		if (orphan && until > orphan)
+			until = orphan;
+		if (until > deadline)
+			until = deadline;
+		wsync_futex_wait(pending, id, until);
+	}
+	*out = atomic_load_explicit(&pg->slots[slot].checksum, memory_order_relaxed);
+	return 0;
+}
+
 int wsync_view_checksum(const wsync_view *v, uint64_t *out)
 {
 	const struct wsync_sub *s;
@@ -140,9 +338,7 @@ int wsync_view_checksum(const wsync_view *v, uint64_t *out)
 		return wsync_fail(-EINVAL, "checksum: not a live view");
 	/* the page of the view's memory: after a move, the subscription's page
 	 * names the slot's checksum of another version */
-	*out = atomic_load_explicit(&m->page->slots[v->priv_slot].checksum,
-	                            memory_order_relaxed);
-	return 0;
+	return sum_wait(v, m->page, v->priv_slot, out);
 }
 
 int wsync_view_verify(const wsync_view *v)

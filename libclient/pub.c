@@ -139,6 +139,8 @@ static int layout_memfd(const struct wsync_pub *p)
 
 static void pub_free(struct wsync_pub *p)
 {
+	/* the hasher reads a slab mapped below */
+	sum_hasher_free(p->hasher);
 	if (p->gpu_release)
 		p->gpu_release(p);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
@@ -150,6 +152,7 @@ static void pub_free(struct wsync_pub *p)
 		close(p->next.fd);
 	wsync_name_index_free(&p->index);
 	sum_blocks_free(p->sums);
+	sum_blocks_free(p->sums_spare);
 	free(p->parts);
 	free(p->tensors);
 	free(p);
@@ -268,7 +271,8 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	 * kernel of its own. */
 	if (p->device_model && !p->checksum_asked)
 		p->checksum = false;
-	if (p->checksum && !(p->sums = sum_blocks_new(p->bytes))) {
+	if (p->checksum && (!(p->sums = sum_blocks_new(p->bytes)) ||
+	                    !(p->sums_spare = sum_blocks_new(p->bytes)))) {
 		err = wsync_fail(-ENOMEM, "model '%s': out of memory for its checksum's "
 		                 "block list", p->model);
 		goto out_close_remote;
@@ -457,6 +461,9 @@ void wsync_pub_close(wsync_pub *p)
 	if (!p)
 		return;
 	c = p->c;
+	/* A checksum still being formed is stored while the model is ours: a
+	 * model moved for its next publisher copies the page as it is. */
+	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
 	/* Nothing here waits for the broker: CLOSE settles a begun slab (the
 	 * grant is freed, or booked if it was published), and answers still
 	 * to come for this publisher are dropped when they arrive. */

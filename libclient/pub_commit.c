@@ -26,7 +26,9 @@
  * A crash at any point leaves a state the broker repairs from what it sees
  * when our socket closes: before step 2 the grant is simply freed; from step
  * 2 on, latest equals the grant and the commit is booked. The metadata is
- * complete before latest names the slot, so either state is consistent.
+ * complete before latest names the slot, so either state is consistent;
+ * but for a checksum still pending (checksum.c), which then stays pending
+ * with our session id, and collectors that verify learn that we died.
  */
 #include <errno.h>
 #include <sched.h>
@@ -40,31 +42,76 @@
 #include "shm/errmsg.h"
 #include "shm/futex.h"
 
-/* The checksum stored with the begun slab's version (checksum.h), 0 for
- * WSYNC_PUB_NO_CHECKSUM: the blocks library copies hashed as they wrote
- * them, the others hashed now. */
-static uint64_t pub_checksum(const struct wsync_pub *p)
+/* Unhashed bytes a commit hashes itself rather than hand to its hashing
+ * thread: about what the hand-off costs (a wake and a cache line or two). */
+#define SUM_INLINE_MAX (64u << 10)
+
+void wsync_pub_sum_settle(struct wsync_pub *p, uint32_t slot)
 {
-	if (!p->checksum || !p->sums)
-		return 0;
-	return sum_blocks_finish(p->sums, p->cur.version, p->slabs[p->cur.slot], p->bytes);
+	sum_hasher_wait(p->hasher, slot);
 }
 
-/* Steps 1-3 of the commit order (see the top of this file). */
+/* Whether the begun slab's checksum is finished after the version becomes
+ * visible (checksum.c): when more than SUM_INLINE_MAX bytes are left to
+ * hash. The hash of the previous version is waited for first: its block
+ * list is the spare this one will hand over. */
+static bool pub_sum_defer(struct wsync_pub *p)
+{
+	if (!p->checksum || !p->sums)
+		return false;
+	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
+	return p->sums_spare && p->c->session_id &&
+	       sum_blocks_unhashed(p->sums, p->cur.version, p->bytes) > SUM_INLINE_MAX;
+}
+
+/* Hands the begun slab's checksum to the hashing thread (its slot was
+ * marked pending), with the block list; the spare list is the next
+ * version's. With no thread to run it, hashed here. */
+static void pub_sum_hand_off(struct wsync_pub *p)
+{
+	struct sum_job job = {
+		.s = p->sums,
+		.tag = p->cur.version,
+		.bytes = p->bytes,
+		.base = p->slabs[p->cur.slot],
+		.checksum = &p->page->slots[p->cur.slot].checksum,
+		.pending = &p->page->sum_pending[p->cur.slot],
+		.slot = p->cur.slot,
+	};
+
+	if (sum_hasher_submit(&p->hasher, &job)) {
+		sum_job_run(&job);
+		return;
+	}
+	p->sums = p->sums_spare;
+	p->sums_spare = job.s;
+}
+
+/* Steps 1-3 of the commit order (see the top of this file), and the
+ * checksum: stored with the metadata when (almost) every block was hashed
+ * by a library copy, else formed after step 3 (checksum.c says why the
+ * pending word makes that safe for collectors). */
 static void pub_publish(struct wsync_pub *p, uint64_t step)
 {
 	struct wsync_model_page *pg = p->page;
 	struct wsync_slot_meta *meta = &pg->slots[p->cur.slot];
-	uint64_t version = p->cur.version;
+	uint64_t version = p->cur.version, sum = 0;
+	bool defer = pub_sum_defer(p);
 
+	if (p->checksum && p->sums && !defer)
+		sum = sum_blocks_finish(p->sums, version, p->slabs[p->cur.slot], p->bytes);
 	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
 	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
 	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
-	atomic_store_explicit(&meta->checksum, pub_checksum(p), memory_order_relaxed);
+	atomic_store_explicit(&meta->checksum, sum, memory_order_relaxed);
+	atomic_store_explicit(&pg->sum_pending[p->cur.slot], defer ? p->c->session_id : 0,
+	                      memory_order_relaxed);
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
 	if (wsync_futex_wake(&pg->seq, INT32_MAX) > 0)
 		sched_yield();
+	if (defer)
+		pub_sum_hand_off(p);
 	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	p->last_committed = version;
