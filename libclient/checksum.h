@@ -50,21 +50,24 @@ void sum_blocks_claim(struct sum_blocks *s, uint64_t tag);
  * does not see: their blocks are hashed again at commit. */
 void sum_blocks_forget(struct sum_blocks *s, uint64_t tag, uint64_t off, uint64_t len);
 /* The checksum of base[0, bytes), version tag: hashes the blocks not
- * hashed yet (all unless the hashes are tag's) and combines. */
+ * hashed yet (all unless the hashes are tag's) on up to `threads` threads
+ * (0: as many as pay) and combines. */
 uint64_t sum_blocks_finish(struct sum_blocks *s, uint64_t tag, const void *base,
-                           uint64_t bytes);
+                           uint64_t bytes, unsigned threads);
 
 /* The bytes of version tag's slab that its commit must still hash: all
  * unless the hashes are tag's. */
 uint64_t sum_blocks_unhashed(const struct sum_blocks *s, uint64_t tag, uint64_t bytes);
 
 /*
- * A publisher's hashing thread, started at the first checksum it defers:
- * it finishes one version's checksum after the version became visible,
- * stores it in the slot metadata, then clears the slot's pending word
- * (release) and wakes its waiters. One job at a time: the publisher waits
- * for the previous one before it submits (or reuses its sum_blocks) and
- * before it writes the slot being hashed again.
+ * A publisher's hashing thread, started at the first checksum it defers,
+ * niced (SUM_HASHER_NICE) so that the trainer's next step and the broker
+ * win the CPU on a full machine: it finishes one version's checksum after
+ * the version became visible, stores it in the slot metadata, then clears
+ * the slot's pending word (release) and wakes its waiters. One job at a
+ * time: the publisher waits for the previous one before it submits (or
+ * reuses its sum_blocks) and before it writes the slot being hashed again,
+ * and while it waits it hashes the job's blocks too.
  */
 struct sum_job {
 	struct sum_blocks *s;            /* the hasher's until the job is done */
@@ -76,11 +79,13 @@ struct sum_job {
 };
 struct sum_hasher;
 
-/* Hands job to *h (started on first use); -errno when no thread could be
- * started, and then nothing was done. *h must be idle. */
+/* Hands job to *h (started on first use) after claiming its block list
+ * for job->tag; -errno when no thread could be started, and then nothing
+ * was done. *h must be idle. */
 int sum_hasher_submit(struct sum_hasher **h, const struct sum_job *job);
-/* Until *h's job (if any) is done; h may be NULL. slot WSYNC_SLOT_NONE:
- * any job, else only one of that slot. */
+/* Until *h's job (if any) is done, hashing its blocks meanwhile; h may be
+ * NULL. slot WSYNC_SLOT_NONE: any job, else only one of that slot. Only
+ * the thread that submits may call it. */
 void sum_hasher_wait(struct sum_hasher *h, uint32_t slot);
 /* Waits, stops and frees the thread; h may be NULL. */
 void sum_hasher_free(struct sum_hasher *h);

@@ -99,7 +99,7 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	bool defer = pub_sum_defer(p);
 
 	if (p->checksum && p->sums && !defer)
-		sum = sum_blocks_finish(p->sums, version, p->slabs[p->cur.slot], p->bytes);
+		sum = sum_blocks_finish(p->sums, version, p->slabs[p->cur.slot], p->bytes, 0);
 	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
 	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
 	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
