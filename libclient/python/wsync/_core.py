@@ -1788,8 +1788,12 @@ class View(ViewLife):
         """Recomputes this version's slab checksum and compares it with the
         one its publisher stored (every version of a host model carries
         one, unless it was published with checksum=False).
-        Returns None if they match; raises WsyncError with errno EBADMSG on
-        a mismatch, NoDataError if the version has no checksum."""
+        A checksum its publisher still forms (a version written without
+        the copy helpers is hashed after it became visible) is waited for,
+        10 s at most. Returns None if they match; raises WsyncError with
+        errno EBADMSG on a mismatch, NoDataError if the version has no
+        checksum or its publisher died before storing it,
+        WsyncTimeoutError if it is still not stored after 10 s."""
         self._check()
         check(lib.wsync_view_verify(ctypes.byref(self._c)))
 
