@@ -48,14 +48,12 @@
 static_assert(sizeof(wsync_model_opts) == 56, "wsync_model_opts size");
 static_assert(offsetof(wsync_model_opts, devices) == 24, "wsync_model_opts devices");
 
-/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no; a rank of a
- * group hashes nothing (the broker makes the version visible), and a
+/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no (for a rank of a
+ * group: the broker may ask it to hash a complete version), and for a
  * device model only when WSYNC_PUB_CHECKSUM asks (pub_declare). */
 static bool pub_wants_checksum(const wsync_model_opts *o)
 {
-	if (o && (o->flags & WSYNC_PUB_NO_CHECKSUM))
-		return false;
-	return !o || o->group_size <= 1;
+	return !o || !(o->flags & WSYNC_PUB_NO_CHECKSUM);
 }
 
 /* Read-only again outside a grant, for a guarded publisher. */
@@ -235,7 +233,8 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	m.pub_open.slots = slots;
 	m.pub_open.bytes = p->bytes;
 	m.pub_open.layout_hash = wsync_layout_hash(p->tensors, p->n_tensors);
-	m.pub_open.flags = replace ? WSYNC_OPEN_REPLACE : 0;
+	m.pub_open.flags = (replace ? WSYNC_OPEN_REPLACE : 0) |
+	                   (p->group_size > 1 && p->checksum ? WSYNC_OPEN_CHECKSUM : 0);
 	m.pub_open.n_devices = p->req_devices;
 	m.pub_open.dev_flags = p->req_dev_flags;
 	memcpy(m.pub_open.devices, p->req_uuid, sizeof(m.pub_open.devices));

@@ -70,6 +70,8 @@ struct wsync_pub {
 	bool checksum, checksum_asked;   /* asked: WSYNC_PUB_CHECKSUM */
 	struct sum_blocks *sums, *sums_spare;
 	struct sum_hasher *hasher;       /* NULL until a checksum is deferred */
+	uint32_t group_slot;             /* a rank: the slot of its last COMMIT,
+	                                    which its COMMIT_OK may ask it to hash */
 
 	/* a device model (entry->n_devices): begin/commit through the _gpu
 	 * calls; device_only: no host mirror, the host slabs are never

@@ -64,19 +64,19 @@ static bool pub_sum_defer(struct wsync_pub *p)
 	       sum_blocks_unhashed(p->sums, p->cur.version, p->bytes) > SUM_INLINE_MAX;
 }
 
-/* Hands the begun slab's checksum to the hashing thread (its slot was
- * marked pending), with the block list; the spare list is the next
+/* Hands the checksum of version in slot to the hashing thread (the slot
+ * was marked pending), with the block list; the spare list is the next
  * version's. With no thread to run it, hashed here. */
-static void pub_sum_hand_off(struct wsync_pub *p)
+static void pub_sum_hand_off(struct wsync_pub *p, uint32_t slot, uint64_t version)
 {
 	struct sum_job job = {
 		.s = p->sums,
-		.tag = p->cur.version,
+		.tag = version,
 		.bytes = p->bytes,
-		.base = p->slabs[p->cur.slot],
-		.checksum = &p->page->slots[p->cur.slot].checksum,
-		.pending = &p->page->sum_pending[p->cur.slot],
-		.slot = p->cur.slot,
+		.base = p->slabs[slot],
+		.checksum = &p->page->slots[slot].checksum,
+		.pending = &p->page->sum_pending[slot],
+		.slot = slot,
 	};
 
 	if (sum_hasher_submit(&p->hasher, &job)) {
@@ -111,7 +111,7 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 	if (wsync_futex_wake(&pg->seq, INT32_MAX) > 0)
 		sched_yield();
 	if (defer)
-		pub_sum_hand_off(p);
+		pub_sum_hand_off(p, p->cur.slot, version);
 	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	p->last_committed = version;
@@ -223,9 +223,13 @@ static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
 	*version = p->cur.version;
 	slot = p->cur.slot;
 	if (p->group_size > 1) {
-		/* the broker makes it visible when every rank committed */
+		/* the broker makes it visible when every rank committed, which
+		 * frees the slot of the version before: a hash of it this rank
+		 * was asked for ends first */
+		wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
 		wsync_pub_guard(p, slot);
 		p->begun = false;
+		p->group_slot = slot;
 	} else {
 		pub_publish(p, step);
 	}
@@ -235,6 +239,24 @@ static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
 	if (err)
 		client_unlock(p->c);
 	return err;
+}
+
+/* A rank of a group asked to form version's checksum (WSYNC_COMMIT_HASH):
+ * the version is visible, the slot's checksum pending on this session. A
+ * rank without checksums (a device model's) only says there is none. */
+static void pub_sum_group(struct wsync_pub *p, uint64_t version)
+{
+	uint32_t slot = p->group_slot;
+
+	if (slot >= p->n_slots || !p->slabs[slot])
+		return;
+	if (!p->checksum || !p->sums || !p->sums_spare) {
+		atomic_store_explicit(&p->page->slots[slot].checksum, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->page->sum_pending[slot], 0, memory_order_release);
+		wsync_futex_wake(&p->page->sum_pending[slot], INT32_MAX);
+		return;
+	}
+	pub_sum_hand_off(p, slot, version);
 }
 
 /* Checks a COMMIT_OK for version and keeps its prefetched grant; consumes
@@ -270,6 +292,8 @@ static int pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct con
 			rep->fds[0] = -1;
 		}
 	}
+	if (!err && (ok->flags & WSYNC_COMMIT_HASH) && p->group_size > 1)
+		pub_sum_group(p, version);
 	wsync_reply_close_fds(rep, 0);
 	return err;
 }

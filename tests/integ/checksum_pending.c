@@ -18,7 +18,13 @@
  *     once): a collector verifies every version it gets, and each
  *     checksum is that version's (a slot written again while it was
  *     hashed, or a late store of the previous version's checksum, would
- *     show as -EBADMSG).
+ *     show as -EBADMSG);
+ *  6. group: two ranks publish a model whose tensors are split along dim 0
+ *     and dim 1 (blocks shared by the ranks), rank 0 partly through
+ *     wsync_slab_copy: the broker makes each version visible with its
+ *     checksum pending on rank 0, which hashes it; every version verifies;
+ *  7. group, hasher killed: rank 0 SIGKILLed while it hashes a version:
+ *     verify says -ENODATA.
  */
 #include "tests/lib/harness.h"
 
@@ -27,6 +33,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -45,6 +52,11 @@
 #define STRAY       "pend.stray"
 #define FAST        "pend.fast"
 #define FAST_N      40
+#define GROUP       "pend.group"
+#define GROUP_DEAD  "pend.group.dead"
+#define G_ROWS      4096
+#define G_COLS      4096
+#define G_STEPS     4
 
 static struct broker B;
 static uid_t other_uid;
@@ -151,7 +163,6 @@ static void expect_orphan(wsync_view *v)
 	TEST_ASSERT_MSG(harness_mono_ns() - t0 < 5 * HARNESS_S, "verify took %lld ms",
 	                (long long)((harness_mono_ns() - t0) / HARNESS_MS));
 	TEST_RC(wsync_view_checksum(v, &sum), -ENODATA);
-	TEST_OK(harness_verify_view(v));
 }
 
 /* 3., as another uid: opens the model (it moves), then leaves. */
@@ -191,6 +202,7 @@ static void publisher_dies(wsync_client *c)
 	kill(pid, SIGKILL);
 	TEST_ASSERT(harness_wait_status(pid, 5000) != -1);
 	expect_orphan(&v);
+	TEST_OK(harness_verify_view(&v));
 	if (!can_move) {
 		wsync_sub_release(s, &v);
 		wsync_sub_close(s);
@@ -205,6 +217,7 @@ static void publisher_dies(wsync_client *c)
 	TEST_ASSERT(moved.base != v.base);
 	TEST_ASSERT(view_pending(s, &moved) != 0);
 	expect_orphan(&moved);
+	TEST_OK(harness_verify_view(&moved));
 	expect_orphan(&v);                   /* the view held across the move */
 	wsync_sub_release(s, &moved);
 	wsync_sub_release(s, &v);
@@ -301,6 +314,133 @@ static void back_to_back(wsync_client *c)
 	chan_close(&go);
 }
 
+/* 6. and 7.: "a" f32 [G_ROWS, G_COLS] split along dim 0, "b" f32 [512, 64]
+ * along dim 1 (every block of it shared). */
+static void group_layout(wsync_tensor_desc d[2])
+{
+	uint64_t a[2] = { G_ROWS, G_COLS }, b[2] = { 512, 64 };
+
+	harness_desc(&d[0], "a", WSYNC_F32, 2, a);
+	harness_desc(&d[1], "b", WSYNC_F32, 2, b);
+}
+
+static size_t group_parts(uint32_t r, wsync_shard p[2])
+{
+	p[0] = (wsync_shard){ 0, 0, r * (G_ROWS / 2), (r + 1) * (G_ROWS / 2) };
+	p[1] = (wsync_shard){ 1, 1, r * 32, (r + 1) * 32 };
+	return 2;
+}
+
+struct group_rank {
+	const char *model;
+	uint32_t r;
+	int steps;
+	bool stop_after;                 /* rank 0 of 7.: stop once hashing */
+};
+
+/* A rank: publishes steps 1..steps; rank 0 rewrites its rows of "a"
+ * through wsync_slab_copy (hashed as copied, reused by its checksum). */
+static int group_rank_main(void *arg)
+{
+	const struct group_rank *g = arg;
+	wsync_tensor_desc d[2];
+	wsync_shard parts[2];
+	size_t n = group_parts(g->r, parts);
+	wsync_model_opts o = { .group_size = 2, .rank = g->r };
+	wsync_client *c;
+	wsync_pub *p;
+	char name[32];
+	int err;
+
+	group_layout(d);
+	snprintf(name, sizeof(name), "group-rank-%u", g->r);
+	TEST_OK(harness_connect(&B, name, &c));
+	while ((err = wsync_pub_open_shard(c, g->model, d, 2, &o, parts, n, &p)) == -EBUSY)
+		harness_sleep_ms(20);
+	TEST_OK(err);
+	for (int step = 1; step <= g->steps; step++) {
+		wsync_slab slab;
+		wsync_slice sl;
+
+		TEST_OK(wsync_pub_begin(p, 10 * HARNESS_S, &slab));
+		TEST_OK(harness_fill_parts(&slab, parts, n, (uint64_t)step));
+		if (g->r == 0) {
+			void *buf;
+
+			TEST_OK(wsync_slab_part(&slab, 0, &sl));
+			TEST_ASSERT(sl.rows == 1 && (buf = malloc(sl.row_bytes)) != NULL);
+			memcpy(buf, (char *)slab.base + sl.offset, sl.row_bytes);
+			TEST_OK(wsync_slab_copy(&slab, sl.offset, buf, sl.row_bytes, 0));
+			free(buf);
+		}
+		TEST_OK(wsync_pub_commit(p, (uint64_t)step, NULL));
+		if (g->stop_after) {
+			TEST_ASSERT_MSG(atomic_load(&p->page->sum_pending[p->group_slot]) != 0,
+			                "rank 0 hashed 64 MiB before its commit returned");
+			raise(SIGSTOP);
+		}
+	}
+	wsync_pub_close(p);
+	wsync_close(c);
+	return 0;
+}
+
+/* 6. */
+static void group_verifies(wsync_client *c)
+{
+	struct group_rank g0 = { GROUP, 0, G_STEPS, false }, g1 = { GROUP, 1, G_STEPS, false };
+	pid_t r0 = harness_fork(group_rank_main, &g0), r1 = harness_fork(group_rank_main, &g1);
+	uint64_t last = 0, step = 0, sum = 0;
+	int verified = 0;
+	wsync_sub *s;
+	wsync_view v;
+	int err;
+
+	while ((err = wsync_sub_open(c, GROUP, &s)) == -ENOENT)
+		harness_sleep_ms(20);
+	TEST_OK(err);
+	while (step < G_STEPS) {
+		TEST_OK(wsync_sub_wait(s, last, 10 * HARNESS_S, &v));
+		TEST_OK(wsync_view_verify(&v));
+		TEST_OK(wsync_view_checksum(&v, &sum));
+		TEST_EQ_U64(sum, wsync_checksum(v.base, v.bytes));
+		TEST_OK(harness_verify_tensors(&v));
+		last = v.version;
+		step = v.step;
+		verified++;
+		wsync_sub_release(s, &v);
+	}
+	harness_log("group: %d of %d versions verified", verified, G_STEPS);
+	wsync_sub_close(s);
+	harness_expect_exit0(r0, "rank 0");
+	harness_expect_exit0(r1, "rank 1");
+}
+
+/* 7. */
+static void group_hasher_dies(wsync_client *c)
+{
+	struct group_rank g0 = { GROUP_DEAD, 0, 1, true }, g1 = { GROUP_DEAD, 1, 1, false };
+	pid_t r0 = harness_fork(group_rank_main, &g0), r1 = harness_fork(group_rank_main, &g1);
+	wsync_sub *s;
+	wsync_view v;
+	int st, err;
+
+	TEST_ASSERT(waitpid(r0, &st, WUNTRACED) == r0);
+	TEST_ASSERT_MSG(WIFSTOPPED(st), "rank 0: %s", harness_status_str(st));
+	while ((err = wsync_sub_open(c, GROUP_DEAD, &s)) == -ENOENT)
+		harness_sleep_ms(20);
+	TEST_OK(err);
+	TEST_OK(wsync_sub_wait(s, 0, 10 * HARNESS_S, &v));
+	TEST_ASSERT(view_pending(s, &v) != 0);
+	kill(r0, SIGKILL);
+	TEST_ASSERT(harness_wait_status(r0, 5000) != -1);
+	expect_orphan(&v);
+	TEST_OK(harness_verify_tensors(&v));
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+	harness_expect_exit0(r1, "rank 1");
+}
+
 int main(void)
 {
 	wsync_client *c;
@@ -314,6 +454,8 @@ int main(void)
 	publisher_dies(c);
 	stray_write(c);
 	back_to_back(c);
+	group_verifies(c);
+	group_hasher_dies(c);
 	wsync_close(c);
 	harness_broker_finish(&B);
 	return 0;
