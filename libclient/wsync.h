@@ -494,7 +494,8 @@ void wsync_slice_write(void *base, const void *src, const wsync_slice *s);
  * compares it with the one its publisher stored: 0 if they match, -EBADMSG
  * if not (wsync_errmsg() gives both; the mismatch is counted for monitors:
  * wsyncctl models, metrics), -ENODATA if the version was published without
- * a checksum (WSYNC_PUB_NO_CHECKSUM, a device model, a group) or its
+ * a checksum (WSYNC_PUB_NO_CHECKSUM, a device model, a group none of
+ * whose ranks keeps them) or its
  * publisher died before it stored it, -EINVAL if v is not a live view. A
  * checksum its publisher still forms after the commit is waited for, 10 s
  * at most (-ETIMEDOUT). */
