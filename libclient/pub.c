@@ -56,6 +56,11 @@ static bool pub_wants_checksum(const wsync_model_opts *o)
 	return !o || !(o->flags & WSYNC_PUB_NO_CHECKSUM);
 }
 
+void wsync_pub_sum_settle(struct wsync_pub *p, uint32_t slot)
+{
+	sum_hasher_wait(p->hasher, slot);
+}
+
 /* Read-only again outside a grant, for a guarded publisher. */
 void wsync_pub_guard(struct wsync_pub *p, uint32_t slot)
 {

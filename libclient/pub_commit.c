@@ -46,11 +46,6 @@
  * thread: about what the hand-off costs (a wake and a cache line or two). */
 #define SUM_INLINE_MAX (64u << 10)
 
-void wsync_pub_sum_settle(struct wsync_pub *p, uint32_t slot)
-{
-	sum_hasher_wait(p->hasher, slot);
-}
-
 /* Whether the begun slab's checksum is finished after the version becomes
  * visible (checksum.c): when more than SUM_INLINE_MAX bytes are left to
  * hash. The hash of the previous version is waited for first: its block
