@@ -152,10 +152,13 @@ uint64_t sum_blocks_unhashed(const struct sum_blocks *s, uint64_t tag, uint64_t 
 
 	if (atomic_load(&s->tag) != tag)
 		return bytes;
-	for (size_t k = 0; k < s->n; k++)
+	for (size_t k = 0; k < s->n; k++) {
+		uint64_t a = (uint64_t)k * WSYNC_SUM_BLOCK;
+
 		if (!atomic_load_explicit(&s->ok[k], memory_order_relaxed))
-			left += WSYNC_SUM_BLOCK;
-	return left < bytes ? left : bytes;
+			left += bytes - a < WSYNC_SUM_BLOCK ? bytes - a : WSYNC_SUM_BLOCK;
+	}
+	return left;
 }
 
 void sum_job_run(const struct sum_job *job)
