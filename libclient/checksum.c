@@ -179,6 +179,12 @@ void sum_job_run(const struct sum_job *job)
  * CPUs are all busy) hashes too, instead of sleeping while a thread of
  * lower priority does it alone: at worst the pass costs what it cost at
  * commit.
+ *
+ * The job (and next, done) change only at submit, which needs busy false,
+ * and busy turns false only once the checksum is stored and no worker is
+ * inside hasher_work: a worker joins under the lock, only the job of the
+ * generation it saw, so none ever takes a block of the next job with the
+ * state of the last.
  */
 struct sum_hasher {
 	pthread_t thread;
@@ -188,43 +194,59 @@ struct sum_hasher {
 	size_t n;                        /* the job's blocks */
 	atomic_size_t next, done;
 	uint64_t gen;                    /* jobs submitted */
-	bool busy;                       /* the job is not stored yet */
+	unsigned workers;                /* threads inside hasher_work */
+	bool stored;                     /* the job's checksum is stored */
+	bool busy;                       /* submitted, and stored or worked on */
 	bool stop;
 };
 
 /* How much nicer the hashing thread is than the publisher's. */
 #define SUM_HASHER_NICE 5
 
-/* Hashes blocks of the job until none is left; the last one stores. */
-static void hasher_work(struct sum_hasher *h)
+/* Hashes blocks of job gen until none is left; the last one stores. */
+static void hasher_work(struct sum_hasher *h, uint64_t gen)
 {
 	const struct sum_job *job = &h->job;
-	struct sum_blocks *s = job->s;
+	bool last = false;
 
+	pthread_mutex_lock(&h->lock);
+	if (!h->busy || h->gen != gen) {
+		pthread_mutex_unlock(&h->lock);
+		return;
+	}
+	h->workers++;
+	pthread_mutex_unlock(&h->lock);
 	for (;;) {
 		size_t k = atomic_fetch_add_explicit(&h->next, 1, memory_order_relaxed);
 		uint64_t a = (uint64_t)k * WSYNC_SUM_BLOCK, e = a + WSYNC_SUM_BLOCK;
 
 		if (k >= h->n)
-			return;
-		if (!atomic_load_explicit(&s->ok[k], memory_order_relaxed)) {
+			break;
+		if (!atomic_load_explicit(&job->s->ok[k], memory_order_relaxed)) {
 			if (e > job->bytes)
 				e = job->bytes;
-			s->hash[k] = xxh3_hash((const char *)job->base + a, e - a);
-			atomic_store_explicit(&s->ok[k], 1, memory_order_relaxed);
+			job->s->hash[k] = xxh3_hash((const char *)job->base + a, e - a);
+			atomic_store_explicit(&job->s->ok[k], 1, memory_order_relaxed);
 		}
-		if (atomic_fetch_add_explicit(&h->done, 1, memory_order_acq_rel) + 1 < h->n)
-			continue;
-		atomic_store_explicit(job->checksum, wsync_sum_combine(s->hash, s->n),
+		if (atomic_fetch_add_explicit(&h->done, 1, memory_order_acq_rel) + 1 == h->n) {
+			last = true;
+			break;
+		}
+	}
+	if (last) {
+		atomic_store_explicit(job->checksum, wsync_sum_combine(job->s->hash, job->s->n),
 		                      memory_order_relaxed);
 		atomic_store_explicit(job->pending, 0, memory_order_release);
 		wsync_futex_wake(job->pending, INT32_MAX);
-		pthread_mutex_lock(&h->lock);
+	}
+	pthread_mutex_lock(&h->lock);
+	h->workers--;
+	h->stored |= last;
+	if (h->stored && !h->workers) {
 		h->busy = false;
 		pthread_cond_broadcast(&h->cond);
-		pthread_mutex_unlock(&h->lock);
-		return;
 	}
+	pthread_mutex_unlock(&h->lock);
 }
 
 static void *hasher_main(void *arg)
@@ -245,11 +267,11 @@ static void *hasher_main(void *arg)
 	for (;;) {
 		while (!h->stop && (!h->busy || h->gen == seen))
 			pthread_cond_wait(&h->cond, &h->lock);
-		if (h->stop && !(h->busy && h->gen != seen))
-			break;
+		if (!h->busy || h->gen == seen)
+			break;                   /* stop, and no job left */
 		seen = h->gen;
 		pthread_mutex_unlock(&h->lock);
-		hasher_work(h);
+		hasher_work(h, seen);
 		pthread_mutex_lock(&h->lock);
 	}
 	pthread_mutex_unlock(&h->lock);
@@ -288,6 +310,10 @@ int sum_hasher_submit(struct sum_hasher **hp, const struct sum_job *job)
 {
 	struct sum_hasher *h = *hp;
 
+	if (!copy_blocks(job->bytes)) {          /* nothing to share */
+		sum_job_run(job);
+		return 0;
+	}
 	if (!h) {
 		int err = hasher_start(&h);
 
@@ -302,6 +328,7 @@ int sum_hasher_submit(struct sum_hasher **hp, const struct sum_job *job)
 	atomic_store_explicit(&h->next, 0, memory_order_relaxed);
 	atomic_store_explicit(&h->done, 0, memory_order_relaxed);
 	h->gen++;
+	h->stored = false;
 	h->busy = true;
 	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&h->lock);
@@ -310,17 +337,18 @@ int sum_hasher_submit(struct sum_hasher **hp, const struct sum_job *job)
 
 void sum_hasher_wait(struct sum_hasher *h, uint32_t slot)
 {
+	uint64_t gen;
 	bool help;
 
 	if (!h)
 		return;
 	pthread_mutex_lock(&h->lock);
 	help = h->busy && (slot == WSYNC_SLOT_NONE || h->job.slot == slot);
+	gen = h->gen;
 	pthread_mutex_unlock(&h->lock);
 	if (!help)
 		return;
-	/* only the publisher submits and waits, so the job stays this one */
-	hasher_work(h);
+	hasher_work(h, gen);
 	pthread_mutex_lock(&h->lock);
 	while (h->busy)
 		pthread_cond_wait(&h->cond, &h->lock);
