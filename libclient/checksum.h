@@ -84,8 +84,8 @@ struct sum_hasher;
  * was done. *h must be idle. */
 int sum_hasher_submit(struct sum_hasher **h, const struct sum_job *job);
 /* Until *h's job (if any) is done, hashing its blocks meanwhile; h may be
- * NULL. slot WSYNC_SLOT_NONE: any job, else only one of that slot. Only
- * the thread that submits may call it. */
+ * NULL. slot WSYNC_SLOT_NONE: any job, else only one of that slot. Any
+ * thread may wait; only one submits, after waiting. */
 void sum_hasher_wait(struct sum_hasher *h, uint32_t slot);
 /* Waits, stops and frees the thread; h may be NULL. */
 void sum_hasher_free(struct sum_hasher *h);

@@ -245,6 +245,7 @@ static void pub_sum_group(struct wsync_pub *p, uint64_t version)
 
 	if (slot >= p->n_slots || !p->slabs[slot])
 		return;
+	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);   /* idle already: the commit waited */
 	if (!p->checksum || !p->sums || !p->sums_spare) {
 		atomic_store_explicit(&p->page->slots[slot].checksum, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->page->sum_pending[slot], 0, memory_order_release);
