@@ -198,7 +198,30 @@ struct sum_hasher {
 	bool stored;                     /* the job's checksum is stored */
 	bool busy;                       /* submitted, and stored or worked on */
 	bool stop;
+	struct sum_hasher *next_hasher;  /* in `hashers`, under hashers_lock */
 };
+
+/* Every hasher of the process: a trainer that exits (exit(), the end of
+ * main, a Python interpreter that ends) without closing its publisher
+ * would otherwise leave its last checksum pending for ever, and collectors
+ * would be told it died; hashers_drain, run at exit, stores them first. A
+ * process killed or ending in _exit() still leaves them pending. */
+static pthread_mutex_t hashers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t hashers_once = PTHREAD_ONCE_INIT;
+static struct sum_hasher *hashers;
+
+static void hashers_drain(void)
+{
+	pthread_mutex_lock(&hashers_lock);
+	for (struct sum_hasher *h = hashers; h; h = h->next_hasher)
+		sum_hasher_wait(h, WSYNC_SLOT_NONE);
+	pthread_mutex_unlock(&hashers_lock);
+}
+
+static void hashers_at_exit(void)
+{
+	atexit(hashers_drain);
+}
 
 /* How much nicer the hashing thread is than the publisher's. */
 #define SUM_HASHER_NICE 5
@@ -294,6 +317,11 @@ static int hasher_start(struct sum_hasher **out)
 	err = pthread_create(&h->thread, NULL, hasher_main, h);
 	if (err)
 		goto out_cond;
+	pthread_once(&hashers_once, hashers_at_exit);
+	pthread_mutex_lock(&hashers_lock);
+	h->next_hasher = hashers;
+	hashers = h;
+	pthread_mutex_unlock(&hashers_lock);
 	*out = h;
 	return 0;
 
@@ -359,6 +387,14 @@ void sum_hasher_free(struct sum_hasher *h)
 {
 	if (!h)
 		return;
+	pthread_mutex_lock(&hashers_lock);
+	for (struct sum_hasher **at = &hashers; *at; at = &(*at)->next_hasher) {
+		if (*at == h) {
+			*at = h->next_hasher;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&hashers_lock);
 	sum_hasher_wait(h, WSYNC_SLOT_NONE);
 	pthread_mutex_lock(&h->lock);
 	h->stop = true;

@@ -24,7 +24,10 @@
  *     wsync_slab_copy: the broker makes each version visible with its
  *     checksum pending on rank 0, which hashes it; every version verifies;
  *  7. group, hasher killed: rank 0 SIGKILLed while it hashes a version:
- *     verify says -ENODATA.
+ *     verify says -ENODATA;
+ *  8. exit: a publisher that returns from main (exit) right after such a
+ *     commit, without closing anything, still stores its checksum (the
+ *     library drains its hashers at exit): verify succeeds.
  */
 #include "tests/lib/harness.h"
 
@@ -53,6 +56,7 @@
 #define FAST        "pend.fast"
 #define FAST_N      40
 #define GROUP       "pend.group"
+#define EXITING     "pend.exit"
 #define GROUP_DEAD  "pend.group.dead"
 #define G_ROWS      4096
 #define G_COLS      4096
@@ -441,6 +445,40 @@ static void group_hasher_dies(wsync_client *c)
 	harness_expect_exit0(r1, "rank 1");
 }
 
+/* 8.: commits a version written directly and exits at once */
+static int exiting_publisher(void *arg)
+{
+	wsync_tensor_desc d;
+	wsync_client *c;
+	wsync_pub *p;
+	wsync_slab slab;
+
+	(void)arg;
+	desc_of(&d, BIG_BYTES);
+	TEST_OK(harness_connect(&B, "exiting-trainer", &c));
+	TEST_OK(wsync_pub_open(c, EXITING, &d, 1, NULL, &p));
+	TEST_OK(wsync_pub_begin(p, 5 * HARNESS_S, &slab));
+	harness_fill(slab.base, BIG_BYTES, 9);
+	TEST_OK(wsync_pub_commit_async(p, 9, NULL));
+	TEST_ASSERT(atomic_load(&p->page->sum_pending[slab.priv_slot]) != 0);
+	return 0;                            /* exit(), nothing closed */
+}
+
+static void exit_stores(wsync_client *c)
+{
+	wsync_sub *s;
+	wsync_view v;
+
+	harness_expect_exit0(harness_fork(exiting_publisher, NULL), "exiting publisher");
+	TEST_OK(wsync_sub_open(c, EXITING, &s));
+	TEST_OK(wsync_sub_acquire(s, &v));
+	TEST_EQ_U64(v.step, 9);
+	TEST_EQ_U64(view_pending(s, &v), 0);
+	TEST_OK(wsync_view_verify(&v));
+	wsync_sub_release(s, &v);
+	wsync_sub_close(s);
+}
+
 int main(void)
 {
 	wsync_client *c;
@@ -456,6 +494,7 @@ int main(void)
 	back_to_back(c);
 	group_verifies(c);
 	group_hasher_dies(c);
+	exit_stores(c);
 	wsync_close(c);
 	harness_broker_finish(&B);
 	return 0;

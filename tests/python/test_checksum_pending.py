@@ -48,3 +48,23 @@ def test_torch_copy_then_verify(client):
     with client.subscriber("copied").acquire() as view:
         view.verify()
         view.numpy("b")[0]                          # readable
+
+
+def test_a_trainer_that_exits_without_closing_still_stores_its_checksum(broker, client):
+    """The interpreter ends right after the commit, nothing closed: the
+    library stores the pending checksum at exit, so verify passes (it
+    would say the publisher died otherwise)."""
+    import subprocess
+    import sys
+    script = ("import sys, numpy as np, wsync\n"
+              "c = wsync.connect(sys.argv[1], 'short-lived')\n"
+              "p = c.publisher('exiting', [('w', 'f32', (%d,))])\n"
+              "s = p.begin(timeout=10)\n"
+              "s.numpy('w')[...] = 3.0\n"
+              "s.commit(3)\n" % (8 * MIB))
+    r = subprocess.run([sys.executable, "-c", script, broker.sock], timeout=60,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with client.subscriber("exiting").acquire() as view:
+        assert view.step == 3
+        view.verify()
