@@ -488,9 +488,9 @@ int wsync_view_verify(const wsync_view *v)
 		return err;
 	if (!want)
 		return wsync_fail(-ENODATA, "model '%s' version %llu: published without a "
-		                  "checksum (WSYNC_PUB_NO_CHECKSUM, a device model, a group "
-		                  "none of whose ranks keeps checksums, or an older "
-		                  "publisher's or broker's group)", v->priv_sub->model,
+		                  "checksum (WSYNC_PUB_NO_CHECKSUM, a device model, or a "
+		                  "group whose ranks did not ask with WSYNC_PUB_CHECKSUM)",
+		                  v->priv_sub->model,
 		                  (unsigned long long)v->version);
 	got = wsync_checksum_threads(v->base, v->bytes, 0);
 	if (got == want)

@@ -48,12 +48,16 @@
 static_assert(sizeof(wsync_model_opts) == 56, "wsync_model_opts size");
 static_assert(offsetof(wsync_model_opts, devices) == 24, "wsync_model_opts devices");
 
-/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no (for a rank of a
- * group: the broker may ask it to hash a complete version), and for a
- * device model only when WSYNC_PUB_CHECKSUM asks (pub_declare). */
+/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no; for a rank of a
+ * group only when WSYNC_PUB_CHECKSUM asks (the broker may then ask it to
+ * hash a complete version: a read of the other ranks' parts, which back to
+ * back costs a group publish several times its copy), and for a device
+ * model only when WSYNC_PUB_CHECKSUM asks (pub_declare). */
 static bool pub_wants_checksum(const wsync_model_opts *o)
 {
-	return !o || !(o->flags & WSYNC_PUB_NO_CHECKSUM);
+	if (o && (o->flags & WSYNC_PUB_NO_CHECKSUM))
+		return false;
+	return !o || o->group_size <= 1 || (o->flags & WSYNC_PUB_CHECKSUM);
 }
 
 void wsync_pub_sum_settle(struct wsync_pub *p, uint32_t slot)

@@ -19,8 +19,9 @@
  *     checksum is that version's (a slot written again while it was
  *     hashed, or a late store of the previous version's checksum, would
  *     show as -EBADMSG);
- *  6. group: two ranks publish a model whose tensors are split along dim 0
- *     and dim 1 (blocks shared by the ranks), rank 0 partly through
+ *  6. group: two ranks that ask for checksums (WSYNC_PUB_CHECKSUM; a
+ *     group's default is none) publish a model whose tensors are split
+ *     along dim 0 and dim 1 (blocks shared by the ranks), rank 0 partly through
  *     wsync_slab_copy: the broker makes each version visible with its
  *     checksum pending on rank 0, which hashes it; every version verifies;
  *  7. group, hasher killed: rank 0 SIGKILLed while it hashes a version:
@@ -350,7 +351,7 @@ static int group_rank_main(void *arg)
 	wsync_tensor_desc d[2];
 	wsync_shard parts[2];
 	size_t n = group_parts(g->r, parts);
-	wsync_model_opts o = { .group_size = 2, .rank = g->r };
+	wsync_model_opts o = { .group_size = 2, .rank = g->r, .flags = WSYNC_PUB_CHECKSUM };
 	wsync_client *c;
 	wsync_pub *p;
 	char name[32];
