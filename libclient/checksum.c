@@ -205,7 +205,9 @@ struct sum_hasher {
  * main, a Python interpreter that ends) without closing its publisher
  * would otherwise leave its last checksum pending for ever, and collectors
  * would be told it died; hashers_drain, run at exit, stores them first. A
- * process killed or ending in _exit() still leaves them pending. */
+ * process killed or ending in _exit() still leaves them pending. A child
+ * of fork() has none of its parent's threads: its list starts empty, or
+ * its exit would wait for hashes that no thread of its runs. */
 static pthread_mutex_t hashers_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t hashers_once = PTHREAD_ONCE_INIT;
 static struct sum_hasher *hashers;
@@ -218,9 +220,16 @@ static void hashers_drain(void)
 	pthread_mutex_unlock(&hashers_lock);
 }
 
+static void hashers_forget(void)
+{
+	pthread_mutex_init(&hashers_lock, NULL);
+	hashers = NULL;
+}
+
 static void hashers_at_exit(void)
 {
 	atexit(hashers_drain);
+	pthread_atfork(NULL, NULL, hashers_forget);
 }
 
 /* How much nicer the hashing thread is than the publisher's. */
