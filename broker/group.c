@@ -43,8 +43,8 @@ bool group_rank_of(const struct model *m, const struct peer *p, uint32_t *rank)
 }
 
 int group_join(struct broker *b, struct model *m, struct peer *p, uint32_t size,
-               uint32_t rank, uint32_t timeout_ms, wsync_shard *parts, size_t n_parts,
-               char *why, size_t whylen)
+               uint32_t rank, uint32_t timeout_ms, bool sums, wsync_shard *parts,
+               size_t n_parts, char *why, size_t whylen)
 {
 	struct pub_group *g = m->group;
 	const wsync_shard *all[WSYNC_MAX_RANKS];
@@ -95,6 +95,7 @@ int group_join(struct broker *b, struct model *m, struct peer *p, uint32_t size,
 	}
 	free(g->parts[rank]);
 	g->rank[rank] = p;
+	g->sums[rank] = sums;
 	g->parts[rank] = parts;
 	g->n_parts[rank] = n_parts;
 	memset(&g->dropped[rank], 0, sizeof(g->dropped[rank]));
@@ -136,7 +137,7 @@ void group_begun(struct model *m, uint32_t rank)
 }
 
 static void answer(struct broker *b, struct peer *p, uint32_t seq, int err, const char *why,
-                   const struct model *m, uint64_t version)
+                   const struct model *m, uint64_t version, uint32_t flags)
 {
 	union wsync_msg_any msg;
 
@@ -147,6 +148,7 @@ static void answer(struct broker *b, struct peer *p, uint32_t seq, int err, cons
 	wsync_msg_init(&msg.hdr, WSYNC_MSG_COMMIT_OK, seq);
 	msg.commit_ok.model_id = m->id;
 	msg.commit_ok.version = version;
+	msg.commit_ok.flags = flags;
 	outbox_reply(&b->out, p, &msg);
 }
 
@@ -175,7 +177,7 @@ static void group_drop(struct broker *b, struct model *m, int err, const char *w
 		struct group_dropped *d = &g->dropped[r];
 
 		if (g->committed & (1u << r)) {
-			answer(b, g->rank[r], g->commit_seq[r], err, text, m, 0);
+			answer(b, g->rank[r], g->commit_seq[r], err, text, m, 0, 0);
 		} else if (g->begun & (1u << r)) {
 			d->version = m->grant_version;
 			d->err = err;
@@ -187,12 +189,25 @@ static void group_drop(struct broker *b, struct model *m, int err, const char *w
 	log_info("%s", text);
 }
 
-/* Every rank committed: one step, then the version is made visible. */
+/* The rank that forms a complete version's checksum: the lowest that
+ * keeps checksums, WSYNC_MAX_RANKS when none does. */
+static uint32_t group_hasher(const struct pub_group *g)
+{
+	for (uint32_t r = 0; r < g->size; r++)
+		if (g->rank[r] && g->sums[r])
+			return r;
+	return WSYNC_MAX_RANKS;
+}
+
+/* Every rank committed: one step, then the version is made visible. Its
+ * checksum is pending on one rank (group_hasher), which learns it from its
+ * COMMIT_OK and hashes the slab, reusing the blocks its own copy hashed
+ * (docs/ARCHITECTURE.md, "Checksums"); the broker never reads a slab. */
 static void group_complete(struct broker *b, struct model *m)
 {
 	struct pub_group *g = m->group;
 	uint64_t version = m->grant_version, step = g->step[0];
-	uint32_t slot = m->grant_slot;
+	uint32_t slot = m->grant_slot, hasher = group_hasher(g);
 	struct wsync_slot_meta *meta = &m->page->slots[slot];
 	int64_t now = wsync_real_ns();
 
@@ -210,12 +225,15 @@ static void group_complete(struct broker *b, struct model *m)
 	atomic_store(&meta->version, version);
 	atomic_store(&meta->step, step);
 	atomic_store(&meta->published_ns, now);
-	atomic_store(&meta->checksum, 0);  /* no rank hashes the whole slab */
+	atomic_store(&meta->checksum, 0);
+	atomic_store(&m->page->sum_pending[slot],
+	             hasher < WSYNC_MAX_RANKS ? g->rank[hasher]->id : 0);
 	publish_book(b, m, step, now);     /* ctl latest first */
 	atomic_store(&m->page->latest, m->latest);
 	model_wake(m);
 	for (uint32_t r = 0; r < g->size; r++)
-		answer(b, g->rank[r], g->commit_seq[r], 0, NULL, m, version);
+		answer(b, g->rank[r], g->commit_seq[r], 0, NULL, m, version,
+		       r == hasher ? WSYNC_COMMIT_HASH : 0);
 	atomic_store(&m->ctl->group_last_ns, now - atomic_load(&m->ctl->group_first_ns));
 	group_reset(m);
 }

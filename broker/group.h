@@ -55,6 +55,7 @@ struct pub_group {
 	uint32_t size;                           /* ranks */
 	uint32_t timeout_ms;                     /* 0 = no group deadline */
 	struct peer *rank[WSYNC_MAX_RANKS];
+	bool     sums[WSYNC_MAX_RANKS];          /* opened with WSYNC_OPEN_CHECKSUM */
 	wsync_shard *parts[WSYNC_MAX_RANKS];
 	size_t   n_parts[WSYNC_MAX_RANKS];
 	uint32_t committed;                      /* ranks whose COMMIT came */
@@ -66,10 +67,11 @@ struct pub_group {
 };
 
 /* Rank `rank` of a group of `size` opens m with its parts (taken over on
- * success): 0 or -errno with a reason in why. */
+ * success): 0 or -errno with a reason in why. sums: it keeps checksums,
+ * so it may be the rank that forms a version's (group_complete). */
 int  group_join(struct broker *b, struct model *m, struct peer *p, uint32_t size,
-                uint32_t rank, uint32_t timeout_ms, wsync_shard *parts, size_t n_parts,
-                char *why, size_t whylen);
+                uint32_t rank, uint32_t timeout_ms, bool sums, wsync_shard *parts,
+                size_t n_parts, char *why, size_t whylen);
 /* Whether p is a rank of m's group; its rank in *rank. */
 bool group_rank_of(const struct model *m, const struct peer *p, uint32_t *rank);
 /* -EAGAIN (with the missing ranks in why) until every rank has opened. */

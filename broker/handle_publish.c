@@ -317,8 +317,9 @@ static int pub_open_finish(struct req *r, struct model *m, wsync_shard **parts)
 	int err;
 
 	if (group) {
-		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms, *parts,
-		                 p->n_parts, r->why, sizeof(r->why));
+		err = group_join(b, m, &s->p, p->group_size, p->rank, p->group_timeout_ms,
+		                 p->flags & WSYNC_OPEN_CHECKSUM, *parts, p->n_parts, r->why,
+		                 sizeof(r->why));
 		if (err)
 			return err;
 		*parts = NULL;                /* the group's now */

@@ -725,9 +725,14 @@ static int page_create_next(const struct model *m, int *fd, int *ro,
 		atomic_store(&page->slots[latest].published_ns,
 		             atomic_load(&m->ctl->last_commit_ns));
 		/* the checksum is the earlier publisher's word: kept only while it
-		 * says the same version */
-		if (atomic_load(&from->version) == m->books.version[latest])
+		 * says the same version, and still pending if it was (that
+		 * publisher died hashing, or stores it in the old page: collectors
+		 * that verify are told, libclient/checksum.c) */
+		if (atomic_load(&from->version) == m->books.version[latest]) {
 			atomic_store(&page->slots[latest].checksum, atomic_load(&from->checksum));
+			atomic_store(&page->sum_pending[latest],
+			             atomic_load(&m->page->sum_pending[latest]));
+		}
 	}
 	atomic_store(&page->latest, m->latest);
 	atomic_store(&page->seq, atomic_load(&m->page->seq) + 1);

@@ -1,13 +1,26 @@
 /*
  * libclient/checksum.c — per-version slab checksums (see checksum.h).
  *
- * The publisher forms the checksum in pub_publish() (pub_commit.c) before
- * it stores the slot metadata and moves `latest`, so the checksum is
- * published with the version (the seq_cst store of `latest` releases it).
- * Most blocks were hashed by wsync_slab_copy_tensors as it wrote them
- * (copy_engine.c), so the commit only hashes what was written otherwise. A
- * collector reads the stored checksum while it pins the slot, like the
- * step: the metadata of a pinned slot does not change.
+ * The publisher forms the checksum in pub_publish() (pub_commit.c). Most
+ * blocks were hashed by wsync_slab_copy_tensors as it wrote them
+ * (copy_engine.c); when few or none are left the commit hashes them and
+ * stores the checksum with the version's metadata before `latest` moves
+ * (the seq_cst store of `latest` releases it). Else the version becomes
+ * visible at once with the slot's sum_pending word set to the publisher's
+ * session id, and the publisher's hashing thread (struct sum_hasher)
+ * finishes: it stores the checksum, then clears sum_pending with a release
+ * store and wakes the word's futex waiters.
+ *
+ * Why a collector reading sum_pending == 0 with an acquire load reads the
+ * final checksum: either it read the value the commit stored (0 and a
+ * complete checksum, before `latest`, which the collector's acquire of
+ * `latest` ordered), or the hasher's release store, which orders the
+ * checksum before it. The metadata of a pinned slot does not change, and
+ * the publisher never writes a slot again while its hash runs (it waits in
+ * begin, at the next commit and at close), so the word cannot belong to a
+ * later version. A publisher that dies hashing leaves its id in the word;
+ * the collector finds no live session with that id in the control
+ * segment's table and says so (-ENODATA) instead of waiting on.
  *
  * Why blocks: XXH3 of a whole slab is one sequential pass, which a copy
  * split across threads cannot feed in order; a hash per block can be
@@ -16,17 +29,23 @@
  * small and every block of a copy is long enough for the fused loop.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "checksum.h"
 #include "client.h"
+#include "shm/clock.h"
 #include "shm/errmsg.h"
+#include "shm/futex.h"
 #include "sub_attach.h"
 #include "xxh3_copy.h"
 
@@ -120,11 +139,337 @@ void sum_blocks_forget(struct sum_blocks *s, uint64_t tag, uint64_t off, uint64_
 }
 
 uint64_t sum_blocks_finish(struct sum_blocks *s, uint64_t tag, const void *base,
-                           uint64_t bytes)
+                           uint64_t bytes, unsigned threads)
 {
 	sum_blocks_claim(s, tag);
-	copy_hash_blocks(base, bytes, s->hash, s->ok, 0);
+	copy_hash_blocks(base, bytes, s->hash, s->ok, threads);
 	return wsync_sum_combine(s->hash, s->n);
+}
+
+uint64_t sum_blocks_unhashed(const struct sum_blocks *s, uint64_t tag, uint64_t bytes)
+{
+	uint64_t left = 0;
+
+	if (atomic_load(&s->tag) != tag)
+		return bytes;
+	for (size_t k = 0; k < s->n; k++) {
+		uint64_t a = (uint64_t)k * WSYNC_SUM_BLOCK;
+
+		if (!atomic_load_explicit(&s->ok[k], memory_order_relaxed))
+			left += bytes - a < WSYNC_SUM_BLOCK ? bytes - a : WSYNC_SUM_BLOCK;
+	}
+	return left;
+}
+
+void sum_job_run(const struct sum_job *job)
+{
+	uint64_t sum = sum_blocks_finish(job->s, job->tag, job->base, job->bytes, 0);
+
+	atomic_store_explicit(job->checksum, sum, memory_order_relaxed);
+	atomic_store_explicit(job->pending, 0, memory_order_release);
+	wsync_futex_wake(job->pending, INT32_MAX);
+}
+
+/*
+ * The hasher and whoever waits for it share the job's blocks: each takes
+ * the next block from `next` and hashes it unless a copy did, then counts
+ * it in `done`; the one that counts the last block (acq_rel: it has seen
+ * every other's hash[k]) combines and stores. So a publisher that must
+ * wait (its next commit came before the hash ended, on a machine whose
+ * CPUs are all busy) hashes too, instead of sleeping while a thread of
+ * lower priority does it alone: at worst the pass costs what it cost at
+ * commit.
+ *
+ * The job (and next, done) change only at submit, which needs busy false,
+ * and busy turns false only once the checksum is stored and no worker is
+ * inside hasher_work: a worker joins under the lock, only the job of the
+ * generation it saw, so none ever takes a block of the next job with the
+ * state of the last.
+ */
+struct sum_hasher {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;             /* a job submitted, one done, or stop */
+	struct sum_job job;              /* constant while busy */
+	size_t n;                        /* the job's blocks */
+	atomic_size_t next, done;
+	uint64_t gen;                    /* jobs submitted */
+	unsigned workers;                /* threads inside hasher_work */
+	bool stored;                     /* the job's checksum is stored */
+	bool busy;                       /* submitted, and stored or worked on */
+	bool stop;
+	struct sum_hasher *next_hasher;  /* in `hashers`, under hashers_lock */
+};
+
+/* Every hasher of the process: a trainer that exits (exit(), the end of
+ * main, a Python interpreter that ends) without closing its publisher
+ * would otherwise leave its last checksum pending for ever, and collectors
+ * would be told it died; hashers_drain, run at exit, stores them first. A
+ * process killed or ending in _exit() still leaves them pending. A child
+ * of fork() has none of its parent's threads: its list starts empty, or
+ * its exit would wait for hashes that no thread of its runs. */
+static pthread_mutex_t hashers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t hashers_once = PTHREAD_ONCE_INIT;
+static struct sum_hasher *hashers;
+
+static void hashers_drain(void)
+{
+	pthread_mutex_lock(&hashers_lock);
+	for (struct sum_hasher *h = hashers; h; h = h->next_hasher)
+		sum_hasher_wait(h, WSYNC_SLOT_NONE);
+	pthread_mutex_unlock(&hashers_lock);
+}
+
+static void hashers_forget(void)
+{
+	pthread_mutex_init(&hashers_lock, NULL);
+	hashers = NULL;
+}
+
+static void hashers_at_exit(void)
+{
+	atexit(hashers_drain);
+	pthread_atfork(NULL, NULL, hashers_forget);
+}
+
+/* How much nicer the hashing thread is than the publisher's. */
+#define SUM_HASHER_NICE 5
+
+/* Hashes blocks of job gen until none is left; the last one stores. */
+static void hasher_work(struct sum_hasher *h, uint64_t gen)
+{
+	const struct sum_job *job = &h->job;
+	bool last = false;
+
+	pthread_mutex_lock(&h->lock);
+	if (!h->busy || h->gen != gen) {
+		pthread_mutex_unlock(&h->lock);
+		return;
+	}
+	h->workers++;
+	pthread_mutex_unlock(&h->lock);
+	for (;;) {
+		size_t k = atomic_fetch_add_explicit(&h->next, 1, memory_order_relaxed);
+		uint64_t a = (uint64_t)k * WSYNC_SUM_BLOCK, e = a + WSYNC_SUM_BLOCK;
+
+		if (k >= h->n)
+			break;
+		if (!atomic_load_explicit(&job->s->ok[k], memory_order_relaxed)) {
+			if (e > job->bytes)
+				e = job->bytes;
+			job->s->hash[k] = xxh3_hash((const char *)job->base + a, e - a);
+			atomic_store_explicit(&job->s->ok[k], 1, memory_order_relaxed);
+		}
+		if (atomic_fetch_add_explicit(&h->done, 1, memory_order_acq_rel) + 1 == h->n) {
+			last = true;
+			break;
+		}
+	}
+	if (last) {
+		atomic_store_explicit(job->checksum, wsync_sum_combine(job->s->hash, job->s->n),
+		                      memory_order_relaxed);
+		atomic_store_explicit(job->pending, 0, memory_order_release);
+		wsync_futex_wake(job->pending, INT32_MAX);
+	}
+	pthread_mutex_lock(&h->lock);
+	h->workers--;
+	h->stored |= last;
+	if (h->stored && !h->workers) {
+		h->busy = false;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+static void *hasher_main(void *arg)
+{
+	struct sum_hasher *h = arg;
+	id_t tid = (id_t)syscall(SYS_gettid);
+	uint64_t seen = 0;
+	int nice_now;
+
+	/* so that the trainer's next step and the broker win the CPU on a
+	 * full machine; best effort (a thread may always lower its own) */
+	errno = 0;
+	nice_now = getpriority(PRIO_PROCESS, tid);
+	if (!errno && setpriority(PRIO_PROCESS, tid, nice_now + SUM_HASHER_NICE > 19 ? 19 :
+	                          nice_now + SUM_HASHER_NICE) < 0) {
+	}
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (!h->stop && (!h->busy || h->gen == seen))
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (!h->busy || h->gen == seen)
+			break;                   /* stop, and no job left */
+		seen = h->gen;
+		pthread_mutex_unlock(&h->lock);
+		hasher_work(h, seen);
+		pthread_mutex_lock(&h->lock);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static int hasher_start(struct sum_hasher **out)
+{
+	struct sum_hasher *h = calloc(1, sizeof(*h));
+	int err;
+
+	if (!h)
+		return -ENOMEM;
+	err = pthread_mutex_init(&h->lock, NULL);
+	if (err)
+		goto out_free;
+	err = pthread_cond_init(&h->cond, NULL);
+	if (err)
+		goto out_mutex;
+	err = pthread_create(&h->thread, NULL, hasher_main, h);
+	if (err)
+		goto out_cond;
+	pthread_once(&hashers_once, hashers_at_exit);
+	pthread_mutex_lock(&hashers_lock);
+	h->next_hasher = hashers;
+	hashers = h;
+	pthread_mutex_unlock(&hashers_lock);
+	*out = h;
+	return 0;
+
+out_cond:
+	pthread_cond_destroy(&h->cond);
+out_mutex:
+	pthread_mutex_destroy(&h->lock);
+out_free:
+	free(h);
+	return -err;
+}
+
+int sum_hasher_submit(struct sum_hasher **hp, const struct sum_job *job)
+{
+	struct sum_hasher *h = *hp;
+
+	if (!copy_blocks(job->bytes)) {          /* nothing to share */
+		sum_job_run(job);
+		return 0;
+	}
+	if (!h) {
+		int err = hasher_start(&h);
+
+		if (err)
+			return err;
+		*hp = h;
+	}
+	sum_blocks_claim(job->s, job->tag);
+	pthread_mutex_lock(&h->lock);
+	h->job = *job;
+	h->n = copy_blocks(job->bytes);
+	atomic_store_explicit(&h->next, 0, memory_order_relaxed);
+	atomic_store_explicit(&h->done, 0, memory_order_relaxed);
+	h->gen++;
+	h->stored = false;
+	h->busy = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+void sum_hasher_wait(struct sum_hasher *h, uint32_t slot)
+{
+	uint64_t gen;
+	bool help;
+
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	help = h->busy && (slot == WSYNC_SLOT_NONE || h->job.slot == slot);
+	gen = h->gen;
+	pthread_mutex_unlock(&h->lock);
+	if (!help)
+		return;
+	hasher_work(h, gen);
+	pthread_mutex_lock(&h->lock);
+	while (h->busy)
+		pthread_cond_wait(&h->cond, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+}
+
+void sum_hasher_free(struct sum_hasher *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&hashers_lock);
+	for (struct sum_hasher **at = &hashers; *at; at = &(*at)->next_hasher) {
+		if (*at == h) {
+			*at = h->next_hasher;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&hashers_lock);
+	sum_hasher_wait(h, WSYNC_SLOT_NONE);
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+/* Whether the session that was to store a pending checksum is gone: no
+ * entry of the control segment's table has its id (ids are never reused
+ * within a generation). Unknown (false) when the view's page is of
+ * another generation than the control segment we read. */
+static bool sum_publisher_gone(const struct wsync_client *c,
+                               const struct wsync_model_page *pg, uint32_t id)
+{
+	const struct wsync_ctl_session *t;
+
+	if (pg->generation != c->ctl->generation)
+		return false;
+	t = (const struct wsync_ctl_session *)((const char *)c->ctl + c->ctl->sessions_offset);
+	for (uint32_t i = 0; i < c->ctl->max_sessions; i++)
+		if (atomic_load_explicit(&t[i].id, memory_order_relaxed) == id)
+			return false;
+	return true;
+}
+
+/* The checksum of slot once no publisher forms it any more (see the top of
+ * this file). */
+static int sum_wait(const wsync_view *v, const struct wsync_model_page *pg, uint32_t slot,
+                    uint64_t *out)
+{
+	_Atomic uint32_t *pending = (_Atomic uint32_t *)&pg->sum_pending[slot];
+	int64_t now = wsync_mono_ns(), deadline = now + WSYNC_SUM_WAIT_NS, orphan = 0;
+	uint32_t id;
+
+	while ((id = atomic_load_explicit(pending, memory_order_acquire))) {
+		int64_t until;
+
+		now = wsync_mono_ns();
+		if (!orphan && sum_publisher_gone(v->priv_sub->c, pg, id))
+			orphan = now + WSYNC_SUM_ORPHAN_NS;
+		if (orphan && now >= orphan)
+			return wsync_fail(-ENODATA, "model '%s' version %llu: its checksum never "
+			                  "completed: its publisher (session %u) died while "
+			                  "hashing it", v->priv_sub->model,
+			                  (unsigned long long)v->version, id);
+		if (now >= deadline)
+			return wsync_fail(-ETIMEDOUT, "model '%s' version %llu: its publisher "
+			                  "(session %u) is still forming its checksum after "
+			                  "%lld ms", v->priv_sub->model,
+			                  (unsigned long long)v->version, id,
+			                  (long long)(WSYNC_SUM_WAIT_NS / 1000000));
+		/* woken when it is stored; a publisher that dies wakes nobody,
+		 * so the table is looked at again every 50 ms */
+		until = now + 50 * 1000000ll;
+		if (orphan && until > orphan)
+			until = orphan;
+		if (until > deadline)
+			until = deadline;
+		wsync_futex_wait(pending, id, until);
+	}
+	*out = atomic_load_explicit(&pg->slots[slot].checksum, memory_order_relaxed);
+	return 0;
 }
 
 int wsync_view_checksum(const wsync_view *v, uint64_t *out)
@@ -140,9 +485,7 @@ int wsync_view_checksum(const wsync_view *v, uint64_t *out)
 		return wsync_fail(-EINVAL, "checksum: not a live view");
 	/* the page of the view's memory: after a move, the subscription's page
 	 * names the slot's checksum of another version */
-	*out = atomic_load_explicit(&m->page->slots[v->priv_slot].checksum,
-	                            memory_order_relaxed);
-	return 0;
+	return sum_wait(v, m->page, v->priv_slot, out);
 }
 
 int wsync_view_verify(const wsync_view *v)
@@ -154,8 +497,10 @@ int wsync_view_verify(const wsync_view *v)
 		return err;
 	if (!want)
 		return wsync_fail(-ENODATA, "model '%s' version %llu: published without a "
-		                  "checksum (WSYNC_PUB_NO_CHECKSUM, a device model or a "
-		                  "group)", v->priv_sub->model, (unsigned long long)v->version);
+		                  "checksum (WSYNC_PUB_NO_CHECKSUM, a device model, or a "
+		                  "group whose ranks did not ask with WSYNC_PUB_CHECKSUM)",
+		                  v->priv_sub->model,
+		                  (unsigned long long)v->version);
 	got = wsync_checksum_threads(v->base, v->bytes, 0);
 	if (got == want)
 		return 0;

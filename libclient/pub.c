@@ -48,14 +48,21 @@
 static_assert(sizeof(wsync_model_opts) == 56, "wsync_model_opts size");
 static_assert(offsetof(wsync_model_opts, devices) == 24, "wsync_model_opts devices");
 
-/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no; a rank of a
- * group hashes nothing (the broker makes the version visible), and a
- * device model only when WSYNC_PUB_CHECKSUM asks (pub_declare). */
+/* Checksums are on unless WSYNC_PUB_NO_CHECKSUM says no; for a rank of a
+ * group only when WSYNC_PUB_CHECKSUM asks (the broker may then ask it to
+ * hash a complete version: a read of the other ranks' parts, which back to
+ * back costs a group publish several times its copy), and for a device
+ * model only when WSYNC_PUB_CHECKSUM asks (pub_declare). */
 static bool pub_wants_checksum(const wsync_model_opts *o)
 {
 	if (o && (o->flags & WSYNC_PUB_NO_CHECKSUM))
 		return false;
-	return !o || o->group_size <= 1;
+	return !o || o->group_size <= 1 || (o->flags & WSYNC_PUB_CHECKSUM);
+}
+
+void wsync_pub_sum_settle(struct wsync_pub *p, uint32_t slot)
+{
+	sum_hasher_wait(p->hasher, slot);
 }
 
 /* Read-only again outside a grant, for a guarded publisher. */
@@ -139,6 +146,8 @@ static int layout_memfd(const struct wsync_pub *p)
 
 static void pub_free(struct wsync_pub *p)
 {
+	/* the hasher reads a slab mapped below */
+	sum_hasher_free(p->hasher);
 	if (p->gpu_release)
 		p->gpu_release(p);
 	for (uint32_t i = 0; i < WSYNC_MAX_SLOTS; i++)
@@ -150,6 +159,7 @@ static void pub_free(struct wsync_pub *p)
 		close(p->next.fd);
 	wsync_name_index_free(&p->index);
 	sum_blocks_free(p->sums);
+	sum_blocks_free(p->sums_spare);
 	free(p->parts);
 	free(p->tensors);
 	free(p);
@@ -232,7 +242,8 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	m.pub_open.slots = slots;
 	m.pub_open.bytes = p->bytes;
 	m.pub_open.layout_hash = wsync_layout_hash(p->tensors, p->n_tensors);
-	m.pub_open.flags = replace ? WSYNC_OPEN_REPLACE : 0;
+	m.pub_open.flags = (replace ? WSYNC_OPEN_REPLACE : 0) |
+	                   (p->group_size > 1 && p->checksum ? WSYNC_OPEN_CHECKSUM : 0);
 	m.pub_open.n_devices = p->req_devices;
 	m.pub_open.dev_flags = p->req_dev_flags;
 	memcpy(m.pub_open.devices, p->req_uuid, sizeof(m.pub_open.devices));
@@ -268,7 +279,8 @@ static int pub_declare(struct wsync_pub *p, uint32_t slots, bool replace,
 	 * kernel of its own. */
 	if (p->device_model && !p->checksum_asked)
 		p->checksum = false;
-	if (p->checksum && !(p->sums = sum_blocks_new(p->bytes))) {
+	if (p->checksum && (!(p->sums = sum_blocks_new(p->bytes)) ||
+	                    !(p->sums_spare = sum_blocks_new(p->bytes)))) {
 		err = wsync_fail(-ENOMEM, "model '%s': out of memory for its checksum's "
 		                 "block list", p->model);
 		goto out_close_remote;
@@ -457,6 +469,9 @@ void wsync_pub_close(wsync_pub *p)
 	if (!p)
 		return;
 	c = p->c;
+	/* A checksum still being formed is stored while the model is ours: a
+	 * model moved for its next publisher copies the page as it is. */
+	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
 	/* Nothing here waits for the broker: CLOSE settles a begun slab (the
 	 * grant is freed, or booked if it was published), and answers still
 	 * to come for this publisher are dropped when they arrive. */

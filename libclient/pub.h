@@ -19,6 +19,7 @@
 
 struct gpu_pub;
 struct sum_blocks;
+struct sum_hasher;
 
 /* A grant {slot, version}: held by a begun slab, or prefetched from a
  * COMMIT_OK with the slab's fd when the broker sent one. */
@@ -63,9 +64,14 @@ struct wsync_pub {
 	wsync_shard *parts;              /* this rank's declaration */
 	size_t n_parts;
 	/* a checksum with every version (checksum.h): the default for host
-	 * models; sums holds the blocks library copies hashed as they wrote */
+	 * models; sums holds the blocks library copies hashed as they wrote,
+	 * sums_spare the last version's while the hasher finishes it (a
+	 * commit swaps them when it defers its checksum) */
 	bool checksum, checksum_asked;   /* asked: WSYNC_PUB_CHECKSUM */
-	struct sum_blocks *sums;
+	struct sum_blocks *sums, *sums_spare;
+	struct sum_hasher *hasher;       /* NULL until a checksum is deferred */
+	uint32_t group_slot;             /* a rank: the slot of its last COMMIT,
+	                                    which its COMMIT_OK may ask it to hash */
 
 	/* a device model (entry->n_devices): begin/commit through the _gpu
 	 * calls; device_only: no host mirror, the host slabs are never
@@ -99,6 +105,11 @@ struct wsync_pub {
 
 /* begin's max_lead wait (pub_lead.c), before any lock is taken. */
 int wsync_pub_lead_wait(struct wsync_pub *p, int64_t deadline);
+
+/* Until the checksum the publisher is still forming after a commit is
+ * stored: of slot only, or of any slot (WSYNC_SLOT_NONE). Before the slot
+ * is written again, and at close. */
+void wsync_pub_sum_settle(struct wsync_pub *p, uint32_t slot);
 
 /* Makes a guarded publisher's slab read-only again (commit, abort). */
 void wsync_pub_guard(struct wsync_pub *p, uint32_t slot);

@@ -26,7 +26,9 @@
  * A crash at any point leaves a state the broker repairs from what it sees
  * when our socket closes: before step 2 the grant is simply freed; from step
  * 2 on, latest equals the grant and the commit is booked. The metadata is
- * complete before latest names the slot, so either state is consistent.
+ * complete before latest names the slot, so either state is consistent;
+ * but for a checksum still pending (checksum.c), which then stays pending
+ * with our session id, and collectors that verify learn that we died.
  */
 #include <errno.h>
 #include <sched.h>
@@ -40,31 +42,71 @@
 #include "shm/errmsg.h"
 #include "shm/futex.h"
 
-/* The checksum stored with the begun slab's version (checksum.h), 0 for
- * WSYNC_PUB_NO_CHECKSUM: the blocks library copies hashed as they wrote
- * them, the others hashed now. */
-static uint64_t pub_checksum(const struct wsync_pub *p)
+/* Unhashed bytes a commit hashes itself rather than hand to its hashing
+ * thread: about what the hand-off costs (a wake and a cache line or two). */
+#define SUM_INLINE_MAX (64u << 10)
+
+/* Whether the begun slab's checksum is finished after the version becomes
+ * visible (checksum.c): when more than SUM_INLINE_MAX bytes are left to
+ * hash. The hash of the previous version is waited for first: its block
+ * list is the spare this one will hand over. */
+static bool pub_sum_defer(struct wsync_pub *p)
 {
 	if (!p->checksum || !p->sums)
-		return 0;
-	return sum_blocks_finish(p->sums, p->cur.version, p->slabs[p->cur.slot], p->bytes);
+		return false;
+	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
+	return p->sums_spare && p->c->session_id &&
+	       sum_blocks_unhashed(p->sums, p->cur.version, p->bytes) > SUM_INLINE_MAX;
 }
 
-/* Steps 1-3 of the commit order (see the top of this file). */
+/* Hands the checksum of version in slot to the hashing thread (the slot
+ * was marked pending), with the block list; the spare list is the next
+ * version's. With no thread to run it, hashed here. */
+static void pub_sum_hand_off(struct wsync_pub *p, uint32_t slot, uint64_t version)
+{
+	struct sum_job job = {
+		.s = p->sums,
+		.tag = version,
+		.bytes = p->bytes,
+		.base = p->slabs[slot],
+		.checksum = &p->page->slots[slot].checksum,
+		.pending = &p->page->sum_pending[slot],
+		.slot = slot,
+	};
+
+	if (sum_hasher_submit(&p->hasher, &job)) {
+		sum_job_run(&job);
+		return;
+	}
+	p->sums = p->sums_spare;
+	p->sums_spare = job.s;
+}
+
+/* Steps 1-3 of the commit order (see the top of this file), and the
+ * checksum: stored with the metadata when (almost) every block was hashed
+ * by a library copy, else formed after step 3 (checksum.c says why the
+ * pending word makes that safe for collectors). */
 static void pub_publish(struct wsync_pub *p, uint64_t step)
 {
 	struct wsync_model_page *pg = p->page;
 	struct wsync_slot_meta *meta = &pg->slots[p->cur.slot];
-	uint64_t version = p->cur.version;
+	uint64_t version = p->cur.version, sum = 0;
+	bool defer = pub_sum_defer(p);
 
+	if (p->checksum && p->sums && !defer)
+		sum = sum_blocks_finish(p->sums, version, p->slabs[p->cur.slot], p->bytes, 0);
 	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
 	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
 	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
-	atomic_store_explicit(&meta->checksum, pub_checksum(p), memory_order_relaxed);
+	atomic_store_explicit(&meta->checksum, sum, memory_order_relaxed);
+	atomic_store_explicit(&pg->sum_pending[p->cur.slot], defer ? p->c->session_id : 0,
+	                      memory_order_relaxed);
 	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
 	atomic_fetch_add(&pg->seq, 1);
 	if (wsync_futex_wake(&pg->seq, INT32_MAX) > 0)
 		sched_yield();
+	if (defer)
+		pub_sum_hand_off(p, p->cur.slot, version);
 	wsync_pub_guard(p, p->cur.slot);
 	p->begun = false;
 	p->last_committed = version;
@@ -176,9 +218,13 @@ static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
 	*version = p->cur.version;
 	slot = p->cur.slot;
 	if (p->group_size > 1) {
-		/* the broker makes it visible when every rank committed */
+		/* the broker makes it visible when every rank committed, which
+		 * frees the slot of the version before: a hash of it this rank
+		 * was asked for ends first */
+		wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
 		wsync_pub_guard(p, slot);
 		p->begun = false;
+		p->group_slot = slot;
 	} else {
 		pub_publish(p, step);
 	}
@@ -188,6 +234,25 @@ static int pub_commit_locked(wsync_pub *p, uint64_t step, const char *what,
 	if (err)
 		client_unlock(p->c);
 	return err;
+}
+
+/* A rank of a group asked to form version's checksum (WSYNC_COMMIT_HASH):
+ * the version is visible, the slot's checksum pending on this session. A
+ * rank without checksums (a device model's) only says there is none. */
+static void pub_sum_group(struct wsync_pub *p, uint64_t version)
+{
+	uint32_t slot = p->group_slot;
+
+	if (slot >= p->n_slots || !p->slabs[slot])
+		return;
+	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);   /* idle already: the commit waited */
+	if (!p->checksum || !p->sums || !p->sums_spare) {
+		atomic_store_explicit(&p->page->slots[slot].checksum, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->page->sum_pending[slot], 0, memory_order_release);
+		wsync_futex_wake(&p->page->sum_pending[slot], INT32_MAX);
+		return;
+	}
+	pub_sum_hand_off(p, slot, version);
 }
 
 /* Checks a COMMIT_OK for version and keeps its prefetched grant; consumes
@@ -223,6 +288,8 @@ static int pub_apply_commit_ok(struct wsync_pub *p, uint64_t version, struct con
 			rep->fds[0] = -1;
 		}
 	}
+	if (!err && (ok->flags & WSYNC_COMMIT_HASH) && p->group_size > 1)
+		pub_sum_group(p, version);
 	wsync_reply_close_fds(rep, 0);
 	return err;
 }

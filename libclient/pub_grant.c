@@ -217,6 +217,9 @@ int wsync_pub_begin_slab(struct wsync_pub *p, int64_t timeout_ns, wsync_slab *ou
 	err = grant_check(p, &g);
 	if (err)
 		goto out_drop;
+	/* never granted while the hasher reads it (it is the latest), but
+	 * the grant is what makes writing it safe, so it waits */
+	wsync_pub_sum_settle(p, g.slot);
 	err = grant_map(p, &g);
 	if (err)
 		goto out_return;

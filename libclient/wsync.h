@@ -126,9 +126,13 @@ enum wsync_model_flags {
 	 * combined; docs/ARCHITECTURE.md, "Checksums"); collectors check a
 	 * view with wsync_view_verify(). The default for host models, so this
 	 * flag only asks for it on a device model with WSYNC_DEV_HOST_MIRROR
-	 * (its mirror is hashed at commit). wsync_slab_copy_tensors and
+	 * (its mirror is hashed after the commit) and for the ranks of a
+	 * group (wsync_pub_open_shard: one rank hashes each complete version
+	 * after it appears, reading the others' parts). wsync_slab_copy_tensors and
 	 * wsync_slab_copy hash what they copy as they copy it; what is
-	 * written otherwise is hashed at commit (one read pass over it). */
+	 * written otherwise is hashed after the commit, while the version is
+	 * already visible (one read pass over it, on a thread of the
+	 * publisher's, which the next begin, commit or close waits for). */
 	WSYNC_PUB_CHECKSUM = 1u << 1,
 	/* Write guard: this publisher's slabs are mprotect()ed read-only at
 	 * commit and writable again at begin, so a stray write after commit
@@ -501,8 +505,11 @@ void wsync_slice_write(void *base, const void *src, const wsync_slice *s);
  * compares it with the one its publisher stored: 0 if they match, -EBADMSG
  * if not (wsync_errmsg() gives both; the mismatch is counted for monitors:
  * wsyncctl models, metrics), -ENODATA if the version was published without
- * a checksum (WSYNC_PUB_NO_CHECKSUM, a device model, a group), -EINVAL if v
- * is not a live view. */
+ * a checksum (WSYNC_PUB_NO_CHECKSUM, a device model, a group whose ranks
+ * did not ask with WSYNC_PUB_CHECKSUM) or its
+ * publisher died before it stored it, -EINVAL if v is not a live view. A
+ * checksum its publisher still forms after the commit is waited for, 10 s
+ * at most (-ETIMEDOUT). */
 int  wsync_view_verify(const wsync_view *v);
 
 /* Bytes of one element of dtype, 0 if unknown. */

@@ -367,8 +367,8 @@ struct wsync_slot_meta {
 	_Atomic uint64_t version;        /* version this slot holds, 0 = none */
 	_Atomic uint64_t step;
 	_Atomic int64_t  published_ns;   /* CLOCK_REALTIME of the commit */
-	_Atomic uint64_t checksum;       /* XXH3-64 of the slab, 0 = none
-	                                    (WSYNC_PUB_CHECKSUM; libclient/checksum.c) */
+	_Atomic uint64_t checksum;       /* XXH3-64 of the slab, 0 = none or not
+	                                    formed yet (sum_pending; libclient/checksum.c) */
 };
 static_assert(offsetof(struct wsync_slot_meta, checksum) == 24, "slot checksum offset");
 static_assert(sizeof(struct wsync_slot_meta) == 32, "slot meta size");
@@ -392,12 +392,23 @@ struct wsync_model_page {
 	_Atomic uint32_t flags;          /* enum wsync_page_flags */
 	uint8_t  pad1[WSYNC_CACHELINE - 16];
 	struct wsync_slot_meta slots[WSYNC_MAX_SLOTS];
-	uint8_t  reserved[WSYNC_PAGE - 2 * WSYNC_CACHELINE - WSYNC_MAX_SLOTS * 32];
+	/* Nonzero while slot k's checksum is still being formed after its
+	 * version became visible: the session id of the publisher hashing it,
+	 * which stores slots[k].checksum and then this word 0 (release) and
+	 * wakes its waiters (a futex word). Stored with the rest of the slot's
+	 * metadata before `latest` names the slot. A collector that reads 0
+	 * (acquire) reads the final checksum; one that reads an id waits, and
+	 * an id no live session has names a publisher that died hashing
+	 * (libclient/checksum.c). Was reserved (zero): 0 = not pending. */
+	_Atomic uint32_t sum_pending[WSYNC_MAX_SLOTS];
+	uint8_t  reserved[WSYNC_PAGE - 2 * WSYNC_CACHELINE - WSYNC_MAX_SLOTS * 36];
 };
 static_assert(sizeof(struct wsync_model_page) == WSYNC_PAGE, "model page is one page");
 static_assert(offsetof(struct wsync_model_page, latest) == 64, "latest on its own line");
 static_assert(offsetof(struct wsync_model_page, seq) == 72, "futex word offset");
 static_assert(offsetof(struct wsync_model_page, slots) == 128, "slot meta offset");
+static_assert(offsetof(struct wsync_model_page, sum_pending) == 128 + WSYNC_MAX_SLOTS * 32,
+              "pending checksum words offset");
 
 /* ---- layout segment: header then n_tensors descriptors --------------------- */
 

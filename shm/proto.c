@@ -128,7 +128,8 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		CHECK(m->pub_open.slots <= WSYNC_MAX_SLOTS, "slots %u over %d",
 		      m->pub_open.slots, WSYNC_MAX_SLOTS);
 		CHECK(m->pub_open.bytes > 0, "bytes is zero");
-		CHECK((m->pub_open.flags & ~(uint32_t)WSYNC_OPEN_REPLACE) == 0, "unknown flags");
+		CHECK((m->pub_open.flags & ~(uint32_t)(WSYNC_OPEN_REPLACE | WSYNC_OPEN_CHECKSUM)) == 0,
+		      "unknown flags");
 		CHECK(m->pub_open.group_size <= WSYNC_MAX_RANKS, "group of %u ranks, at most %d",
 		      m->pub_open.group_size, WSYNC_MAX_RANKS);
 		CHECK(m->pub_open.group_size > 1 ? m->pub_open.rank < m->pub_open.group_size &&
@@ -188,7 +189,8 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 	case WSYNC_MSG_COMMIT_OK:
 		CHECK(m->commit_ok.reserved == 0, "reserved field not zero");
 		CHECK(m->commit_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
-		CHECK((m->commit_ok.flags & ~(uint32_t)(WSYNC_NEXT_GRANTED | WSYNC_NEXT_HAS_FD)) == 0,
+		CHECK((m->commit_ok.flags & ~(uint32_t)(WSYNC_NEXT_GRANTED | WSYNC_NEXT_HAS_FD |
+		                                        WSYNC_COMMIT_HASH)) == 0,
 		      "unknown flags");
 		CHECK(!(m->commit_ok.flags & WSYNC_NEXT_GRANTED) ||
 		      m->commit_ok.next_slot < WSYNC_MAX_SLOTS, "next slot out of range");

@@ -159,6 +159,9 @@ enum wsync_open_flags {
 	/* a model of that name with another layout and no publisher is deleted
 	 * (its readers get -EIDRM) and created again with this layout */
 	WSYNC_OPEN_REPLACE = 1u << 0,
+	/* a rank of a group that keeps checksums: the broker may ask it to
+	 * hash a complete version (WSYNC_COMMIT_HASH) */
+	WSYNC_OPEN_CHECKSUM = 1u << 1,
 };
 /* broker -> client; fds: model page (rw), slab 0..n_slots-1 (rw). A
  * publisher of another uid than the broker's and root gets the page only
@@ -242,6 +245,10 @@ struct wsync_msg_commit {
 enum wsync_commit_ok_flags {
 	WSYNC_NEXT_GRANTED = 1u << 0,    /* next_slot/next_version are a grant */
 	WSYNC_NEXT_HAS_FD  = 1u << 1,    /* and its rw fd is attached */
+	/* to the one rank of a group that forms the version's checksum: the
+	 * version is visible with its slot's sum_pending word set to this
+	 * rank's session id (shm/layout.h, libclient/checksum.c) */
+	WSYNC_COMMIT_HASH  = 1u << 2,
 };
 struct wsync_msg_commit_ok {
 	struct wsync_msg_hdr hdr;

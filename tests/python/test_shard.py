@@ -68,7 +68,7 @@ def test_two_ranks_publish_one_version(broker):
             assert not errors and versions[0] == versions[1] is not None
             with sub.wait(timeout=WAIT_S) as view:
                 assert view.step == step
-                with pytest.raises(wsync.NoDataError):   # groups carry no checksum yet
+                with pytest.raises(wsync.NoDataError):   # a group's default: none
                     view.verify()
                 want = full(step)
                 for k, t in view.state_dict("torch").items():
@@ -319,3 +319,31 @@ def test_plain_full_tensors_with_declared_parts(broker):
     finally:
         for c in clients:
             c.close()
+
+
+def test_ranks_that_ask_for_checksums_publish_verified_versions(broker):
+    """checksum=True: rank 0 forms each version's checksum after it
+    appears (it reads rank 1's part); View.verify waits for it."""
+    pytest.importorskip("torch")
+    clients = [wsync.connect(broker.sock, "rank%d" % r) for r in range(2)]
+    try:
+        pubs = [c.publisher_shard("shs", LAYOUT, r, 2, PARTS[r], timeout_ms=20000,
+                                  checksum=True)
+                for r, c in enumerate(clients)]
+        sub = clients[0].subscriber("shs")
+        for step in (1, 2, 3):
+            def rank(r):
+                with pubs[r].begin(timeout=WAIT_S) as slab:
+                    slab.copy_parts(shards(r, step))
+                    slab.commit(step)
+
+            assert not in_threads(2, rank)
+            with sub.wait(timeout=WAIT_S) as view:
+                assert view.step == step
+                view.verify()
+        with pytest.raises(TypeError, match="checksum"):
+            clients[0].publisher_shard("bad", LAYOUT, 0, 2, PARTS[0], checksum="yes")
+    finally:
+        for c in clients:
+            c.close()
+

@@ -290,12 +290,63 @@ static void sum_blocks_follow_the_version(void **state)
 	sum_blocks_claim(s, 8);                    /* a new version: all unhashed */
 	for (size_t k = 0; k < s->n; k++)
 		assert_int_equal(atomic_load(&s->ok[k]), 0);
-	assert_int_equal(sum_blocks_finish(s, 8, slab, n), wsync_checksum(slab, n));
+	assert_int_equal(sum_blocks_finish(s, 8, slab, n, 0), wsync_checksum(slab, n));
 	/* finish for a version the hashes are not of hashes everything */
 	for (size_t k = 0; k < s->n; k++)
 		s->hash[k] = 1;
-	assert_int_equal(sum_blocks_finish(s, 9, slab, n), wsync_checksum(slab, n));
+	assert_int_equal(sum_blocks_finish(s, 9, slab, n, 1), wsync_checksum(slab, n));
 	sum_blocks_free(s);
+	free(slab);
+}
+
+/* The hashing thread stores the checksum of the slab, reusing the blocks
+ * hashed for the version, then clears the pending word; a wait for another
+ * slot does not wait, one for its slot (or any) returns once stored, the
+ * waiter hashing blocks too. */
+static void hasher_stores_then_clears(void **state)
+{
+	size_t n = 5 * COPY_BLOCK + 12345;
+	uint8_t *slab = malloc(n);
+	struct sum_blocks *s = sum_blocks_new(n), *t = sum_blocks_new(n);
+	struct sum_hasher *h = NULL;
+	_Atomic uint64_t checksum = 0;
+	_Atomic uint32_t pending = 77;
+	struct sum_job job = { .s = s, .tag = 4, .bytes = n, .base = slab,
+	                       .checksum = &checksum, .pending = &pending, .slot = 2 };
+
+	(void)state;
+	assert_non_null(slab);
+	assert_non_null(s);
+	assert_non_null(t);
+	for (size_t i = 0; i < n; i++)
+		slab[i] = (uint8_t)(i * 131 + (i >> 11));
+	sum_blocks_claim(s, 4);
+	s->hash[1] = xxh3_hash(slab + COPY_BLOCK, COPY_BLOCK);
+	atomic_store(&s->ok[1], 1);
+	assert_int_equal(sum_blocks_unhashed(s, 4, n), n - COPY_BLOCK);
+	assert_int_equal(sum_blocks_unhashed(s, 5, n), n);
+	assert_int_equal(sum_hasher_submit(&h, &job), 0);
+	assert_non_null(h);
+	sum_hasher_wait(h, 3);                      /* another slot: no wait */
+	sum_hasher_wait(h, 2);
+	assert_int_equal(atomic_load(&pending), 0);
+	assert_int_equal(atomic_load(&checksum), wsync_checksum(slab, n));
+	/* a second job on another list (a version no copy hashed), waited
+	 * for at once: the waiter helps */
+	job.s = t;
+	job.tag = 5;
+	atomic_store(&pending, 78);
+	atomic_store(&checksum, 0);
+	slab[n - 1] ^= 1;
+	assert_int_equal(sum_hasher_submit(&h, &job), 0);
+	sum_hasher_wait(h, WSYNC_SLOT_NONE);
+	assert_int_equal(atomic_load(&pending), 0);
+	assert_int_equal(atomic_load(&checksum), wsync_checksum(slab, n));
+	sum_hasher_free(h);
+	sum_hasher_free(NULL);
+	sum_hasher_wait(NULL, 0);
+	sum_blocks_free(s);
+	sum_blocks_free(t);
 	free(slab);
 }
 
@@ -308,6 +359,7 @@ int main(void)
 		cmocka_unit_test(copies_hash_what_they_write),
 		cmocka_unit_test(plain_copies_copy),
 		cmocka_unit_test(sum_blocks_follow_the_version),
+		cmocka_unit_test(hasher_stores_then_clears),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -473,7 +473,8 @@ class Client(Handle):
 
     def publisher_shard(self, model: str, tensors: Any, rank: int, world: int,
                         parts: Any = None, timeout_ms: int = 0, slots: int = 0,
-                        guard: bool = False, flags: int = 0) -> "Publisher":
+                        guard: bool = False, flags: int = 0,
+                        checksum: bool = False) -> "Publisher":
         """One rank of a group of world publishers of model (FSDP or
         tensor-parallel trainer ranks, wsync_pub_open_shard; see
         docs/SHARDING.md). tensors: the whole model's layout, as for
@@ -483,6 +484,9 @@ class Client(Handle):
         commits with the same step; the version appears, whole, when the
         last rank commits. timeout_ms: how long after a version's first
         commit every rank must have committed it (0: no limit).
+        checksum=True (PUB_CHECKSUM): versions carry a checksum, which the
+        lowest rank that asked forms after each version appears (it reads
+        the other ranks' parts once); a group's default is none.
 
         tensors may instead be this rank's state_dict (a mapping or a
         module) of ShardedTensors (FSDP's SHARDED_STATE_DICT), DTensors and
@@ -505,7 +509,11 @@ class Client(Handle):
             raise TypeError("wsync: publisher_shard needs parts with a layout list (or a "
                             "state_dict instead of the layout)")
         descs = _make_descs(tensors)
+        if not isinstance(checksum, bool):
+            raise TypeError("wsync: checksum must be True or False, not %s"
+                            % type(checksum).__name__)
         opts = _model_opts(slots, guard, flags)
+        opts.flags |= _PUB_CHECKSUM if checksum else 0
         opts.group_size, opts.rank = world, rank
         opts.group_timeout_ms = _uint(timeout_ms, "timeout_ms", 32)
         return Publisher(self, model, descs, opts, _parts(descs, parts))
@@ -1823,8 +1831,12 @@ class View(ViewLife):
         """Recomputes this version's slab checksum and compares it with the
         one its publisher stored (every version of a host model carries
         one, unless it was published with checksum=False).
-        Returns None if they match; raises WsyncError with errno EBADMSG on
-        a mismatch, NoDataError if the version has no checksum."""
+        A checksum its publisher still forms (a version written without
+        the copy helpers is hashed after it became visible) is waited for,
+        10 s at most. Returns None if they match; raises WsyncError with
+        errno EBADMSG on a mismatch, NoDataError if the version has no
+        checksum or its publisher died before storing it,
+        WsyncTimeoutError if it is still not stored after 10 s."""
         self._check()
         check(lib.wsync_view_verify(ctypes.byref(self._c)))
 
