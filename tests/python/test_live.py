@@ -291,6 +291,32 @@ def test_a_version_is_bound_once_and_calls_run_the_plain_forward(broker, monkeyp
         c.close()
 
 
+def test_the_modules_train_and_eval_modes_are_followed(broker):
+    # calls run replicas made with the policy: model.eval() after that must
+    # still turn dropout off in them, and model.train() back on
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False).double(),
+                              torch.nn.Dropout(0.5))
+    c = wsync.connect(broker.sock, "both")
+    try:
+        pub = c.publisher_like("modes", net.state_dict())
+        pub.publish({"0.weight": torch.eye(64, dtype=torch.float64)}, 1)
+        policy = wsync.LivePolicy(c.subscriber("modes"), net)      # made in train mode
+        x = torch.ones(64, dtype=torch.float64)
+        with torch.no_grad():
+            assert (policy(x) == 0).any()
+            net.eval()
+            assert policy(x).tolist() == [1.0] * 64
+            net[1].train()                      # one submodule: followed at the next swap
+            pub.publish({"0.weight": torch.eye(64, dtype=torch.float64)}, 2)
+            assert (policy(x) == 0).any()
+            net.eval()
+            assert policy(x).tolist() == [1.0] * 64
+            net.train()
+            assert (policy(x) == 0).any()
+    finally:
+        c.close()
+
+
 def test_a_weight_normed_module_runs_over_the_version(broker):
     # weight_norm computes weight from weight_g and weight_v in a hook
     # before each forward: it reads the version's tensors like any other

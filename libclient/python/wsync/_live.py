@@ -45,12 +45,15 @@ Design (docs/LIVE.md):
 """
 import collections
 import copy
+import operator
 import threading
 import time
 
 from ._errors import ClosedError, RemovedError, WsyncError, WsyncTimeoutError
 from ._module import MismatchError, _torch_code
 from . import _dtypes
+
+_training = operator.attrgetter("training")
 
 Lag = collections.namedtuple("Lag", "versions seconds")
 Lag.__doc__ = """How far behind the newest committed version the last call
@@ -71,7 +74,7 @@ class _Held:
     def __init__(self, view, tensors, replica):
         self.view = view
         self.tensors = tensors
-        self.replica = replica          # (module, slots) bound to tensors, or None
+        self.replica = replica          # (module, slots, submodules) bound to tensors, or None
         self.version = view.version
         self.step = view.step
         self.published_ns = view.published_ns
@@ -248,7 +251,8 @@ class LivePolicy:
         # bound once per version (see the module's docstring) where replicas
         # can be made and every name is a plain parameter or buffer; two
         # made now, so that the first swaps make none
-        self._spare = []                  # (replica, slots) bound to no version
+        self._subs = list(module.modules())   # whose train/eval modes replicas follow
+        self._spare = []                  # (replica, slots, submodules) bound to no version
         if self._template is not None and self._slots[id(module)] is not None:
             self._spare = [self._new_replica() for _ in range(2)]
         self._per_version = bool(self._spare)
@@ -409,17 +413,26 @@ class LivePolicy:
     def _new_replica(self):
         with self._template_lock:
             m = copy.deepcopy(self._template, dict(self._shared))
-        return m, [(d, key, name, d[key]) for d, key, name in self._slots_of(m)]
+        return (m, [(d, key, name, d[key]) for d, key, name in self._slots_of(m)],
+                list(m.modules()))
 
     def _bind(self, tensors):
         """A replica with tensors in place of the module's (a spare one, or
-        one made now); under the lock, no call uses it."""
+        one made now), in the module's train/eval modes; under the lock,
+        no call uses it."""
         rep = self._spare.pop() if self._spare else self._new_replica()
         for d, key, name, _ in rep[1]:
             t = tensors.get(name)
             if t is not None:             # else a buffer the model lacks: the module's
                 d[key] = t
+        self._modes(rep)
         return rep
+
+    def _modes(self, rep):
+        """The replica's submodules in the module's train/eval modes, as
+        they are now (model.eval() after the policy was made is followed)."""
+        for mine, theirs in zip(self._subs, rep[2]):
+            theirs.training = mine.training
 
     def _unbind(self, rep):
         for d, key, _, orig in rep[1]:
@@ -513,6 +526,9 @@ class LivePolicy:
         try:
             rep = h.replica
             if rep is not None:           # bound at the swap: the module's own call
+                if list(map(_training, self._subs)) != list(map(_training, rep[2])):
+                    with self._lock:
+                        self._modes(rep)
                 out = rep[0](*args, **kwargs)
                 self._last = self._local.last = (h.version, h.step, h.published_ns)
                 return out
