@@ -291,6 +291,51 @@ def test_a_version_is_bound_once_and_calls_run_the_plain_forward(broker, monkeyp
         c.close()
 
 
+def test_a_slots_tensors_are_taken_again_unless_something_kept_one(broker):
+    # a released version's tensors wait for the next version of their slot
+    # (one attribute store each instead of a new alias); a set one of whose
+    # tensors a module kept is never taken again: that tensor holds its
+    # version, and must never come to name a later one
+    model = mlp()
+    tr = Trainer(broker.sock, model, slots=3)
+    c = wsync.connect(broker.sock, "collector")
+    try:
+        policy = wsync.LivePolicy(c.subscriber("live"), mlp())
+        x = torch.ones(N, dtype=torch.float64)
+
+        def act(k):
+            got = []
+            with torch.no_grad():
+                for _ in range(k):
+                    assert policy(x).item() == expect(tr.step)
+                    got.append((policy._held.view._c.priv_slot, policy._held.tensors))
+                    tr.publish()
+            return got
+
+        seen = act(6)
+        by_slot = {}
+        for slot, ts in seen:
+            assert by_slot.setdefault(slot, ts) is ts    # the same set for each slot
+        assert len(by_slot) == 3
+        kept_slot, kept_set = seen[-1]
+        kept = kept_set["0.weight"]                     # a module kept v6's weight
+        kept_version = policy.version
+        later = act(6)                                  # v6's slot stays pinned
+        assert all(slot != kept_slot for slot, _ in later)
+        assert all(ts is not kept_set for _, ts in later)
+        with pytest.raises(wsync.ClosedError, match="v%d" % kept_version):
+            kept.sum()
+        del kept, kept_set, seen, by_slot, ts
+        gc.collect()
+        later = act(6)                                  # the slot is back, with new tensors
+        assert any(slot == kept_slot for slot, _ in later)
+        policy.close()
+        assert policy._parked == {}
+    finally:
+        tr.close()
+        c.close()
+
+
 def test_the_modules_train_and_eval_modes_are_followed(broker):
     # calls run replicas made with the policy: model.eval() after that must
     # still turn dropout off in them, and model.train() back on

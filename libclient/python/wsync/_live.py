@@ -46,6 +46,7 @@ Design (docs/LIVE.md):
 import collections
 import copy
 import operator
+import sys
 import threading
 import time
 
@@ -147,16 +148,39 @@ def _live_class():
     return _LiveTensor
 
 
-def _live_tensors(view):
-    """{name: _LiveTensor} of every tensor of host view view: aliases of its
-    slot's plain tensors (made once per slot and kept by the subscription),
-    each holding the view's raw memory (so the version stays held while one
-    lives, and ClosedError after release)."""
+class _Gone:
+    """What an idle cached _LiveTensor names as its memory: a released
+    view (never used: nothing else holds such a tensor)."""
+    _released = True
+    version = 0
+    _range = (0, 0)
+
+
+_GONE = type("_GoneKeep", (), {"_wsync_owner": _Gone()})()
+
+
+def _slot_key(view):
+    c = view._c
+    return (id(view._cell), c.priv_slot, c.base, c.bytes, id(view._layout))
+
+
+def _live_tensors(view, cache):
+    """{name: _LiveTensor} of every tensor of host view view, each holding
+    the view's raw memory (so the version stays held while one lives, and
+    ClosedError after release). A set that a released version of the same
+    slot left unused (cache, see _park) is taken again, one attribute store
+    per tensor; else aliases of the slot's plain tensors (kept by the
+    subscription), one as_subclass each."""
     import torch
     from . import _views
     view._check()
-    cls = _live_class()
     keep = view._buf()
+    out = cache.pop(_slot_key(view), None)
+    if out is not None and view._cell.slots is not None:
+        for t in out.values():
+            t._wsync_keep = keep
+        return out
+    cls = _live_class()
     sc = view._slot_cache()
     alias = torch.Tensor.as_subclass
     out = {}
@@ -166,6 +190,23 @@ def _live_tensors(view):
         w._wsync_keep = keep
         out[spec.name] = w
     return out
+
+
+def _park(view, tensors, cache):
+    """Keeps tensors for the next version of view's slot if no reference to
+    any of them is left outside the dict (a module that kept one must get
+    ClosedError from it, never a later version): each then names no view,
+    so the release is not held up."""
+    getrefcount = sys.getrefcount
+    for t in tensors.values():
+        if getrefcount(t) > 3:      # the dict, t and the argument
+            return
+    for t in tensors.values():
+        t._wsync_keep = _GONE
+    key = _slot_key(view)
+    for k in [k for k in cache if k[0] != key[0]]:
+        del cache[k]              # of a subscription left behind (a broker restart)
+    cache[key] = tensors
 
 
 def _bound(max_lag):
@@ -251,6 +292,7 @@ class LivePolicy:
         # bound once per version (see the module's docstring) where replicas
         # can be made and every name is a plain parameter or buffer; two
         # made now, so that the first swaps make none
+        self._parked = {}                 # slot -> a released version's tensors, unused
         self._subs = list(module.modules())   # whose train/eval modes replicas follow
         self._spare = []                  # (replica, slots, submodules) bound to no version
         if self._template is not None and self._slots[id(module)] is not None:
@@ -383,7 +425,7 @@ class LivePolicy:
         try:
             self._check_layout(view)
             tensors = view.state_dict("torch") if self.device is not None else \
-                _live_tensors(view)
+                _live_tensors(view, self._parked)
             replica = self._bind(tensors) if self._per_version else None
         except BaseException:
             view.release()
@@ -405,7 +447,10 @@ class LivePolicy:
         if h.replica is not None:
             self._unbind(h.replica)
             h.replica = None
-        h.tensors = None
+        tensors, h.tensors = h.tensors, None
+        if self.device is None and not self._closed:
+            _park(h.view, tensors, self._parked)
+        del tensors
         h.view.release()
 
     # ---- replicas bound per version ----------------------------------------------
@@ -432,7 +477,8 @@ class LivePolicy:
         """The replica's submodules in the module's train/eval modes, as
         they are now (model.eval() after the policy was made is followed)."""
         for mine, theirs in zip(self._subs, rep[2]):
-            theirs.training = mine.training
+            if theirs.training != mine.training:
+                theirs.training = mine.training
 
     def _unbind(self, rep):
         for d, key, _, orig in rep[1]:
@@ -549,6 +595,7 @@ class LivePolicy:
         end); calls after this raise ClosedError. Idempotent."""
         with self._lock:
             self._closed = True
+            self._parked.clear()
             h, self._held = self._held, None
             if h is not None:
                 self._retire(h)
