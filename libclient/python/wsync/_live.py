@@ -192,6 +192,17 @@ def _live_tensors(view, cache):
     return out
 
 
+def _unshared():
+    """What sys.getrefcount says, in _park's loop, of an object only its
+    dict holds (3 on CPython: the dict, the loop variable, the argument)."""
+    getrefcount = sys.getrefcount
+    for t in {0: object()}.values():
+        return getrefcount(t)
+
+
+_UNSHARED = _unshared()
+
+
 def _park(view, tensors, cache):
     """Keeps tensors for the next version of view's slot if no reference to
     any of them is left outside the dict (a module that kept one must get
@@ -199,7 +210,7 @@ def _park(view, tensors, cache):
     so the release is not held up."""
     getrefcount = sys.getrefcount
     for t in tensors.values():
-        if getrefcount(t) > 3:      # the dict, t and the argument
+        if getrefcount(t) > _UNSHARED:
             return
     for t in tensors.values():
         t._wsync_keep = _GONE
