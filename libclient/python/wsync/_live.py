@@ -112,9 +112,11 @@ def _live_class():
         @classmethod
         def __torch_function__(cls, func, types, args=(), kwargs=None):
             # _plain: no in-place name, no inplace parameter, no way out of
-            # the tensor (numpy, DLPack, storage): it writes nothing it is
-            # given but an out= tensor, which takes the long path
-            if _plain(func) and not (kwargs and "out" in kwargs):
+            # the tensor (numpy, DLPack, storage), none that writes another
+            # argument under a flag: it writes nothing it is given but an
+            # out= (or, where its signature is unknown, inplace=) argument,
+            # which takes the long path
+            if _plain(func) and not (kwargs and ("out" in kwargs or "inplace" in kwargs)):
                 live = None
                 for a in args:
                     if type(a) is cls:
