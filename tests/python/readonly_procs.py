@@ -118,6 +118,12 @@ def ways(view, torch):
          lambda: tensor_write(t.as_subclass(torch.Tensor))),
         ("nn.Parameter(tensor)", param),
         ("nn.Parameter(tensor).data", param_data),
+        ("batch_norm(training=True) over its running stats",
+         lambda: nn.functional.batch_norm(torch.randn(3, 6), t[0], t[1], training=True) is
+         not None and "written"),
+        ("embedding(max_norm=...) of it",
+         lambda: nn.functional.embedding(torch.tensor([0, 1]), t, max_norm=0.5) is not None and
+         "written"),
         ("np.asarray(bf16 tensor)", _array_way(lambda: np.asarray(half))),
         ("np.asarray(tensor, dtype=float64)",
          _copy_way(lambda: np.asarray(t, dtype=np.float64), _write_array)),

@@ -189,6 +189,179 @@ def test_a_version_is_released_when_its_last_call_ends_without_the_collector(bro
         c.close()
 
 
+def test_writes_into_the_versions_weights_raise_and_a_kept_tensor_is_closed(broker):
+    # a call runs the replica bound to the version: whatever the forward does
+    # to the weights raises ReadOnlyError (a write would hit the read-only
+    # mapping: SIGSEGV), including the writes of batch norm's running stats
+    # in training and an embedding's max_norm renormalisation
+    writes = {
+        "add_": lambda m, x: m.fc.weight.add_(1),
+        "data": lambda m, x: m.fc.weight.data.mul_(2),
+        "setitem": lambda m, x: m.fc.weight.__setitem__(0, 1.0),
+        "alias": lambda m, x: m.fc.weight.t()[0].zero_(),
+        "out": lambda m, x: torch.mul(x, 2, out=m.fc.weight),
+        "numpy": lambda m, x: m.fc.weight.numpy().__setitem__(0, 1.0),
+        "batch_norm": lambda m, x: torch.nn.functional.batch_norm(
+            x.view(1, 4).expand(3, 4), m.bn.running_mean, m.bn.running_var, training=True),
+        "embedding": lambda m, x: torch.nn.functional.embedding(
+            torch.tensor([0, 1]), m.fc.weight, max_norm=0.5),
+    }
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4, bias=False).double()
+            self.bn = torch.nn.BatchNorm1d(4).double().eval()
+            self.write = None
+            self.kept = []
+
+        def forward(self, x):
+            if self.write is not None:
+                writes[self.write](self, x)
+            self.kept.append(self.fc.weight)
+            return self.bn(self.fc(x).view(1, 4)).view(4)
+
+    net = Net()
+    c = wsync.connect(broker.sock, "both")
+    try:
+        sd = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        sd["fc.weight"].fill_(2.0)
+        pub = c.publisher_like("rw", sd)
+        pub.publish(sd, 1)
+        policy = wsync.LivePolicy(c.subscriber("rw"), net)
+        x = torch.ones(4, dtype=torch.float64)
+        with torch.no_grad():
+            assert policy(x).tolist() == pytest.approx([8.0 / (1 + 1e-5) ** 0.5] * 4)
+            for name in writes:
+                net.write = None
+                policy._held.replica[0].write = name
+                with pytest.raises((wsync.ReadOnlyError, ValueError)) as e:
+                    policy(x)
+                if name != "numpy":             # numpy's own read-only array refuses
+                    assert isinstance(e.value, wsync.ReadOnlyError), (name, e.value)
+                policy._held.replica[0].write = None
+            assert policy(x).tolist() == pytest.approx([8.0 / (1 + 1e-5) ** 0.5] * 4)
+        kept = policy._held.replica[0].kept[-1]
+        assert float(kept.sum()) == 32.0
+        sd["fc.weight"].fill_(3.0)
+        pub.publish(sd, 2)
+        with torch.no_grad():
+            policy(x)                            # v1's last call ended: v1 released
+        assert policy.held_versions == [2]
+        with pytest.raises(wsync.ClosedError):
+            kept.sum()                           # a tensor a module kept past its version
+        with pytest.raises(wsync.ClosedError):
+            torch.nn.functional.linear(x, kept)
+        # the module itself was never bound: its weights are its own
+        assert float(net.fc.weight.sum()) != 32.0 and net.kept == []
+    finally:
+        c.close()
+
+
+def test_a_version_is_bound_once_and_calls_run_the_plain_forward(broker, monkeypatch):
+    # the binding happens at the swap: a call between swaps binds nothing,
+    # and the replicas are reused, not made per version
+    model = mlp()
+    tr = Trainer(broker.sock, model)
+    c = wsync.connect(broker.sock, "collector")
+    try:
+        policy = wsync.LivePolicy(c.subscriber("live"), mlp())
+        binds = []
+        real_bind = policy._bind
+        monkeypatch.setattr(policy, "_bind", lambda t: binds.append(1) or real_bind(t))
+        made = []
+        real_new = policy._new_replica
+        monkeypatch.setattr(policy, "_new_replica", lambda: made.append(1) or real_new())
+        x = torch.ones(N, dtype=torch.float64)
+        with torch.no_grad():
+            for k in range(1, 6):
+                for _ in range(20):
+                    assert policy(x).item() == expect(tr.step)
+                assert len(binds) == k
+                tr.publish()
+        assert made == []                        # two spares, reused version after version
+        rep = policy._held.replica[0]
+        assert type(rep[0].weight).__name__ == "_LiveTensor"
+        assert all(type(p) is torch.nn.Parameter for p in policy.module.parameters())
+        policy.close()
+        # released versions give the replica the module's own tensors back
+        assert all(p is q for p, q in zip(rep.parameters(), policy.module.parameters()))
+    finally:
+        tr.close()
+        c.close()
+
+
+def test_a_slots_tensors_are_taken_again_unless_something_kept_one(broker):
+    # a released version's tensors wait for the next version of their slot
+    # (one attribute store each instead of a new alias); a set one of whose
+    # tensors a module kept is never taken again: that tensor holds its
+    # version, and must never come to name a later one
+    model = mlp()
+    tr = Trainer(broker.sock, model, slots=3)
+    c = wsync.connect(broker.sock, "collector")
+    try:
+        policy = wsync.LivePolicy(c.subscriber("live"), mlp())
+        x = torch.ones(N, dtype=torch.float64)
+
+        def act(k):
+            got = []
+            with torch.no_grad():
+                for _ in range(k):
+                    assert policy(x).item() == expect(tr.step)
+                    got.append((policy._held.view._c.priv_slot, policy._held.tensors))
+                    tr.publish()
+            return got
+
+        seen = act(6)
+        by_slot = {}
+        for slot, ts in seen:
+            assert by_slot.setdefault(slot, ts) is ts    # the same set for each slot
+        assert len(by_slot) == 3
+        kept_slot, kept_set = seen[-1]
+        kept = kept_set["0.weight"]                     # a module kept v6's weight
+        kept_version = policy.version
+        later = act(6)                                  # v6's slot stays pinned
+        assert all(slot != kept_slot for slot, _ in later)
+        assert all(ts is not kept_set for _, ts in later)
+        with pytest.raises(wsync.ClosedError, match="v%d" % kept_version):
+            kept.sum()
+        del kept, kept_set, seen, by_slot, ts
+        gc.collect()
+        later = act(6)                                  # the slot is back, with new tensors
+        assert any(slot == kept_slot for slot, _ in later)
+        policy.close()
+        assert policy._parked == {}
+    finally:
+        tr.close()
+        c.close()
+
+
+def test_the_modules_train_and_eval_modes_are_followed(broker):
+    # calls run replicas made with the policy: model.eval() after that must
+    # still turn dropout off in them, and model.train() back on
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False).double(),
+                              torch.nn.Dropout(0.5))
+    c = wsync.connect(broker.sock, "both")
+    try:
+        pub = c.publisher_like("modes", net.state_dict())
+        pub.publish({"0.weight": torch.eye(64, dtype=torch.float64)}, 1)
+        policy = wsync.LivePolicy(c.subscriber("modes"), net)      # made in train mode
+        x = torch.ones(64, dtype=torch.float64)
+        with torch.no_grad():
+            assert (policy(x) == 0).any()
+            net.eval()
+            assert policy(x).tolist() == [1.0] * 64
+            net[1].train()                      # one submodule: followed at the next swap
+            pub.publish({"0.weight": torch.eye(64, dtype=torch.float64)}, 2)
+            assert (policy(x) == 0).any()
+            net.eval()
+            assert policy(x).tolist() == [1.0] * 64
+            net.train()
+            assert (policy(x) == 0).any()
+    finally:
+        c.close()
+
+
 def test_a_weight_normed_module_runs_over_the_version(broker):
     # weight_norm computes weight from weight_g and weight_v in a hook
     # before each forward: it reads the version's tensors like any other

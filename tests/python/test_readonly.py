@@ -45,6 +45,8 @@ EXPECTED = {
     "tensor.as_subclass(torch.Tensor)": REFUSED_READONLY,
     "nn.Parameter(tensor)": REFUSED_READONLY,
     "nn.Parameter(tensor).data": REFUSED_READONLY,
+    "batch_norm(training=True) over its running stats": REFUSED_READONLY,
+    "embedding(max_norm=...) of it": REFUSED_READONLY,
     "np.asarray(bf16 tensor)": "refused: TypeError",     # numpy has no bfloat16
     "np.asarray(tensor, dtype=float64)": "copy",
     "bytearray(view.buffer())": "copy",

@@ -16,7 +16,11 @@
  * that read a mixture of two versions (the weights carry their version in
  * places each pass reads). LivePolicy's targets (docs/BENCHMARKS.md):
  * >= 0.95x the passes without updates, a longest gap <= 1.2x a normal pass,
- * no mixed pass.
+ * no mixed pass. A reference way shows the machine's share of the gaps:
+ * the trainer publishes as for LivePolicy while the collectors run their
+ * own weights, never updated. Thread CPU times, which a descheduled
+ * collector does not inflate, give each way's cost per update and
+ * LivePolicy's cost per pass against the plain module.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -36,13 +40,17 @@ static const struct {
 	{ "serving_broadcast", "torch.distributed broadcast (gloo)" },
 	{ "serving_pause",     "pause-load-resume (shared buffer + queue)" },
 	{ "serving_torn",      "in-place shared tensors (torn)" },
+	{ "serving_reference", "reference: own weights, the trainer publishing" },
 };
+
+#define WAY_REFERENCE 5
 
 static void serving_way(const char *out, int w, const char *why_run)
 {
 	double pps_base, pps_upd, fwd, gap, p99, lag_mean, lag_max, mixed, passes;
+	double swap_cpu, upd_cpu, fwd_cpu, ref_cpu;
 	const char *name = ways[w].name, *row = ways[w].row;
-	bool live = w == 0;
+	bool live = w == 0, ref = w == WAY_REFERENCE;
 	struct bench_row *r;
 	char why[256], fig[160];
 
@@ -55,7 +63,10 @@ static void serving_way(const char *out, int w, const char *why_run)
 	    bench_py_value(out, row, "lag_mean", &lag_mean, why, sizeof why) ||
 	    bench_py_value(out, row, "lag_max", &lag_max, why, sizeof why) ||
 	    bench_py_value(out, row, "mixed", &mixed, why, sizeof why) ||
-	    bench_py_value(out, row, "passes", &passes, why, sizeof why)) {
+	    bench_py_value(out, row, "passes", &passes, why, sizeof why) ||
+	    bench_py_value(out, row, "swap_cpu_ms", &swap_cpu, why, sizeof why) ||
+	    bench_py_value(out, row, "upd_cpu_ms", &upd_cpu, why, sizeof why) ||
+	    bench_py_value(out, row, "fwd_cpu_ms", &fwd_cpu, why, sizeof why)) {
 		row_skip("serving", name, "%s", why);
 		return;
 	}
@@ -72,6 +83,17 @@ static void serving_way(const char *out, int w, const char *why_run)
 	snprintf(fig, sizeof fig, "%s: p99 gap between two passes", name);
 	r = row_add("serving", fig, "ms", p99);
 	row_ref(r, "a forward pass, no updates", fwd);
+	if (ref)
+		return;
+	snprintf(fig, sizeof fig, "%s: CPU time per update in a collector", name);
+	r = row_add("serving", fig, "ms", swap_cpu);
+	row_ref(r, "a pass's CPU time, with updates", upd_cpu);
+	if (live && !bench_py_value(out, ways[WAY_REFERENCE].row, "fwd_cpu_ms", &ref_cpu, why,
+	                            sizeof why)) {
+		snprintf(fig, sizeof fig, "%s: CPU time of a pass, no updates", name);
+		r = row_add("serving", fig, "ms", fwd_cpu);
+		row_ref(r, "the module's own weights", ref_cpu);
+	}
 	snprintf(fig, sizeof fig, "%s: policy lag at a pass, mean (max %.0f)", name, lag_max);
 	row_add("serving", fig, "", lag_mean);
 	snprintf(fig, sizeof fig, "%s: passes that read two versions (of %.0f)", name, passes);

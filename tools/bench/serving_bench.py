@@ -25,6 +25,10 @@ updates and then with them, the same loop and the same duration:
   torn       TorchRL-style in-place shared tensors: one module in shared
              memory that the trainer copy_()s the new version into while
              the collectors keep running (no pause, no protection)
+  reference  the machine's floor: the trainer publishes every version as
+             for live, and the collectors run their own module, never
+             updated; its gaps are what the trainer's publish alone costs
+             the collectors on this machine
 
 Mixtures show: the first and last element of every weight matrix hold the
 version (v / 1024, exact in float32), read by the forward pass just before
@@ -40,7 +44,11 @@ Prints one JSON line per way:
    "gap_max_base_ms": the same without updates, "lag_mean" / "lag_max":
    versions the pass's weights were behind the trainer's newest when the
    pass began, "mixed": passes that read a mixture, "passes": with updates,
-   "updates": versions the trainer made}
+   "updates": versions the trainer made, "fwd_cpu_ms": median thread CPU
+   time of a pass without updates, "swap_cpu_ms": the median CPU time a
+   pass that first used a new version took over a pass with updates that
+   did not (what the way costs the collector per update, whatever the
+   scheduler did), "upd_cpu_ms": the median CPU time of those others}
 
 and first {"row": "serving_setup", "mib": ..., "collectors": ..., ...}.
 A way that cannot run is {"row": "serving_<way>", "skipped": "why"}.
@@ -56,7 +64,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WAYS = ("live", "load_into", "broadcast", "pause", "torn")
+WAYS = ("live", "load_into", "broadcast", "pause", "torn", "reference")
 PERIOD_S = 0.2
 TAG_SCALE = 1.0 / 1024
 
@@ -162,6 +170,7 @@ class Shared:
 
 
 def collector(way, idx, n, cfg, sh, ready, results, extra):
+    cpu = time.thread_time        # torch runs on this thread (one thread each)
     try:
         torch.set_num_threads(1)
         wsync = import_wsync()
@@ -232,6 +241,12 @@ def collector(way, idx, n, cfg, sh, ready, results, extra):
 
             def step(x):
                 return model(x)
+        elif way == "reference":
+            sd = {k: t.detach() for k, t in model.state_dict().items()}
+            set_tags(torch, sd, 1)
+
+            def step(x):
+                return model(x)
         ready.put(idx)
         rec = {1: [], 2: []}
         with torch.no_grad():
@@ -240,14 +255,16 @@ def collector(way, idx, n, cfg, sh, ready, results, extra):
                 if ph == 3:
                     break
                 newest = sh.newest.value
+                c0 = cpu()
                 t0 = time.monotonic()
                 _, tags = step(x)
                 t1 = time.monotonic()
+                c1 = cpu()
                 lo, hi = tag_range(tags)
                 if ph == 0:
                     sh.warm[idx] += 1
                 if ph in rec:
-                    rec[ph].append((t0, t1, lo, hi, newest))
+                    rec[ph].append((t0, t1, lo, hi, newest, c1 - c0))
         if way == "broadcast":
             dist.destroy_process_group()
         results.put((idx, rec, None))
@@ -268,7 +285,7 @@ def run_way(way, cfg, ctx, torch, wsync, n):
     extra = [None] * n
     pub = client = None
     cleanup = []
-    if way in ("live", "load_into"):
+    if way in ("live", "load_into", "reference"):
         client = wsync.connect(cfg["endpoint"], "serving-trainer")
         pub = client.publisher_like("serving", sd, replace=True)
         pub.publish(sd, 1)
@@ -412,8 +429,28 @@ def summarize(got, seconds, updates):
             out["lag_max"] = max(lags, default=0)
             out["mixed"] = sum(1 for r in passes if r[2] != r[3])
             out["passes"] = len(passes)
+            out.update(swap_cpu(got))
+    base = [r[5] for rec in got.values() for r in rec[1]]
+    out["fwd_cpu_ms"] = 1e3 * statistics.median(base) if base else 0.0
     out["updates"] = updates
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def swap_cpu(got):
+    """The CPU time per update a way costs a collector: of the passes with
+    updates, those that first used a newer version than the pass before
+    against the median of the others (thread CPU time: a pass the
+    scheduler stopped costs no more)."""
+    first, other = [], []
+    for rec in got.values():
+        prev = None
+        for r in rec[2]:
+            (first if prev is not None and r[2] > prev else other).append(r[5])
+            prev = r[3]
+    if not first or not other:
+        return {"swap_cpu_ms": 0.0, "upd_cpu_ms": 0.0}
+    med = statistics.median(other)
+    return {"swap_cpu_ms": 1e3 * (statistics.median(first) - med), "upd_cpu_ms": 1e3 * med}
 
 
 def blas_info():

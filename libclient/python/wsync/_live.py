@@ -1,36 +1,43 @@
 """LivePolicy: a module whose forward runs over the newest version in place.
 
-Design (docs/PYTHON.md, "Live policies"):
+Design (docs/LIVE.md):
 
-- The policy holds one version at a time (a _Held: the View, its
-  ReadOnlyTensors, and how many calls run over it). A call looks at the
-  newest version (Subscriber.latest: no system call); if it is newer than
-  the held one, the call acquires it, makes it the held one and retires the
-  previous. A retired _Held is released when its last call ends, so a
-  version stays held exactly while some call reads it, and the policy holds
-  at most one view no call uses. The swap is under the policy's lock; the
-  forward pass is not, so calls on several threads run at once.
+- The policy holds one version at a time (a _Held: the View, its read-only
+  tensors, a replica of the module with them bound, and how many calls run
+  over it). A call looks at the newest version (Subscriber.latest: no
+  system call); if it is newer than the held one, the call acquires it,
+  makes it the held one and retires the previous. A retired _Held is
+  released when its last call ends, so a version stays held exactly while
+  some call reads it, and the policy holds at most one view no call uses.
+  The swap is under the policy's lock; the forward pass is not, so calls on
+  several threads run at once.
 - A call reads one _Held from its start to its end: every tensor of its
   forward comes from that version (they are the version's read-only
   mapping, which the broker never rewrites while it is held), so a call
   never mixes versions, and it never waits for the trainer: acquire takes
   the newest committed version without waiting.
-- A call binds the version's tensors into the module for its length, as
-  functional_call does: each name's entry in its submodule's _parameters or
-  _buffers is replaced by the version's tensor, and put back when the call
-  ends (a dict store per tensor). torch 1.13's
-  stateless.functional_call would cost about 1 ms per call for 16 tensors
-  here (it makes a class per call, which only the garbage collector frees);
-  it remains the way for a module whose names are not all plain
-  parameters or buffers of a submodule.
-- So two threads must not run the same module object at once: each
-  concurrent call takes a replica of the module from a pool, a copy of its
-  structure whose parameters and buffers are the module's own objects
-  (nothing is copied but the Python objects), made from a template copied
-  when the policy is made (never from a module in a call, which holds that
-  call's tensors). The pool grows to the largest number of concurrent
-  calls. A module that cannot be deep-copied (weight_norm's computed
-  weight) has no replicas: its calls take turns.
+- Binding happens once per version, at the swap: a replica of the module (a
+  copy of its structure whose parameters and buffers are the module's own
+  objects, made from a template copied when the policy is made) gets the
+  version's tensors in its submodules' _parameters and _buffers, and a
+  call is that replica's plain forward. Calls over one version share its
+  replica, as threads calling one plain module do (nothing of it changes
+  while a call runs). When the version is released its replica gets the
+  module's own tensors back and waits, unused, for a later version: a
+  policy keeps a replica per version held, two while calls drain an old
+  one.
+- The tensors are _LiveTensors: ReadOnlyTensors (writes raise
+  ReadOnlyError, use after release raises ClosedError) whose dispatch takes
+  a short path for the operations that only read (a forward pass's
+  linear, norm, matmul): the release check, the call, the wrap of a result
+  that aliases the version. Everything else goes through ReadOnlyTensor's
+  own checks.
+- A module whose names are not all plain parameters or buffers of a
+  submodule runs through functional_call per call, and one that cannot be
+  deep-copied (weight_norm's computed weight) binds per call on the module
+  itself, its calls taking turns. torch 1.13's
+  stateless.functional_call costs about 1 ms per call for 16 tensors here
+  (it makes a class per call, which only the garbage collector frees).
 - Names of the module not in the model (buffers: running stats, caches)
   keep the module's own tensors; a parameter missing from the model, a
   tensor of the model the module lacks, or a shape or dtype that differs
@@ -38,12 +45,16 @@ Design (docs/PYTHON.md, "Live policies"):
 """
 import collections
 import copy
+import operator
+import sys
 import threading
 import time
 
 from ._errors import ClosedError, RemovedError, WsyncError, WsyncTimeoutError
 from ._module import MismatchError, _torch_code
 from . import _dtypes
+
+_training = operator.attrgetter("training")
 
 Lag = collections.namedtuple("Lag", "versions seconds")
 Lag.__doc__ = """How far behind the newest committed version the last call
@@ -58,11 +69,13 @@ class LagError(WsyncTimeoutError):
 
 
 class _Held:
-    __slots__ = ("view", "tensors", "version", "step", "published_ns", "calls", "retired")
+    __slots__ = ("view", "tensors", "replica", "version", "step", "published_ns", "calls",
+                 "retired")
 
-    def __init__(self, view, tensors):
+    def __init__(self, view, tensors, replica):
         self.view = view
         self.tensors = tensors
+        self.replica = replica          # (module, slots, submodules) bound to tensors, or None
         self.version = view.version
         self.step = view.step
         self.published_ns = view.published_ns
@@ -79,6 +92,134 @@ def _functional_call():
         return lambda m, t, a, k: f(m, t, a, k, tie_weights=False, strict=False)
     from torch.nn.utils import stateless
     return stateless.functional_call
+
+
+_LIVE = []          # _LiveTensor, made on first use (it needs torch)
+
+
+def _live_class():
+    if _LIVE:
+        return _LIVE[0]
+    import torch
+    from ._torch import ReadOnlyTensor, _DISABLED, _plain, _wrap_result
+    full = ReadOnlyTensor.__torch_function__.__func__
+    plain_t = torch.Tensor
+
+    class _LiveTensor(ReadOnlyTensor):
+        """A ReadOnlyTensor of a live policy's version (host views), with a
+        short dispatch for operations that only read."""
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            # _plain: no in-place name, no inplace parameter, no way out of
+            # the tensor (numpy, DLPack, storage), none that writes another
+            # argument under a flag: it writes nothing it is given but an
+            # out= (or, where its signature is unknown, inplace=) argument,
+            # which takes the long path
+            if _plain(func) and not (kwargs and ("out" in kwargs or "inplace" in kwargs)):
+                live = None
+                for a in args:
+                    if type(a) is cls:
+                        live = a
+                        break
+                else:
+                    if kwargs:
+                        for a in kwargs.values():
+                            if type(a) is cls:
+                                live = a
+                                break
+                if live is not None:
+                    keep = live._wsync_keep
+                    view = keep._wsync_owner
+                    if not view._released:
+                        with _DISABLED():
+                            r = func(*args, **kwargs) if kwargs else func(*args)
+                        if type(r) is plain_t:
+                            lo, hi = view._range
+                            if lo <= r.data_ptr() < hi and r.numel():
+                                w = plain_t.as_subclass(r, cls)
+                                w._wsync_keep = keep
+                                return w
+                            return r
+                        if type(r) is tuple:
+                            return _wrap_result(r, live)
+                        return r
+            return full(cls, func, types, args, kwargs)
+
+    _LIVE.append(_LiveTensor)
+    return _LiveTensor
+
+
+class _Gone:
+    """What an idle cached _LiveTensor names as its memory: a released
+    view (never used: nothing else holds such a tensor)."""
+    _released = True
+    version = 0
+    _range = (0, 0)
+
+
+_GONE = type("_GoneKeep", (), {"_wsync_owner": _Gone()})()
+
+
+def _slot_key(view):
+    c = view._c
+    return (id(view._cell), c.priv_slot, c.base, c.bytes, id(view._layout))
+
+
+def _live_tensors(view, cache):
+    """{name: _LiveTensor} of every tensor of host view view, each holding
+    the view's raw memory (so the version stays held while one lives, and
+    ClosedError after release). A set that a released version of the same
+    slot left unused (cache, see _park) is taken again, one attribute store
+    per tensor; else aliases of the slot's plain tensors (kept by the
+    subscription), one as_subclass each."""
+    import torch
+    from . import _views
+    view._check()
+    keep = view._buf()
+    out = cache.pop(_slot_key(view), None)
+    if out is not None and view._cell.slots is not None:
+        for t in out.values():
+            t._wsync_keep = keep
+        return out
+    cls = _live_class()
+    sc = view._slot_cache()
+    alias = torch.Tensor.as_subclass
+    out = {}
+    for spec in view._layout:
+        p = sc.tensor(spec) if sc is not None else _views.torch_view(_views.rw(keep), spec)
+        w = alias(p, cls)
+        w._wsync_keep = keep
+        out[spec.name] = w
+    return out
+
+
+def _unshared():
+    """What sys.getrefcount says, in _park's loop, of an object only its
+    dict holds (3 on CPython: the dict, the loop variable, the argument)."""
+    getrefcount = sys.getrefcount
+    for t in {0: object()}.values():
+        return getrefcount(t)
+
+
+_UNSHARED = _unshared()
+
+
+def _park(view, tensors, cache):
+    """Keeps tensors for the next version of view's slot if no reference to
+    any of them is left outside the dict (a module that kept one must get
+    ClosedError from it, never a later version): each then names no view,
+    so the release is not held up."""
+    getrefcount = sys.getrefcount
+    for t in tensors.values():
+        if getrefcount(t) > _UNSHARED:
+            return
+    for t in tensors.values():
+        t._wsync_keep = _GONE
+    key = _slot_key(view)
+    for k in [k for k in cache if k[0] != key[0]]:
+        del cache[k]              # of a subscription left behind (a broker restart)
+    cache[key] = tensors
 
 
 def _bound(max_lag):
@@ -160,7 +301,16 @@ class LivePolicy:
             self._template = None         # then calls take turns on the module
         self._template_lock = threading.Lock()
         self._free = threading.Condition(self._lock)   # a module back in the pool
-        self._slots = {id(module): self._slots_of(module)}   # per replica, see _bind
+        self._slots = {id(module): self._slots_of(module)}   # per replica, see _run
+        # bound once per version (see the module's docstring) where replicas
+        # can be made and every name is a plain parameter or buffer; two
+        # made now, so that the first swaps make none
+        self._parked = {}                 # slot -> a released version's tensors, unused
+        self._subs = list(module.modules())   # whose train/eval modes replicas follow
+        self._spare = []                  # (replica, slots, submodules) bound to no version
+        if self._template is not None and self._slots[id(module)] is not None:
+            self._spare = [self._new_replica() for _ in range(2)]
+        self._per_version = bool(self._spare)
         self._last = (0, 0, 0)            # (version, step, published_ns) of the last call
         self._local = threading.local()   # the same, of this thread's last call
         self._closed = False
@@ -287,11 +437,13 @@ class LivePolicy:
         view = self._acquire()
         try:
             self._check_layout(view)
-            tensors = view.state_dict("torch")
+            tensors = view.state_dict("torch") if self.device is not None else \
+                _live_tensors(view, self._parked)
+            replica = self._bind(tensors) if self._per_version else None
         except BaseException:
             view.release()
             raise
-        h = _Held(view, tensors)
+        h = _Held(view, tensors, replica)
         self._held = h
         if old is not None:
             self._retire(old)
@@ -304,10 +456,47 @@ class LivePolicy:
         else:
             self._draining.add(h)
 
-    @staticmethod
-    def _release(h):
-        h.tensors = None
+    def _release(self, h):
+        if h.replica is not None:
+            self._unbind(h.replica)
+            h.replica = None
+        tensors, h.tensors = h.tensors, None
+        if self.device is None and not self._closed:
+            _park(h.view, tensors, self._parked)
+        del tensors
         h.view.release()
+
+    # ---- replicas bound per version ----------------------------------------------
+
+    def _new_replica(self):
+        with self._template_lock:
+            m = copy.deepcopy(self._template, dict(self._shared))
+        return (m, [(d, key, name, d[key]) for d, key, name in self._slots_of(m)],
+                list(m.modules()))
+
+    def _bind(self, tensors):
+        """A replica with tensors in place of the module's (a spare one, or
+        one made now), in the module's train/eval modes; under the lock,
+        no call uses it."""
+        rep = self._spare.pop() if self._spare else self._new_replica()
+        for d, key, name, _ in rep[1]:
+            t = tensors.get(name)
+            if t is not None:             # else a buffer the model lacks: the module's
+                d[key] = t
+        self._modes(rep)
+        return rep
+
+    def _modes(self, rep):
+        """The replica's submodules in the module's train/eval modes, as
+        they are now (model.eval() after the policy was made is followed)."""
+        for mine, theirs in zip(self._subs, rep[2]):
+            if theirs.training != mine.training:
+                theirs.training = mine.training
+
+    def _unbind(self, rep):
+        for d, key, _, orig in rep[1]:
+            d[key] = orig
+        self._spare.append(rep)
 
     def _within(self, h, newest):
         if self._max_seconds is not None and \
@@ -394,6 +583,14 @@ class LivePolicy:
     def __call__(self, *args, **kwargs):
         h = self._take()
         try:
+            rep = h.replica
+            if rep is not None:           # bound at the swap: the module's own call
+                if list(map(_training, self._subs)) != list(map(_training, rep[2])):
+                    with self._lock:
+                        self._modes(rep)
+                out = rep[0](*args, **kwargs)
+                self._last = self._local.last = (h.version, h.step, h.published_ns)
+                return out
             m = self._replica()
             try:
                 out = self._run(m, h.tensors, args, kwargs)
@@ -411,6 +608,7 @@ class LivePolicy:
         end); calls after this raise ClosedError. Idempotent."""
         with self._lock:
             self._closed = True
+            self._parked.clear()
             h, self._held = self._held, None
             if h is not None:
                 self._retire(h)

@@ -87,6 +87,49 @@ def _writes_first(func, args, kwargs):
     return None
 
 
+def _conditional_writers():
+    """Functions that write a tensor they are given (not the first) when a
+    flag says so: batch and instance norms update their running stats in
+    training, embeddings renormalise rows in place with max_norm. Called on
+    a view's tensor they would write the read-only mapping (SIGSEGV).
+    func -> (what, [(position, name) of the tensors written],
+    (position, name, default) of the flag)."""
+    F = torch.nn.functional
+    stats_f = ((1, "running_mean"), (2, "running_var"))
+    stats_t = ((3, "running_mean"), (4, "running_var"))
+    out = {
+        F.batch_norm: ("batch_norm(training=True)", stats_f, (5, "training", False)),
+        F.instance_norm: ("instance_norm(use_input_stats=True)", stats_f,
+                          (5, "use_input_stats", True)),
+        F.embedding: ("embedding(max_norm=...)", ((1, "weight"),), (3, "max_norm", None)),
+        F.embedding_bag: ("embedding_bag(max_norm=...)", ((1, "weight"),),
+                          (3, "max_norm", None)),
+    }
+    for name, flag in (("batch_norm", "training"), ("native_batch_norm", "training"),
+                       ("instance_norm", "use_input_stats")):
+        f = getattr(torch, name, None)
+        if f is not None:
+            out[f] = ("%s(%s=True)" % (name, flag), stats_t, (5, flag, False))
+    return out
+
+
+_COND_WRITES = _conditional_writers()
+
+
+def _writes_other(func, args, kwargs):
+    """The name under which func would write a read-only tensor it is given
+    as other than its first argument (see _conditional_writers), or None."""
+    what, tensors, (pos, name, default) = _COND_WRITES[func]
+    flag = args[pos] if len(args) > pos else kwargs.get(name, default)
+    if flag is None or flag is False:
+        return None
+    for pos, name in tensors:
+        t = args[pos] if len(args) > pos else kwargs.get(name)
+        if isinstance(t, ReadOnlyTensor):
+            return what
+    return None
+
+
 _PLAIN = {}    # func -> True when it needs nothing of __torch_function__ but
                # the release check and the alias wrap (see _plain)
 
@@ -104,7 +147,7 @@ def _plain(func):
     name = getattr(func, "__name__", "")
     plain = (_inplace_name(func) is None and _inplace_arg(func) is None and
              name not in _NO_EXPORT and name not in ("numpy", "__array__") and
-             func is not _CAI_GET)
+             func is not _CAI_GET and func not in _COND_WRITES)
     try:
         _PLAIN[func] = plain
     except TypeError:
@@ -227,6 +270,13 @@ class ReadOnlyTensor(torch.Tensor):
         if name is not None and args and isinstance(args[0], ReadOnlyTensor):
             raise ReadOnlyError("wsync: %s() on a tensor of a View: its memory is the "
                                 "broker's read-only mapping; clone() it to modify it" % name)
+        if ro is not None and func in _COND_WRITES:
+            name = _writes_other(func, args, kwargs)
+            if name is not None:
+                raise ReadOnlyError("wsync: %s would write a tensor of a View (running "
+                                    "stats or renormalised rows): its memory is the "
+                                    "broker's read-only mapping; clone() it, or leave it "
+                                    "out of the model" % name)
         if ro is not None and args and args[0] is ro:
             fname = getattr(func, "__name__", "")
             if fname in _NO_EXPORT:
