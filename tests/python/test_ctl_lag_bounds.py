@@ -97,3 +97,24 @@ def test_a_closed_subscriber_refuses(broker):
         sub.close()
         with pytest.raises(wsync.ClosedError):
             sub.declare_max_lag(2, 1.0)
+
+
+def test_a_live_policy_declares_its_bound_until_closed(broker):
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Linear(4, 2)
+    layout = [(n, "f32", tuple(t.shape)) for n, t in module.state_dict().items()]
+    with wsync.connect(broker.sock, "trainer") as tc, \
+            wsync.connect(broker.sock, "live") as cc:
+        pub = tc.publisher("pol", layout)
+        with pub.begin(timeout=WAIT_S) as slab:
+            for n, t in module.state_dict().items():
+                slab.torch(n).copy_(t)
+            slab.commit(1)
+        sub = cc.subscriber("pol")
+        policy = wsync.LivePolicy(sub, module, max_lag=(2, 5.0))
+        policy(torch.zeros(1, 4))
+        wait_session("live", version=1, max_lag_versions=2, max_lag_s=5.0)
+        policy.close()
+        # the subscription stays open: the bound shown is gone with the policy
+        sub.acquire().release()
+        wait_session("live", max_lag_versions=None, max_lag_s=None)

@@ -282,6 +282,11 @@ class LivePolicy:
         if timeout is None:
             timeout = self._max_seconds if self._max_seconds is not None else 1.0
         self.timeout = float(timeout)
+        # shown by wsync-top and wsyncctl beside this collector's lag
+        # (docs/LIVE.md); the policy enforces the bound itself
+        self._declared = max_lag is not None
+        if self._declared:
+            subscriber.declare_max_lag(self._max_versions, self._max_seconds)
         self._lock = threading.Lock()
         self._held = None                 # the newest _Held taken
         self._draining = set()            # retired _Helds that calls still read
@@ -612,6 +617,12 @@ class LivePolicy:
             h, self._held = self._held, None
             if h is not None:
                 self._retire(h)
+        if self._declared:
+            self._declared = False
+            try:
+                self.subscriber.declare_max_lag(None, None)
+            except Exception:             # a closed subscriber shows no bound anyway
+                pass
 
     def __enter__(self):
         return self
