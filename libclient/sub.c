@@ -85,13 +85,18 @@
  * threads acquiring at once neither share a record nor a cache line. A
  * home is given back when its thread exits (a key destructor) or moves on
  * to another client, so pools of short-lived threads never use up the
- * records (client.c, client_home_drop).
+ * records (client.c, client_home_drop); a thread takes a home in a client
+ * at its second claim there in a row, so one that goes back and forth
+ * between clients claims by CAS instead of giving homes back each time.
  *
  * Initial-exec: the default model for a shared library costs a call to
  * __tls_get_addr on every acquire; these 12 bytes fit the static TLS glibc
  * keeps for libraries loaded later (ctypes) too.
  */
-#define HZ_NO_HOME UINT32_MAX
+#define HZ_NO_HOME   UINT32_MAX          /* none: the next claim becomes it */
+#define HZ_HOME_LATER (UINT32_MAX - 1)   /* none, and the next claim does not
+                                            become it: a thread going back and
+                                            forth between clients keeps none */
 static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 	uint32_t client_id;             /* the client of home and hint, 0 = none */
 	uint32_t home;                  /* this thread's home record, or HZ_NO_HOME */
@@ -141,12 +146,12 @@ static void hz_home_adopt(struct wsync_client *c, uint32_t i)
 /* This thread moves to client c: its home in the previous one goes back. */
 static void hz_switch(struct wsync_client *c)
 {
-	if (hz_tls.client_id && hz_tls.home != HZ_NO_HOME) {
+	if (hz_tls.client_id && hz_tls.home < WSYNC_MAX_VIEWS) {
 		wsync_client_home_give_back(hz_tls.client_id, hz_tls.home);
 		(void)pthread_setspecific(hz_key, NULL);
 	}
 	hz_tls.client_id = c->client_id;
-	hz_tls.home = HZ_NO_HOME;
+	hz_tls.home = HZ_HOME_LATER;
 	hz_tls.hint = atomic_fetch_add_explicit(&c->hz_next_hint, 1,
 	                                        memory_order_relaxed) % WSYNC_MAX_VIEWS;
 }
@@ -173,6 +178,8 @@ int hz_take_slow(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 			hz_tls.hint = i;
 			if (hz_tls.home == HZ_NO_HOME)
 				hz_home_adopt(c, i);
+			else if (hz_tls.home == HZ_HOME_LATER)
+				hz_tls.home = HZ_NO_HOME;
 			*idx = i;
 			return 0;
 		}
