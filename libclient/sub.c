@@ -21,20 +21,39 @@
  *                   protected when it was taken; wsync_view_check() tells
  *                   later whether it still is.
  *
- * Why a pinned slot is safe: acquire stores the pin (seq_cst) and then loads
- * latest again (seq_cst), retrying if latest moved. The broker, before it
- * grants a slot, loads latest (seq_cst) and then the pins (seq_cst); it never
- * grants the slot its latest load names. All four accesses are in one total
- * order. Either the broker's pin load comes after our pin store, and it sees
- * the pin and skips the slot; or it comes before, and then so did its load of
- * latest, which for the slot to be a candidate already showed latest moved
- * away from our pair; our re-load comes later still, sees a newer latest, and
- * we retry without touching the slot. Versions only grow, so latest never
- * returns to an old word (no ABA). Cost: one seq_cst store and two loads; no
- * lock, no system call. (broker/slots.h states the broker's side.)
+ * Why a pinned slot is safe: acquire stores the pin and then loads latest
+ * again (seq_cst), retrying if latest moved. The broker, before it grants a
+ * slot, has booked the store that moved latest away from it (seq_cst, at the
+ * commit that replaced it) and then loads the pins (seq_cst); it never
+ * grants a slot latest or the grant names. Either the broker's pin load sees
+ * our pin and skips the slot; or our re-load sees the newer latest, and we
+ * retry without touching the slot. Versions only grow, so latest never
+ * returns to an old word (no ABA). What orders our pin store before our
+ * re-load against the broker's booking before its scan is one of two:
+ *  - seq_cst on both sides (an xchg here): all four accesses are in one
+ *    total order, and whichever of our pin store and its pin load comes
+ *    first decides;
+ *  - the pin barrier (client->pin_barrier, one predicted branch): the
+ *    broker runs membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between its
+ *    booking and its scan (WSYNC_CTL_PIN_BARRIER), which puts a full
+ *    barrier in each of our threads that runs meanwhile (a thread not
+ *    running passed one when it was switched out); our pin store then
+ *    needs only a compiler barrier before the re-load. Wherever the
+ *    barrier falls in the acquiring thread, it falls either after the pin
+ *    store, which the scan that follows then sees, or before the re-load,
+ *    which then sees the booking (the broker saw the publisher's latest
+ *    before it booked it, and full barriers are cumulative) and retries.
+ *    Used only where our registration for it succeeded (client.c) and the
+ *    broker says it runs it; never under TSan, which cannot see it.
+ * The session check after the pin (seq_cst load of self->id) pairs the same
+ * way with the broker clearing the id before a later grant stops counting
+ * our pins: a view handed out was protected when it was taken. Cost: a
+ * plain store and two loads; no lock, no system call, no fence.
+ * (broker/slots.h states the broker's side.)
  *
- * Hazard records (WSYNC_MAX_VIEWS per client, one cache line each) are
- * claimed by a compare-and-swap on a claim word of their own line, each
+ * Hazard records (WSYNC_MAX_VIEWS per client, one cache line each): a
+ * thread takes its home record with a load and a plain store, others by a
+ * compare-and-swap on a claim word of their own line (below, hz_take), each
  * thread starting at its own record, so threads acquiring at once through
  * one client neither share a record nor a cache line. A record's pin is cleared with a release
  * store when the view is released: every read of the slab by the holder
@@ -293,8 +312,8 @@ void wsync_sub_hz_put(struct wsync_sub *s, uint32_t idx)
  * falls after the guard store, which the scan then sees, and the old
  * memory stays; or before the re-load, which then sees the new memory, and
  * we guard that instead. Moves are rare, so the barrier's microseconds go
- * to the follow and the common path pays no fence for the guard (the pin
- * after it still has one).
+ * to the follow and the common path pays no fence for the guard (nor for
+ * the pin after it, where the broker runs the pin barrier).
  */
 static inline __attribute__((always_inline))
 struct sub_maps *sub_guard(struct wsync_sub *s, uint32_t idx,
