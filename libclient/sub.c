@@ -285,8 +285,14 @@ void hz_put(struct wsync_client *c, uint32_t idx)
 		hz_reclaim(c, s);
 }
 
-static int hz_fail_full(const struct wsync_sub *s)
+static __attribute__((noinline, cold)) int hz_fail_full(const struct wsync_sub *s)
 {
+	uint32_t homes = atomic_load_explicit(&s->c->n_homes, memory_order_relaxed);
+
+	if (homes > 1)
+		return wsync_fail(-EAGAIN, "model '%s': every hazard record of this client is "
+		                  "taken: views held, or home records of %u of its threads "
+		                  "(%d records)", s->model, homes, WSYNC_MAX_VIEWS);
 	return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
 	                  s->model, WSYNC_MAX_VIEWS);
 }
