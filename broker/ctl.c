@@ -16,6 +16,7 @@
 #include "log.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
+#include "slots.h"
 
 static_assert(CTL_BYTES % WSYNC_PAGE == 0, "control segment is whole pages");
 
@@ -88,8 +89,11 @@ int ctl_create(struct broker *b)
 	h->bounds_offset = CTL_BOUNDS_OFFSET;
 	h->started_ns = b->started_ns;
 	atomic_store(&h->heartbeat_ns, wsync_real_ns());
+	atomic_store(&h->tick_ns, wsync_clock_ns(CLOCK_MONOTONIC_COARSE));
 	h->shm_limit = b->cfg.shm_limit;
 	snprintf(h->name, sizeof(h->name), "%s", b->cfg.name);
+	if (pin_barrier_works())
+		atomic_store(&h->features, WSYNC_CTL_PIN_BARRIER);
 
 	ctl_hold_alive(b, h);
 

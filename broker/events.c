@@ -232,6 +232,9 @@ static void on_tick(void *ctx)
 	int64_t now = wsync_mono_ns();
 
 	atomic_store(&b->ctl->heartbeat_ns, wsync_real_ns());
+	/* before the mirror, which reads the hazards' since_ns against it */
+	atomic_store_explicit(&b->ctl->tick_ns, wsync_clock_ns(CLOCK_MONOTONIC_COARSE),
+	                      memory_order_relaxed);
 	service_watchdog();
 	publish_audit(b);
 	session_mirror_stats(b);

@@ -107,15 +107,26 @@ int publish_grant(struct broker *b, struct model *m, struct peer *p,
 	size_t n;
 	int slot;
 
-	(void)b;
 	/* No load of the page's `latest` is needed here: every value it may
 	 * honestly hold, and every value a collector accepts from it (the
 	 * ctl entry's latest or grant), names a slot the books keep LATEST or
 	 * GRANTED, which slot_pick never returns. What orders a collector's
 	 * pin against this scan is the seq_cst store that moved the slot out
 	 * of LATEST (model_set_latest at booking), before this scan in program
-	 * order (docs/INVARIANTS.md). */
+	 * order, and, for collectors that store their pins without a fence,
+	 * the pin barrier between the two (docs/INVARIANTS.md). */
 	n = member_pages(m, pages);
+	if (n && (atomic_load_explicit(&b->ctl->features, memory_order_relaxed) &
+	          WSYNC_CTL_PIN_BARRIER)) {
+		int err = pin_barrier();
+
+		if (err) {
+			if (why)
+				snprintf(why, whylen, "model '%s': the pin barrier failed (%s); "
+				         "try again", m->name, strerror(-err));
+			return -EAGAIN;
+		}
+	}
 	pinned = hazard_scan(m->id, m->books.n_slots, pages, n);
 	slot = slot_pick(&m->books, pinned);
 	if (slot < 0) {

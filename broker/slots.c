@@ -5,7 +5,8 @@
  * neither LATEST nor GRANTED and no live session's hazard pins it. The books
  * are the broker's own memory; the pins come from session pages that clients
  * write at any time, so every pin is read once (seq_cst, pairing with the
- * reader's seq_cst pin store and re-load of `latest`, see slots.h) and
+ * reader's pin store and re-load of `latest` through seq_cst or through
+ * pin_barrier, see slots.h) and
  * range-checked before it selects a bit. Nothing read from a client page is
  * ever used as an index.
  */
@@ -17,6 +18,38 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/membarrier.h>
+
+/* The barrier reaches only processes registered for it (every client
+ * registers at connect, libclient/client.c); it costs the broker a few
+ * microseconds of IPIs per grant, once per commit. Without SYS_membarrier
+ * the broker never advertises it. */
+int pin_barrier(void)
+{
+#ifdef SYS_membarrier
+	/* the kernel may fail it for want of memory: a few tries, then the
+	 * grant fails rather than scan unordered pins */
+	for (int tries = 0; tries < 4; tries++)
+		if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0)
+			return 0;
+	return -errno;
+#else
+	return -ENOSYS;
+#endif
+}
+
+bool pin_barrier_works(void)
+{
+#ifdef SYS_membarrier
+	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+	return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) && pin_barrier() == 0;
+#else
+	return false;
+#endif
+}
 
 uint32_t hazard_scan(uint32_t model_id, uint32_t n_slots,
                      struct wsync_session_page *const *pages, size_t n)

@@ -6,17 +6,21 @@
  * (no torn reads): a slot is handed out for writing only if it is not the
  * latest, not already granted, and no live session pins it.
  *
- * Why one scan is enough: a reader stores its pin (seq_cst) and then re-reads
- * `latest` (seq_cst); the broker reads `latest` (seq_cst) and then the pins
- * (seq_cst). In the single total order of seq_cst operations, either the
- * broker's pin load comes after the reader's pin store (the broker sees the
- * pin), or the reader's second load of `latest` comes after the publisher's
- * store that moved `latest` away from the slot (the reader retries and never
- * reads the slot). See docs/INVARIANTS.md.
+ * Why one scan is enough: a reader stores its pin and then re-reads
+ * `latest` (seq_cst); the broker books the store that moved `latest` away
+ * from the slot (seq_cst) and then reads the pins (seq_cst). Either the
+ * broker's pin load sees the reader's pin, or the reader's second load of
+ * `latest` sees the newer value (the reader retries and never reads the
+ * slot). With seq_cst pins that is the single total order; with pins
+ * stored without a fence (WSYNC_CTL_PIN_BARRIER) it is pin_barrier(),
+ * which falls in the reader's thread either after its pin store (the scan
+ * sees the pin) or before its re-load (which sees the booking). See
+ * docs/INVARIANTS.md.
  */
 #ifndef WSYNC_BROKER_SLOTS_H
 #define WSYNC_BROKER_SLOTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +31,16 @@ struct slot_books {
 	uint8_t  state[WSYNC_MAX_SLOTS];     /* enum wsync_slot_state */
 	uint64_t version[WSYNC_MAX_SLOTS];   /* version held, 0 = none */
 };
+
+/*
+ * The pin barrier (shm/layout.h, WSYNC_CTL_PIN_BARRIER): a full memory
+ * barrier on every CPU running a thread of a registered client, so that a
+ * pin stored there without a fence is ordered against the booking store
+ * before it and the scan after it. pin_barrier_works() tries it once (at
+ * start); pin_barrier() runs it before a scan, 0 or -errno.
+ */
+bool pin_barrier_works(void);
+int pin_barrier(void);
 
 /*
  * Bitmask of the slots of model_id (bits < n_slots) pinned by any of the

@@ -18,9 +18,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/membarrier.h>
 
 #include "client.h"
 #include "conn.h"
@@ -183,6 +185,23 @@ static int session_check(const struct wsync_client *c)
 	return 0;
 }
 
+/* Whether this process receives the broker's pin barrier: registered at
+ * every connect (the registration belongs to the address space, so a child
+ * after fork() registers its own). ThreadSanitizer cannot see the barrier,
+ * so a TSan build keeps the fenced pin store. */
+static bool client_pin_barrier(const struct wsync_client *c)
+{
+#if defined(SYS_membarrier) && !defined(WSYNC_TSAN)
+	if (!(atomic_load_explicit(&c->ctl->features, memory_order_relaxed) &
+	      WSYNC_CTL_PIN_BARRIER))
+		return false;
+	return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+#else
+	(void)c;
+	return false;
+#endif
+}
+
 /* HELLO -> HELLO_OK: maps the control segment and the session page. */
 static int client_hello(struct wsync_client *c, const char *client_name)
 {
@@ -236,6 +255,7 @@ static int client_hello(struct wsync_client *c, const char *client_name)
 		goto out_close;
 	c->session = addr;
 	err = session_check(c);
+	c->pin_barrier = !err && client_pin_barrier(c);
 out_close:
 	wsync_reply_close_fds(&rep, 0);
 	return err;
@@ -256,6 +276,88 @@ static void client_free(struct wsync_client *c)
 /* Numbers clients so a thread's cached hint names the client it was made
  * for, even if a later client gets the same address. */
 static _Atomic uint32_t client_ids;
+
+/* The open clients, so that a thread giving its home record back (at its
+ * exit, after the client may have closed) finds the client only while it
+ * lives: wsync_close unlinks it under the lock before it frees it. */
+static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsync_client *clients_live;
+
+static void clients_link(struct wsync_client *c)
+{
+	pthread_mutex_lock(&clients_lock);
+	c->live_next = clients_live;
+	clients_live = c;
+	pthread_mutex_unlock(&clients_lock);
+}
+
+static void clients_unlink(struct wsync_client *c)
+{
+	pthread_mutex_lock(&clients_lock);
+	for (struct wsync_client **pp = &clients_live; *pp; pp = &(*pp)->live_next) {
+		if (*pp == c) {
+			*pp = c->live_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&clients_lock);
+}
+
+bool wsync_process_barrier(void)
+{
+#ifdef SYS_membarrier
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		return true;
+	/* a forked child may lack the registration its parent made */
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		return true;
+	return syscall(SYS_membarrier, MEMBARRIER_CMD_SHARED, 0, 0) == 0;
+#else
+	return false;
+#endif
+}
+
+/*
+ * An idle home is the thread's alone: it frees it with plain stores. A busy
+ * one is released by whoever holds its view, which stores HZ_IDLE and then
+ * loads home again with only a compiler barrier between (sub.c, hz_put);
+ * here LEAVING is stored, then the barrier, then owner is loaded again.
+ * The barrier falls in the releasing thread either after its store (this
+ * load sees HZ_IDLE and frees the record) or before its load (which sees
+ * LEAVING and frees it); both may, and client_home_finish lets one win.
+ */
+static void client_home_drop(struct wsync_client *c, uint32_t idx)
+{
+	struct hz_claim *h = &c->hz[idx];
+
+	if (atomic_load_explicit(&h->home, memory_order_relaxed) != HZ_HOME_LIVE)
+		return;
+	if (atomic_load_explicit(&h->owner, memory_order_acquire) == HZ_IDLE) {
+		atomic_store_explicit(&h->home, HZ_HOME_NONE, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&c->n_homes, 1, memory_order_relaxed);
+		atomic_store_explicit(&h->owner, NULL, memory_order_release);
+		return;
+	}
+	atomic_store_explicit(&h->home, HZ_HOME_LEAVING, memory_order_relaxed);
+	(void)wsync_process_barrier();
+	if (atomic_load_explicit(&h->owner, memory_order_acquire) == HZ_IDLE)
+		client_home_finish(c, idx);
+}
+
+void wsync_client_home_give_back(uint32_t client_id, uint32_t idx)
+{
+	if (idx >= WSYNC_MAX_VIEWS)
+		return;
+	pthread_mutex_lock(&clients_lock);
+	for (struct wsync_client *c = clients_live; c; c = c->live_next) {
+		if (c->client_id == client_id) {
+			client_home_drop(c, idx);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&clients_lock);
+}
 
 int wsync_connect(const char *endpoint, const char *client_name, wsync_client **out)
 {
@@ -288,6 +390,7 @@ int wsync_connect(const char *endpoint, const char *client_name, wsync_client **
 	err = client_hello(c, client_name);
 	if (err)
 		goto out_free;
+	clients_link(c);
 	*out = c;
 	return 0;
 
@@ -363,6 +466,7 @@ void wsync_close(wsync_client *c)
 			break;
 		h->close(h);
 	}
+	clients_unlink(c);
 	client_free(c);
 }
 

@@ -21,20 +21,39 @@
  *                   protected when it was taken; wsync_view_check() tells
  *                   later whether it still is.
  *
- * Why a pinned slot is safe: acquire stores the pin (seq_cst) and then loads
- * latest again (seq_cst), retrying if latest moved. The broker, before it
- * grants a slot, loads latest (seq_cst) and then the pins (seq_cst); it never
- * grants the slot its latest load names. All four accesses are in one total
- * order. Either the broker's pin load comes after our pin store, and it sees
- * the pin and skips the slot; or it comes before, and then so did its load of
- * latest, which for the slot to be a candidate already showed latest moved
- * away from our pair; our re-load comes later still, sees a newer latest, and
- * we retry without touching the slot. Versions only grow, so latest never
- * returns to an old word (no ABA). Cost: one seq_cst store and two loads; no
- * lock, no system call. (broker/slots.h states the broker's side.)
+ * Why a pinned slot is safe: acquire stores the pin and then loads latest
+ * again (seq_cst), retrying if latest moved. The broker, before it grants a
+ * slot, has booked the store that moved latest away from it (seq_cst, at the
+ * commit that replaced it) and then loads the pins (seq_cst); it never
+ * grants a slot latest or the grant names. Either the broker's pin load sees
+ * our pin and skips the slot; or our re-load sees the newer latest, and we
+ * retry without touching the slot. Versions only grow, so latest never
+ * returns to an old word (no ABA). What orders our pin store before our
+ * re-load against the broker's booking before its scan is one of two:
+ *  - seq_cst on both sides (an xchg here): all four accesses are in one
+ *    total order, and whichever of our pin store and its pin load comes
+ *    first decides;
+ *  - the pin barrier (client->pin_barrier, one predicted branch): the
+ *    broker runs membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between its
+ *    booking and its scan (WSYNC_CTL_PIN_BARRIER), which puts a full
+ *    barrier in each of our threads that runs meanwhile (a thread not
+ *    running passed one when it was switched out); our pin store then
+ *    needs only a compiler barrier before the re-load. Wherever the
+ *    barrier falls in the acquiring thread, it falls either after the pin
+ *    store, which the scan that follows then sees, or before the re-load,
+ *    which then sees the booking (the broker saw the publisher's latest
+ *    before it booked it, and full barriers are cumulative) and retries.
+ *    Used only where our registration for it succeeded (client.c) and the
+ *    broker says it runs it; never under TSan, which cannot see it.
+ * The session check after the pin (seq_cst load of self->id) pairs the same
+ * way with the broker clearing the id before a later grant stops counting
+ * our pins: a view handed out was protected when it was taken. Cost: a
+ * plain store and two loads; no lock, no system call, no fence.
+ * (broker/slots.h states the broker's side.)
  *
- * Hazard records (WSYNC_MAX_VIEWS per client, one cache line each) are
- * claimed by a compare-and-swap on a claim word of their own line, each
+ * Hazard records (WSYNC_MAX_VIEWS per client, one cache line each): a
+ * thread takes its home record with a load and a plain store, others by a
+ * compare-and-swap on a claim word of their own line (below, hz_take), each
  * thread starting at its own record, so threads acquiring at once through
  * one client neither share a record nor a cache line. A record's pin is cleared with a release
  * store when the view is released: every read of the slab by the holder
@@ -76,31 +95,96 @@
 #include "sub_attach.h"
 
 /*
- * A thread's starting record for one client. Threads start their search at
- * different records, so concurrent acquires through one client claim
- * different cache lines and never contend; the claim itself is a CAS on
- * the record's own line.
+ * Records: a thread's home record in the client it uses, claimed once by
+ * CAS (then HZ_HOME_LIVE) and from then on taken by that thread alone with
+ * a load and a plain store (HZ_IDLE -> the subscription); any thread that
+ * releases its view stores HZ_IDLE back. A thread whose home is busy (it
+ * holds a view already), or that has none (HZ_HOMES_MAX homes exist),
+ * claims another record by CAS, starting at a record of its own so that
+ * threads acquiring at once neither share a record nor a cache line. A
+ * home is given back when its thread exits (a key destructor) or moves on
+ * to another client, so pools of short-lived threads never use up the
+ * records (client.c, client_home_drop); a thread takes a home in a client
+ * at its second claim there in a row, so one that goes back and forth
+ * between clients claims by CAS instead of giving homes back each time.
+ *
+ * Initial-exec: the default model for a shared library costs a call to
+ * __tls_get_addr on every acquire; these 12 bytes fit the static TLS glibc
+ * keeps for libraries loaded later (ctypes) too.
  */
-/* Initial-exec: the default model for a shared library costs a call to
- * __tls_get_addr on every acquire; these 8 bytes fit the static TLS glibc
- * keeps for libraries loaded later (ctypes) too. */
+#define HZ_NO_HOME   UINT32_MAX          /* none: the next claim becomes it */
+#define HZ_HOME_LATER (UINT32_MAX - 1)   /* none, and the next claim does not
+                                            become it: a thread going back and
+                                            forth between clients keeps none */
 static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
-	uint32_t client_id;
-	uint32_t idx;
-} hz_hint;
+	uint32_t client_id;             /* the client of home and hint, 0 = none */
+	uint32_t home;                  /* this thread's home record, or HZ_NO_HOME */
+	uint32_t hint;                  /* where its CAS claims start */
+} hz_tls;
 
-/* Claims a free hazard record for s, starting at this thread's hint. */
-static inline __attribute__((always_inline))
-int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
+static pthread_once_t hz_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t hz_key;
+static bool hz_homes_ok;          /* the key exists: homes can be given back */
+
+static_assert(sizeof(void *) >= 8, "a key value holds a client id and a record");
+
+/* At a thread's exit: its home goes back to its client, if still open. */
+static void hz_thread_exit(void *value)
+{
+	uintptr_t w = (uintptr_t)value;
+
+	wsync_client_home_give_back((uint32_t)(w >> 32), (uint32_t)w - 1);
+}
+
+static void hz_key_init(void)
+{
+	hz_homes_ok = pthread_key_create(&hz_key, hz_thread_exit) == 0;
+}
+
+/* Makes record i (just claimed by CAS) this thread's home in c, unless c
+ * has enough homes. */
+static void hz_home_adopt(struct wsync_client *c, uint32_t i)
+{
+	(void)pthread_once(&hz_key_once, hz_key_init);
+	if (!hz_homes_ok)
+		return;
+	if (atomic_fetch_add_explicit(&c->n_homes, 1, memory_order_relaxed) >= HZ_HOMES_MAX) {
+		atomic_fetch_sub_explicit(&c->n_homes, 1, memory_order_relaxed);
+		return;
+	}
+	if (pthread_setspecific(hz_key, (void *)(((uintptr_t)c->client_id << 32) | (i + 1)))) {
+		atomic_fetch_sub_explicit(&c->n_homes, 1, memory_order_relaxed);
+		return;
+	}
+	/* busy with our view: whoever releases it sees this (it was handed
+	 * the view after we return) */
+	atomic_store_explicit(&c->hz[i].home, HZ_HOME_LIVE, memory_order_relaxed);
+	hz_tls.home = i;
+}
+
+/* This thread moves to client c: its home in the previous one goes back. */
+static void hz_switch(struct wsync_client *c)
+{
+	if (hz_tls.client_id && hz_tls.home < WSYNC_MAX_VIEWS) {
+		wsync_client_home_give_back(hz_tls.client_id, hz_tls.home);
+		(void)pthread_setspecific(hz_key, NULL);
+	}
+	hz_tls.client_id = c->client_id;
+	hz_tls.home = HZ_HOME_LATER;
+	hz_tls.hint = atomic_fetch_add_explicit(&c->hz_next_hint, 1,
+	                                        memory_order_relaxed) % WSYNC_MAX_VIEWS;
+}
+
+/* Claims a free record by CAS, and makes it this thread's home if it has
+ * none. */
+static __attribute__((noinline))
+int hz_take_slow(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 {
 	uint32_t start;
 
-	if (hz_hint.client_id != c->client_id) {
-		hz_hint.client_id = c->client_id;
-		hz_hint.idx = atomic_fetch_add_explicit(&c->hz_next_hint, 1,
-		                                        memory_order_relaxed) % WSYNC_MAX_VIEWS;
-	}
-	start = hz_hint.idx;
+	if (hz_tls.client_id != c->client_id)
+		hz_switch(c);
+	start = hz_tls.hint;
 	for (uint32_t k = 0; k < WSYNC_MAX_VIEWS; k++) {
 		uint32_t i = (start + k) % WSYNC_MAX_VIEWS;
 		struct wsync_sub *none = NULL;
@@ -110,12 +194,48 @@ int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
 		if (atomic_compare_exchange_strong_explicit(&c->hz[i].owner, &none, s,
 		                                            memory_order_acquire,
 		                                            memory_order_relaxed)) {
-			hz_hint.idx = i;
+			hz_tls.hint = i;
+			if (hz_tls.home == HZ_NO_HOME)
+				hz_home_adopt(c, i);
+			else if (hz_tls.home == HZ_HOME_LATER)
+				hz_tls.home = HZ_NO_HOME;
 			*idx = i;
 			return 0;
 		}
 	}
 	return -EAGAIN;
+}
+
+/* Takes this thread's home record if it is idle (no locked instruction),
+ * else claims one. The acquire pairs with the release that put it back:
+ * the releaser's clearing of pin and guard come before ours. */
+static inline __attribute__((always_inline))
+int hz_take(struct wsync_client *c, struct wsync_sub *s, uint32_t *idx)
+{
+	uint32_t i = hz_tls.home;
+
+	if (__builtin_expect(hz_tls.client_id == c->client_id && i < WSYNC_MAX_VIEWS &&
+	                     atomic_load_explicit(&c->hz[i].owner, memory_order_acquire) ==
+	                     HZ_IDLE, 1)) {
+		atomic_store_explicit(&c->hz[i].owner, s, memory_order_relaxed);
+		*idx = i;
+		return 0;
+	}
+	return hz_take_slow(c, s, idx);
+}
+
+/* Stores a pin, ordered before the loads that follow it: by the broker's
+ * pin barrier where it runs one (a compiler barrier here, one predicted
+ * branch), else by a seq_cst store. */
+static inline __attribute__((always_inline))
+void hz_pin(const struct wsync_client *c, struct wsync_hazard *hz, uint64_t pin)
+{
+	if (__builtin_expect(c->pin_barrier, 1)) {
+		atomic_store_explicit(&hz->pin, pin, memory_order_relaxed);
+		atomic_signal_fence(memory_order_seq_cst);
+	} else {
+		atomic_store(&hz->pin, pin);
+	}
 }
 
 /* Clears the record's pin; the claim and its guard stay. */
@@ -125,29 +245,54 @@ static void hz_unpin(struct wsync_client *c, uint32_t idx)
 }
 
 /* Frees record idx: the pin, then the guard (every read of the memory it
- * guarded happens before a reclaimer sees it gone), then the claim. Then
- * frees what s retired if nothing else guards it, unless another thread
- * holds the lock (that one, or a later put, does it). */
-static void hz_put(struct wsync_client *c, uint32_t idx)
+ * guarded happens before a reclaimer sees it gone), then the claim (back
+ * to HZ_IDLE for a home). Then frees what s retired if nothing else guards
+ * it, unless another thread holds the lock (that one, or a later put, does
+ * it). */
+static __attribute__((noinline)) void hz_reclaim(struct wsync_client *c, struct wsync_sub *s)
 {
-	struct wsync_sub *s = atomic_load_explicit(&c->hz[idx].owner, memory_order_relaxed);
-
-	hz_unpin(c, idx);
-	atomic_store_explicit(&c->hz[idx].maps, NULL, memory_order_relaxed);
-	/* release is enough: a scan that reads NULL here (seq_cst, so at least
-	 * acquire) sees every read of the guarded memory before it; only the
-	 * store that sets a guard needs the full fence */
-	atomic_store_explicit(&c->hz[idx].guard, NULL, memory_order_release);
-	atomic_store_explicit(&c->hz[idx].owner, NULL, memory_order_release);
-	if (s && atomic_load_explicit(&s->n_retired, memory_order_relaxed) &&
-	    pthread_mutex_trylock(&c->lock) == 0) {
+	if (pthread_mutex_trylock(&c->lock) == 0) {
 		wsync_sub_reclaim(s);
 		client_unlock(c);
 	}
 }
 
-static int hz_fail_full(const struct wsync_sub *s)
+static inline __attribute__((always_inline))
+void hz_put(struct wsync_client *c, uint32_t idx)
 {
+	struct hz_claim *h = &c->hz[idx];
+	struct wsync_sub *s = atomic_load_explicit(&h->owner, memory_order_relaxed);
+
+	hz_unpin(c, idx);
+	atomic_store_explicit(&h->maps, NULL, memory_order_relaxed);
+	/* release is enough: a scan that reads NULL here (seq_cst, so at least
+	 * acquire) sees every read of the guarded memory before it; only the
+	 * store that sets a guard needs the full fence */
+	atomic_store_explicit(&h->guard, NULL, memory_order_release);
+	if (__builtin_expect(atomic_load_explicit(&h->home, memory_order_relaxed) !=
+	                     HZ_HOME_NONE, 1)) {
+		atomic_store_explicit(&h->owner, HZ_IDLE, memory_order_release);
+		/* its thread may be giving it back meanwhile: with its barrier,
+		 * one of us sees the other (client.c, client_home_drop) */
+		atomic_signal_fence(memory_order_seq_cst);
+		if (__builtin_expect(atomic_load_explicit(&h->home, memory_order_relaxed) ==
+		                     HZ_HOME_LEAVING, 0))
+			client_home_finish(c, idx);
+	} else {
+		atomic_store_explicit(&h->owner, NULL, memory_order_release);
+	}
+	if (__builtin_expect(s && atomic_load_explicit(&s->n_retired, memory_order_relaxed), 0))
+		hz_reclaim(c, s);
+}
+
+static __attribute__((noinline, cold)) int hz_fail_full(const struct wsync_sub *s)
+{
+	uint32_t homes = atomic_load_explicit(&s->c->n_homes, memory_order_relaxed);
+
+	if (homes > 1)
+		return wsync_fail(-EAGAIN, "model '%s': every hazard record of this client is "
+		                  "taken: views held, or home records of %u of its threads "
+		                  "(%d records)", s->model, homes, WSYNC_MAX_VIEWS);
 	return wsync_fail(-EAGAIN, "model '%s': %d views already held by this client",
 	                  s->model, WSYNC_MAX_VIEWS);
 }
@@ -173,8 +318,8 @@ void wsync_sub_hz_put(struct wsync_sub *s, uint32_t idx)
  * falls after the guard store, which the scan then sees, and the old
  * memory stays; or before the re-load, which then sees the new memory, and
  * we guard that instead. Moves are rare, so the barrier's microseconds go
- * to the follow and the common path pays no fence for the guard (the pin
- * after it still has one).
+ * to the follow and the common path pays no fence for the guard (nor for
+ * the pin after it, where the broker runs the pin barrier).
  */
 static inline __attribute__((always_inline))
 struct sub_maps *sub_guard(struct wsync_sub *s, uint32_t idx,
@@ -209,9 +354,9 @@ struct sub_maps *wsync_sub_guard(struct wsync_sub *s, uint32_t idx,
 
 #define ACQUIRE_MAX_TRIES 4096   /* an honest latest moves once per commit */
 
-uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s,
-                                  const struct wsync_model_page *page,
-                                  const _Atomic uint64_t **src)
+static inline __attribute__((always_inline))
+uint64_t sub_trusted_latest(const struct wsync_sub *s, const struct wsync_model_page *page,
+                            const _Atomic uint64_t **src)
 {
 	uint64_t l = atomic_load_explicit(&page->latest, memory_order_acquire);
 	/* grant before latest: the broker stores them in the other order, so a
@@ -219,7 +364,7 @@ uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s,
 	uint64_t g = atomic_load_explicit(&s->entry->grant, memory_order_acquire);
 	uint64_t v = atomic_load_explicit(&s->entry->latest, memory_order_acquire);
 
-	if (l == v || (g && l == g)) {
+	if (__builtin_expect(l == v || (g && l == g), 1)) {
 		*src = &page->latest;
 		return l;
 	}
@@ -227,37 +372,56 @@ uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s,
 	return v;
 }
 
-/* -ECONNRESET once the broker no longer counts this client's hazards. */
-static int sub_check_session(struct wsync_sub *s)
+uint64_t wsync_sub_trusted_latest(const struct wsync_sub *s,
+                                  const struct wsync_model_page *page,
+                                  const _Atomic uint64_t **src)
+{
+	return sub_trusted_latest(s, page, src);
+}
+
+static __attribute__((noinline)) int sub_session_ended(struct wsync_sub *s)
 {
 	struct wsync_client *c = s->c;
 
-	if (client_session_live(c))
-		return 0;
 	wsync_conn_mark_dead(c, "the broker ended this client's session");
 	return wsync_fail(-ECONNRESET, "model '%s': the broker ended this client's session "
 	                  "(its log says why); connect again", s->model);
 }
 
+/* -ECONNRESET once the broker no longer counts this client's hazards. */
+static inline __attribute__((always_inline)) int sub_check_session(struct wsync_sub *s)
+{
+	if (__builtin_expect(client_session_live(s->c), 1))
+		return 0;
+	return sub_session_ended(s);
+}
+
 /* Empties the notification eventfd before latest is read: a commit after
  * this point writes it again, so no notification of a newer version is
  * lost to the drain. */
-static void sub_drain_fd(struct wsync_sub *s)
+static __attribute__((noinline)) void sub_drain_efd(int efd)
 {
-	int efd = atomic_load_explicit(&s->efd, memory_order_acquire);
 	uint64_t n;
 
-	if (efd >= 0)
-		while (read(efd, &n, sizeof(n)) < 0 && errno == EINTR)
-			;
+	while (read(efd, &n, sizeof(n)) < 0 && errno == EINTR)
+		;
+}
+
+static inline __attribute__((always_inline)) void sub_drain_fd(struct wsync_sub *s)
+{
+	int efd = atomic_load_explicit(&s->efd, memory_order_acquire);
+
+	if (__builtin_expect(efd >= 0, 0))
+		sub_drain_efd(efd);
 }
 
 /* Pins the slot the trusted latest names; returns 0 with *latest and
  * *maps, or an error with the record still claimed (the caller frees it).
  * Bounded: a latest that keeps moving (a publisher gone wrong) or goes
  * below what this subscription saw before gives -EAGAIN, never a loop. */
-static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
-                          uint64_t *latest, struct sub_maps **maps)
+static __attribute__((noinline))
+int sub_pin_latest_loop(struct wsync_sub *s, uint32_t idx, int64_t deadline,
+                        uint64_t *latest, struct sub_maps **maps)
 {
 	struct wsync_hazard *hz = client_hazard(s->c, idx);
 	uint64_t floor = 0, l = 0;
@@ -276,7 +440,7 @@ static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
 		 * checked by the maps' own incarnation, so a maps another thread
 		 * replaced meanwhile is never read with the new memory's latest. */
 		err = wsync_sub_check_model_in(s, inc);
-		if (err == WSYNC_SUB_MOVED) {
+		if (__builtin_expect(err == WSYNC_SUB_MOVED, 0)) {
 			if (inc != atomic_load_explicit(&s->incarnation, memory_order_acquire))
 				continue;        /* another thread followed it already */
 			err = wsync_sub_attach(s, deadline);
@@ -286,7 +450,7 @@ static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
 		}
 		if (err)
 			return err;
-		l = wsync_sub_trusted_latest(s, page, &src);
+		l = sub_trusted_latest(s, page, &src);
 		slot = wsync_latest_slot(l);
 		if (slot == WSYNC_SLOT_NONE)
 			return wsync_fail(-ENODATA, "model '%s': nothing published yet", s->model);
@@ -297,7 +461,7 @@ static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
 		floor = atomic_load_explicit(&s->last_version, memory_order_relaxed);
 		if (wsync_latest_version(l) < floor)
 			continue;                /* another thread took a newer one */
-		atomic_store(&hz->pin, wsync_pin_pack(s->model_id, slot));
+		hz_pin(s->c, hz, wsync_pin_pack(s->model_id, slot));
 		if (atomic_load(src) != l)
 			continue;
 		/* The pair is this model's, in this memory, only if the entry
@@ -338,40 +502,85 @@ static int sub_pin_latest(struct wsync_sub *s, uint32_t idx, int64_t deadline,
 	                  s->model, ACQUIRE_MAX_TRIES);
 }
 
-int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view *out)
+/*
+ * The common case of sub_pin_latest_loop's first round, straight through:
+ * the model READY, in the memory the maps belong to, no move under way,
+ * the page's latest trusted, not below what was taken before and unchanged
+ * after the pin; the same steps and the same order as the loop, with the
+ * subscription's words loaded once. false for anything else, and the loop
+ * starts over (its first guard and pin replace these).
+ */
+static inline __attribute__((always_inline))
+bool sub_pin_fast(struct wsync_sub *s, struct wsync_client *c, uint32_t idx,
+                  uint64_t *latest, struct sub_maps **maps)
 {
-	uint32_t idx;
-	int err;
+	const struct wsync_ctl_model *e = s->entry;
+	struct sub_maps *m = atomic_load_explicit(&s->maps, memory_order_acquire);
+	const _Atomic uint64_t *lw;
+	uint64_t l, g, v, inc;
+	uint32_t slot;
 
-	if (client_broker_gone(s->c))
-		return client_fail_gone(s->c, s->model);
-	if (hz_take(s->c, s, &idx))
-		return hz_fail_full(s);
-	err = wsync_sub_acquire_in(s, idx, deadline, device, out);
-	if (err)
-		hz_put(s->c, idx);
-	return err;
+	if (__builtin_expect(!m, 0))
+		return false;
+	/* sub_guard's store, fence and re-load */
+	atomic_store_explicit(&c->hz[idx].guard, m, memory_order_release);
+	atomic_signal_fence(memory_order_seq_cst);
+	if (__builtin_expect(atomic_load_explicit(&s->maps, memory_order_acquire) != m, 0))
+		return false;
+	inc = m->incarnation;
+	if (__builtin_expect(atomic_load_explicit(&e->incarnation, memory_order_acquire) != inc,
+	                     0))
+		return false;
+	lw = &m->page->latest;
+	l = atomic_load_explicit(lw, memory_order_acquire);
+	g = atomic_load_explicit(&e->grant, memory_order_acquire);
+	v = atomic_load_explicit(&e->latest, memory_order_acquire);
+	slot = wsync_latest_slot(l);
+	/* slot < n_slots also rules out WSYNC_SLOT_NONE */
+	if (__builtin_expect((l != v && (!g || l != g)) || slot >= m->n_slots ||
+	                     wsync_latest_version(l) == 0 ||
+	                     wsync_latest_version(l) <
+	                     atomic_load_explicit(&s->last_version, memory_order_relaxed), 0))
+		return false;
+	hz_pin(c, client_hazard(c, idx), wsync_pin_pack(s->model_id, slot));
+	if (__builtin_expect(atomic_load(lw) != l ||
+	                     atomic_load_explicit(&e->incarnation, memory_order_acquire) != inc ||
+	                     !client_session_live(c), 0))
+		return false;
+	*latest = l;
+	*maps = m;
+	return true;
 }
 
-int wsync_sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline, bool device,
-                         wsync_view *out)
+static inline __attribute__((always_inline))
+int sub_pin_latest(struct wsync_sub *s, struct wsync_client *c, uint32_t idx,
+                   int64_t deadline, uint64_t *latest, struct sub_maps **maps)
+{
+	if (__builtin_expect(sub_pin_fast(s, c, idx, latest, maps), 1))
+		return 0;
+	return sub_pin_latest_loop(s, idx, deadline, latest, maps);
+}
+
+/* acquire with record idx claimed; the caller checked the broker is there */
+static inline __attribute__((always_inline))
+int sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline, bool device,
+                   wsync_view *out)
 {
 	const struct wsync_slot_meta *meta;
 	struct wsync_client *c = s->c;
 	struct wsync_hazard *hz = client_hazard(c, idx);
 	struct sub_maps *m = NULL;
 	uint64_t l = 0, version;
+	int64_t since;
 	uint32_t slot;
 	int err;
 
-	if (client_broker_gone(c))
-		return client_fail_gone(c, s->model);
 	sub_drain_fd(s);
-	err = sub_pin_latest(s, idx, deadline, &l, &m);
-	if (!err && m->device_only && !device)
+	err = sub_pin_latest(s, c, idx, deadline, &l, &m);
+	if (__builtin_expect(!err && m->device_only && !device, 0))
 		err = wsync_fail(-ENODEV, "model '%s' lives on GPUs only (no host mirror): take "
 		                 "device views with wsync_sub_acquire_gpu", s->model);
-	if (err) {
+	if (__builtin_expect(err != 0, 0)) {
 		hz_unpin(c, idx);
 		return err;
 	}
@@ -392,12 +601,16 @@ int wsync_sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline, bo
 	out->priv_hazard = idx;
 
 	/* Informational bookkeeping, on the record's own line (monitors show
-	 * long holders; the coarse clock costs a few ns instead of a few tens).
-	 * The shared last_version is written only when it grows, so threads
-	 * taking the same version share its line read-only. */
+	 * long holders). The time is the broker's last tick, a load: a clock
+	 * read would cost more than the rest of the acquire, and the tools
+	 * say how long a view was held to within a tick, never less than
+	 * the truth. The shared last_version is written only when it grows,
+	 * so threads taking the same version share its line read-only. */
+	since = atomic_load_explicit(&c->ctl->tick_ns, memory_order_relaxed);
+	if (__builtin_expect(since == 0, 0))
+		since = wsync_clock_ns(CLOCK_MONOTONIC_COARSE);   /* an older broker */
 	atomic_store_explicit(&hz->version, version, memory_order_relaxed);
-	atomic_store_explicit(&hz->since_ns, wsync_clock_ns(CLOCK_MONOTONIC_COARSE),
-	                      memory_order_relaxed);
+	atomic_store_explicit(&hz->since_ns, since, memory_order_relaxed);
 	atomic_store_explicit(&hz->acquires,
 	                      atomic_load_explicit(&hz->acquires, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
@@ -411,6 +624,29 @@ int wsync_sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline, bo
 		atomic_store_explicit(&c->session->acquired[s->model_id], version,
 		                      memory_order_relaxed);
 	return 0;
+}
+
+int wsync_sub_acquire_by(wsync_sub *s, int64_t deadline, bool device, wsync_view *out)
+{
+	uint32_t idx;
+	int err;
+
+	if (__builtin_expect(client_broker_gone(s->c), 0))
+		return client_fail_gone(s->c, s->model);
+	if (__builtin_expect(hz_take(s->c, s, &idx) != 0, 0))
+		return hz_fail_full(s);
+	err = sub_acquire_in(s, idx, deadline, device, out);
+	if (__builtin_expect(err != 0, 0))
+		hz_put(s->c, idx);
+	return err;
+}
+
+int wsync_sub_acquire_in(struct wsync_sub *s, uint32_t idx, int64_t deadline, bool device,
+                         wsync_view *out)
+{
+	if (client_broker_gone(s->c))
+		return client_fail_gone(s->c, s->model);
+	return sub_acquire_in(s, idx, deadline, device, out);
 }
 
 int wsync_sub_set_ack(wsync_sub *s, int explicit_ack)

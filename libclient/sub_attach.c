@@ -242,24 +242,14 @@ static bool retired_guarded(struct wsync_client *c, const struct sub_retired *r)
  * Makes every guard a thread of this process stored before now visible to
  * the scan that follows: readers store their guards without a fence
  * (sub.c, wsync_sub_guard), and membarrier runs a full barrier on every CPU
- * running one of our threads (a thread not running passed one when it was
- * switched out). Private expedited needs a registration (wsync_sub_open
- * makes it; a forked child may lack it, so it is made again here); the
- * global command, slower, needs none. false when no barrier could be had:
- * then nothing is freed (retired memory stays mapped until close).
+ * running one of our threads (wsync_process_barrier, client.c). Private
+ * expedited needs a registration (wsync_sub_open makes it); false when no
+ * barrier could be had: then nothing is freed (retired memory stays mapped
+ * until close).
  */
 static bool reclaim_barrier(void)
 {
-#ifdef SYS_membarrier
-	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-		return true;
-	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
-	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-		return true;
-	return syscall(SYS_membarrier, MEMBARRIER_CMD_SHARED, 0, 0) == 0;
-#else
-	return false;
-#endif
+	return wsync_process_barrier();
 }
 
 void wsync_sub_register_barrier(void)

@@ -54,7 +54,8 @@ int wsync_sub_declare_max_lag(wsync_sub *s, uint32_t versions, int64_t max_age_n
 	return 0;
 }
 
-static int acquire_bounded(struct wsync_sub *s, int64_t max_age_ns, wsync_view *out)
+static __attribute__((noinline))
+int acquire_bounded(struct wsync_sub *s, int64_t max_age_ns, wsync_view *out)
 {
 	int64_t timeout = atomic_load_explicit(&s->lag_timeout_ns, memory_order_relaxed);
 	int64_t deadline = wsync_deadline(timeout), left, published;
@@ -95,8 +96,8 @@ int wsync_sub_acquire(wsync_sub *s, wsync_view *out)
 	if (!s || !out)
 		return wsync_fail(-EINVAL, "wsync_sub_acquire: subscription and out must not be NULL");
 	max_age = atomic_load_explicit(&s->max_age_ns, memory_order_relaxed);
-	if (max_age)
+	if (__builtin_expect(max_age != 0, 0))
 		return acquire_bounded(s, max_age, out);
 	err = wsync_sub_acquire_by(s, -1, false, out);
-	return err == -ESTALE ? -EAGAIN : err;   /* the message stays */
+	return __builtin_expect(err == -ESTALE, 0) ? -EAGAIN : err;   /* the message stays */
 }

@@ -76,7 +76,9 @@ extern "C" {
 
 #define WSYNC_NAME_MAX   128     /* tensor and model names, including the NUL */
 #define WSYNC_MAX_DIMS   8
-#define WSYNC_MAX_VIEWS  63      /* views held at once per client */
+#define WSYNC_MAX_VIEWS  63      /* views held at once per client; up to
+                                    31 of them kept (idle) by the threads
+                                    that acquire through it, one each */
 #define WSYNC_ALIGN      256     /* every tensor offset is a multiple of this */
 #define WSYNC_FOREVER    ((int64_t)-1)
 

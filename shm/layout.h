@@ -135,9 +135,25 @@ struct wsync_ctl_header {
 	 * max_sessions entries, after the session table); 0 from brokers
 	 * before it, whose segments end with the session table. */
 	uint32_t bounds_offset;
-	uint8_t  reserved[WSYNC_PAGE - 272];
+	/* enum wsync_ctl_features: what this broker does that a client may
+	 * count on. Set before the first client connects, constant after. */
+	_Atomic uint32_t features;
+	uint32_t pad;
+	/* CLOCK_MONOTONIC_COARSE at the broker's last housekeeping tick (once
+	 * a second): what a collector stamps its hazard's since_ns with, a
+	 * load where a clock read costs more than the rest of an acquire. */
+	_Atomic int64_t tick_ns;
+	uint8_t  reserved[WSYNC_PAGE - 288];
 };
 #define WSYNC_BROKER_DIED 0x40000000u
+enum wsync_ctl_features {
+	/* Every grant runs membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between
+	 * its booking of latest and its scan of the pins (broker/slots.h): a
+	 * client whose own MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED succeeded
+	 * may store its pins without a fence (libclient/sub.c). A broker that
+	 * found the call failing at start does not set it. */
+	WSYNC_CTL_PIN_BARRIER = 1u << 0,
+};
 static_assert(sizeof(struct wsync_ctl_header) == WSYNC_PAGE, "ctl header is one page");
 static_assert(offsetof(struct wsync_ctl_header, state) == 32, "ctl state offset");
 static_assert(offsetof(struct wsync_ctl_header, name) == 120, "ctl name offset");
@@ -145,6 +161,8 @@ static_assert(offsetof(struct wsync_ctl_header, stats_ns) == 184, "ctl stats_ns 
 static_assert(offsetof(struct wsync_ctl_header, broker_alive) == 192, "ctl broker_alive offset");
 static_assert(offsetof(struct wsync_ctl_header, work_mutes) == 256, "ctl work_mutes offset");
 static_assert(offsetof(struct wsync_ctl_header, bounds_offset) == 268, "ctl bounds_offset offset");
+static_assert(offsetof(struct wsync_ctl_header, features) == 272, "ctl features offset");
+static_assert(offsetof(struct wsync_ctl_header, tick_ns) == 280, "ctl tick_ns offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {
@@ -443,7 +461,9 @@ static inline uint32_t wsync_pin_slot(uint64_t pin) { return (uint32_t)pin; }
 struct wsync_hazard {
 	_Atomic uint64_t pin;            /* wsync_pin_pack(), 0 = free */
 	_Atomic uint64_t version;        /* informational: version held */
-	_Atomic int64_t  since_ns;       /* informational: CLOCK_MONOTONIC_COARSE */
+	_Atomic int64_t  since_ns;       /* informational: CLOCK_MONOTONIC_COARSE,
+	                                    the ctl header's tick_ns at acquire
+	                                    (at most a tick before it) */
 	_Atomic uint64_t acquires;       /* informational: views taken through this
 	                                    record (a session's total is the sum;
 	                                    kept here so threads share no line) */
