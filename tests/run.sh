@@ -15,8 +15,8 @@
 # Most tests start a broker and a few client processes that mostly wait on
 # each other, so two of them share CI's two cores well. The tests named in
 # SOLO run alone, one after another, once the others are done: they assert
-# timings or ratios of timings against a load they create themselves, or
-# they use both cores hard enough to slow down another test's deadlines.
+# timings or ratios of timings against a load they create themselves. The
+# others' deadlines are seconds: they pass under TSan, several times slower.
 set -u
 set -f    # the SOLO patterns are matched with case, never expanded
 
@@ -34,12 +34,13 @@ export BUILD
 #   acked_settle          an ack settles its publisher's wait before the poll
 #   deadlines, broker_stalled, wait_timeout, live_bounds
 #                         100-250 ms deadlines kept within a bound
-#   bench_smoke, fault_soak_short
-#                         each keeps both cores busy for seconds
 SOLO_DEFAULT='integ/budget_* integ/hostile_* integ/move_off_loop integ/name_collisions
 	integ/wait_spin integ/acked_settle integ/deadlines integ/broker_stalled
-	integ/wait_timeout integ/live_bounds integ/bench_smoke integ/fault_soak_short'
+	integ/wait_timeout integ/live_bounds'
 SOLO=${WSYNC_TEST_SOLO-$SOLO_DEFAULT}
+# The longest of the others start first, so that the short ones fill the
+# other lane meanwhile instead of one of these running alone at the end.
+LONG='integ/bench_smoke integ/fault_soak_short integ/collector_moves integ/sharded'
 
 if [ -z "${WSYNC_TEST_JOBS:-}" ]; then
 	JOBS=2
@@ -161,8 +162,15 @@ lane() {
 
 : >"$TMP/shared"
 : >"$TMP/results"
-for bin in "$@"; do
-	is_solo "$(test_name "$bin")" || printf '%s\n' "$bin" >>"$TMP/shared"
+for long in 1 0; do
+	for bin in "$@"; do
+		name=$(test_name "$bin")
+		is_solo "$name" && continue
+		case " $LONG " in
+		*" $name "*) [ "$long" = 1 ] && printf '%s\n' "$bin" >>"$TMP/shared" ;;
+		*) [ "$long" = 0 ] && printf '%s\n' "$bin" >>"$TMP/shared" ;;
+		esac
+	done
 done
 
 if [ "$JOBS" -gt 1 ]; then
