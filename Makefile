@@ -470,7 +470,9 @@ soak: all $(BUILD)/tests/soak/soak
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SAN=tsan CC=clang tsan-run
 
-tsan-run: all $(TSAN_BIN)
+# Only what those tests run: the tools are never started by them, and under
+# TSan they were a third of the build.
+tsan-run: $(WSYNCD) $(TSAN_BIN)
 	$(Q)BUILD=$(BUILD) TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" \
 		sh tests/run.sh $(TSAN_BIN)
 
@@ -484,7 +486,7 @@ FAKECUDA_LINK:= -L$(BUILD)/tests/fakecuda -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/.
 endif
 # Here, once FAKECUDA is defined (prerequisites expand when read):
 # gpu_slabs and test_gpu.py load the fake through WSYNC_LIBCUDA.
-tests test-python: $(FAKECUDA)
+tests test-python tsan-run: $(FAKECUDA)
 
 $(BUILD)/obj/tests/fakecuda/%.o: tests/fakecuda/%.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)

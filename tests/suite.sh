@@ -9,8 +9,9 @@
 # summary ("3 passed, 1 skipped in 2.01s"); a command without either counts
 # as one test, passed if it exited 0. A command that exits non-zero with no
 # failure in its count (a build error, pytest's own error) adds one failure.
-# The last line is the sum alone, "N passed, N failed, N skipped" (CI reads
-# it); the exit status is 1 if anything failed.
+# The line before the last has each suite's count and wall time; the last
+# line is the sum alone, "N passed, N failed, N skipped" (CI reads it); the
+# exit status is 1 if anything failed.
 set -u
 
 if [ $# -eq 0 ] || [ $(($# % 2)) -ne 0 ]; then
@@ -57,11 +58,13 @@ while [ $# -gt 0 ]; do
 	name=$1 cmd=$2
 	shift 2
 	echo "== $name"
+	t0=$(date +%s)
 	{ sh -c "$cmd" 2>&1; echo $? >"$TMP/rc"; } | tee "$TMP/out"
 	rc=$(cat "$TMP/rc")
+	took=$(($(date +%s) - t0))
 	set -- $(count "$TMP/out" "$rc") "$@"
 	P=$((P + $1)) F=$((F + $2)) S=$((S + $3))
-	summary="$summary${summary:+; }$name: $1 passed, $2 failed, $3 skipped"
+	summary="$summary${summary:+; }$name: $1 passed, $2 failed, $3 skipped ($took s)"
 	shift 3
 done
 
