@@ -613,7 +613,7 @@ _Base = _TorchRLScheme if _TorchRLScheme is not None else object
 # to the process's own objects).
 _RUNTIME = ("_end", "_lock", "_thread", "_stop", "_context_ref", "_model_ref",
             "_sender_transports", "_receiver_transport", "_background_thread", "_stop_event",
-            "_init_weights", "_shared", "_send_lock", "_held", "_retired")
+            "_init_weights", "_shared", "_send_lock", "_held", "_retired", "_plan")
 
 
 class WsyncWeightSyncScheme(_Base):
@@ -715,6 +715,7 @@ class WsyncWeightSyncScheme(_Base):
         self._held = None          # the view whose tensors a swap put in the model
         self._retired = None       # a weak reference to the one swapped out last
         self._swapped = None       # what the last swap put in (_weights_of)
+        self._plan = _module.SwapPlan()    # how it did: the next swap follows it
         self._initialized_on_sender = False
         self._initialized_on_receiver = False
         self._synchronized_on_sender = False
@@ -1055,6 +1056,12 @@ class WsyncWeightSyncScheme(_Base):
         return weights
 
     def _flat(self, weights):
+        if weights is None:
+            model = self.model
+            if _is_module(model):
+                # the module's tensors as they are: publishing copies them
+                # anyway, so nothing is detached or formatted first
+                return _module_tensors(model)
         w = self.prepare_weights(weights)
         if _is_module(w):
             return _module_tensors(w)
@@ -1260,9 +1267,13 @@ class WsyncWeightSyncScheme(_Base):
         is let go: released as soon as no code holds one of its tensors any
         more (at once, unless a forward pass running meanwhile still uses
         them: it finishes on the old version, never on a released one)."""
-        if self._swaps(model):
-            put = {}
-            res = _module.swap_into(view, model, strict=self.strict, put=put)
+        put = {}
+        # the module as the last swap left it takes the next version of the
+        # same layout the same way, unchecked (SwapPlan); else all is looked at
+        res = _module.swap_again(self._plan, view, model, self.strict, put)
+        if res is None and self._swaps(model):
+            res = _module.swap_into(view, model, strict=self.strict, put=put, plan=self._plan)
+        if res is not None:
             # the module's weights now, for the cascade: every one the
             # module's state_dict names came from the view
             self._swapped = None if res.missing_keys else put
@@ -1277,6 +1288,7 @@ class WsyncWeightSyncScheme(_Base):
                 gc.collect()
             self._retired = None if prev is None else weakref.ref(prev)
             return True
+        self._plan.forget()
         view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
         return False
 
