@@ -278,6 +278,39 @@ def test_one_session_per_worker_acknowledges_exactly(sender):
         rx.shutdown()
 
 
+def test_a_synchronous_send_asks_for_the_workers_right_behind_its_commit(sender,
+                                                                           monkeypatch):
+    """send() with sync=True commits without waiting for the broker's
+    confirmation (commit_async) and asks at once for the workers'
+    acknowledgements, which the broker answers at the same look; the
+    confirmation is collected before send() returns. send_async() still
+    commits the usual way."""
+    rx = receiver_of(sender, net(2))
+    rx.connect(worker_idx=0)
+    try:
+        pub = sender._end.publisher
+        cls = type(pub)
+        early = []
+        orig = cls.publish_async
+        monkeypatch.setattr(cls, "publish_async",
+                            lambda self, *a, **k: early.append(1) or orig(self, *a, **k))
+        for value in (2.0, 3.0):
+            step(sender.trainer, value)
+            sender.send()
+            assert same(rx.model, sender.trainer)
+            assert not sender._end.unconfirmed
+            with pytest.raises(wsync.WsyncError, match="no async commit outstanding"):
+                pub.wait_ack(0)
+        assert early == [1, 1]
+        step(sender.trainer, 4.0)
+        v = sender.send_async()
+        assert early == [1, 1] and not sender._end.unconfirmed
+        sender.wait_async()
+        assert same(rx.model, sender.trainer) and rx.version == v
+    finally:
+        rx.shutdown()
+
+
 def test_send_follows_a_killed_and_restarted_broker(sender, broker):
     """kill -9 of the broker and a new one: the sender and the worker follow
     it by themselves, and a synchronous send() returns once the worker

@@ -21,6 +21,10 @@ every worker has applied the weights) with each scheme:
   multiprocess  the stand-in's MultiProcessWeightSyncScheme, as TorchRL's:
                 the weights through each worker's queue, applied in place
 
+Each scheme first makes 5 untimed updates (every one of wsync's 4 slabs
+used once, pages touched, queues started); a 1 MiB model is then timed at
+least 15 times (cheap, and its figures move most between samples), a
+64 MiB one --repeats times (twice that without --quick).
 After every timed update each worker's policy is compared with the trainer's
 (crc32 of every tensor's bytes, outside the timing): "exact" says all were.
 Prints one JSON line per figure:
@@ -48,6 +52,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 STANDIN = os.path.join(ROOT, "tests", "python", "torchrl_standin")
 WORKERS = 3
+WARM = 5            # updates before the timed ones: each of a model's 4 slabs once
+SMALL_MIN_N = 15    # samples at least, for a model of a few MiB (cheap to time)
 
 
 def emit(**kw):
@@ -96,7 +102,7 @@ def run_one(torch, kind, start, mib, endpoint, n):
     col = MultiCollector(policy, WORKERS, {"policy": scheme}, start)
     try:
         col.start()
-        for _ in range(2):                       # warm: slabs, pages, queues
+        for _ in range(WARM):                    # warm: every slab, pages, queues
             train_step(torch, policy, opt, width)
             col.update_policy_weights_()
         times, exact = [], True
@@ -161,7 +167,8 @@ def main():
         for mib in (int(x) for x in args.sizes.split(",")):
             for kind in args.schemes.split(","):
                 try:
-                    run_one(torch, kind, start, mib, args.endpoint, n)
+                    run_one(torch, kind, start, mib, args.endpoint,
+                            max(n, SMALL_MIN_N) if mib <= 4 else n)
                 except Exception as e:
                     traceback.print_exc()
                     first = (str(e).splitlines() or [""])[0][:120]

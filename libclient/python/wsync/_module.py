@@ -278,10 +278,18 @@ def _as_parameter(t, Parameter):
     torch-function dispatches per tensor (a third of a small model's swap).
     Where torch does not know the mark, Parameter() as usual."""
     t._is_param = True
-    return t if isinstance(t, Parameter) else Parameter(t, requires_grad=False)
+    if _MARK_WORKS:
+        return t
+    if isinstance(t, Parameter):
+        _MARK_WORKS.append(True)   # the same for every read-only tensor after
+        return t
+    return Parameter(t, requires_grad=False)
 
 
-def swap_into(view, module, strict=True, put=None):
+_MARK_WORKS = []     # [True] once a marked tensor was seen to be a Parameter
+
+
+def swap_into(view, module, strict=True, put=None, plan=None):
     """Puts view's tensors into module, without copying: each parameter and
     buffer the view names becomes a read-only zero-copy tensor over the
     view (a ReadOnlyTensor; a parameter stays a parameter, without grad),
@@ -295,7 +303,8 @@ def swap_into(view, module, strict=True, put=None):
     held while its tensors are in the module (they raise ClosedError once
     it is released) and lets it go when the next one is swapped in.
     put (a dict), if given, gets {name: tensor put in} for the names
-    load_state_dict would ask for, in the module's order.
+    load_state_dict would ask for, in the module's order. plan (a SwapPlan),
+    if given, is filled for swap_again.
     Returns LoadResult(missing_keys, unexpected_keys)."""
     import torch
     slots = module_slots(module)
@@ -338,7 +347,102 @@ def swap_into(view, module, strict=True, put=None):
             m._buffers[attr] = t
         if put is not None and (is_param or attr not in m._non_persistent_buffers_set):
             put[name] = t
-    return LoadResult(missing, unexpected)
+    res = LoadResult(missing, unexpected)
+    if plan is not None:
+        plan.fill(view, module, slots, res, strict)
+    return res
+
+
+class SwapPlan:
+    """Where a swap into a module put each tensor of a layout, and how the
+    module looked right after: its tree of submodules (each one's children
+    and how many parameters, buffers and non-persistent buffers it has)
+    and every tensor in it. A module that still looks exactly so when the
+    next view of the same layout comes (the same subscription: the same
+    names, shapes and dtypes) takes that view by swap_again: the new
+    tensors go into the same places with nothing walked or checked again,
+    since nothing that was checked can have changed. Anything else (a
+    tensor replaced, a submodule or buffer added, another layout) and
+    swap_again declines: the caller runs swap_into, which checks everything
+    and fills the plan anew.
+
+    The plan refers to the module and its submodules and to the tensors
+    last put in (no more than the module itself does while they are in
+    it); never to a view."""
+
+    __slots__ = ("by_name", "module", "strict", "tree", "places", "specs", "others",
+                 "result")
+
+    def __init__(self):
+        self.by_name = None       # the layout (a subscription's by_name) it is for
+        self.module = None
+
+    def fill(self, view, module, slots, result, strict):
+        self.by_name = None
+        tree = []
+        for _, m in module.named_modules(remove_duplicate=False):
+            tree.append((m, tuple(m._modules.values()), len(m._parameters), len(m._buffers),
+                         len(m._non_persistent_buffers_set)))
+        by_name = view._by_name
+        places, specs, others = [], [], []
+        for name, (m, attr, is_param, _) in slots.items():
+            d = m._parameters if is_param else m._buffers
+            if name in by_name:
+                persistent = is_param or attr not in m._non_persistent_buffers_set
+                places.append([m, attr, is_param, name if persistent else None, d[attr]])
+                specs.append(by_name[name])
+            else:
+                others.append((m, attr, is_param, d[attr]))
+        self.tree, self.places, self.specs, self.others = tree, places, specs, others
+        self.result, self.strict = result, strict
+        self.module, self.by_name = module, by_name
+
+    def _unchanged(self, view, module, strict):
+        if (view._by_name is not self.by_name or module is not self.module or
+                strict != self.strict):
+            return False
+        for m, kids, n_params, n_buffers, n_np in self.tree:
+            if (len(m._parameters) != n_params or len(m._buffers) != n_buffers or
+                    len(m._non_persistent_buffers_set) != n_np or
+                    len(m._modules) != len(kids)):
+                return False
+            for a, b in zip(m._modules.values(), kids):
+                if a is not b:
+                    return False
+        for m, attr, is_param, _, t in self.places:
+            if (m._parameters if is_param else m._buffers).get(attr) is not t:
+                return False
+        for m, attr, is_param, t in self.others:
+            if (m._parameters if is_param else m._buffers).get(attr) is not t:
+                return False
+        return True
+
+    def forget(self):
+        self.by_name = self.module = None
+        self.tree = self.places = self.specs = self.others = ()
+
+
+def swap_again(plan, view, module, strict=True, put=None):
+    """swap_into(view, module, strict, put) by plan, if module still looks
+    as plan saw it after the last swap (see SwapPlan): returns its
+    LoadResult, or None, having changed nothing, when it does not (run
+    swap_into)."""
+    if plan is None or plan.by_name is None or not plan._unchanged(view, module, strict):
+        return None
+    import torch
+    from . import _views
+    ro = _views.ro_tensor_list(view, plan.specs)
+    Parameter = torch.nn.Parameter
+    for place, t in zip(plan.places, ro):
+        m, attr, is_param, name, _ = place
+        if is_param:
+            t = m._parameters[attr] = _as_parameter(t, Parameter)
+        else:
+            m._buffers[attr] = t
+        place[4] = t
+        if put is not None and name is not None:
+            put[name] = t
+    return plan.result
 
 
 def is_swapped(module):

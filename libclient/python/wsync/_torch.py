@@ -219,9 +219,9 @@ def _same_memory(dst, src):
     if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
         return False
     with _DISABLED():
-        return (src.device == dst.device and src.dtype == dst.dtype and
-                src.shape == dst.shape and src.stride() == dst.stride() and
-                src.data_ptr() == dst.data_ptr())
+        return (src.data_ptr() == dst.data_ptr() and src.device == dst.device and
+                src.dtype == dst.dtype and src.shape == dst.shape and
+                src.stride() == dst.stride())
 
 
 class ReadOnlyTensor(torch.Tensor):
@@ -236,6 +236,7 @@ class ReadOnlyTensor(torch.Tensor):
     _wsync_keep = None
     _wsync_v = None
     _wsync_r = (0, 0)
+    _wsync_of = None     # .data of this tensor: exactly its elements
 
     @property
     def _wsync_view(self):
@@ -247,6 +248,45 @@ class ReadOnlyTensor(torch.Tensor):
         keep = self._wsync_keep
         return self._wsync_r if keep is None else keep._wsync_owner._range
 
+    # .data and copy_ are what code applying a module's own weights back to
+    # it calls for every tensor (TorchRL's collectors, after each swap):
+    # served here, at the cost of a Python call, instead of through
+    # __torch_function__ (a third of a small model's update in a worker).
+    @property
+    def data(self):
+        """torch's .data (the same memory, outside autograd), read-only."""
+        view = self._wsync_view
+        if view is not None and view._released:
+            _closed(view)
+        with _DISABLED():
+            r = _DATA_GET(self)
+        # the same memory as self's: an alias of the same view, no range check
+        w = _AS_SUBCLASS(r, ReadOnlyTensor)
+        w._wsync_keep = self._wsync_keep
+        if w._wsync_keep is None:       # a device view's
+            w._wsync_v, w._wsync_r = self._wsync_v, self._wsync_r
+        # exactly self's elements, as long as both live (a read-only tensor's
+        # shape, strides and offset never change: those are in-place ops)
+        root = self._wsync_of
+        w._wsync_of = self if root is None else root
+        return w
+
+    @data.setter
+    def data(self, value):
+        with _DISABLED():
+            _DATA_SET(self, value)
+
+    def copy_(self, src, non_blocking=False):
+        """Refused (ReadOnlyError), except a copy of the very elements this
+        tensor holds (its own memory) onto themselves, which writes nothing."""
+        view = self._wsync_view
+        if view is not None and view._released:
+            _closed(view)
+        if src is self or _root(self) is _root(src) or _same_memory(self, src):
+            return self
+        raise ReadOnlyError("wsync: copy_() on a tensor of a View: its memory is the "
+                            "broker's read-only mapping; clone() it to modify it")
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -257,9 +297,7 @@ class ReadOnlyTensor(torch.Tensor):
         if ro is not None:
             view = ro._wsync_view
             if view is not None and view._released:
-                raise ClosedError("wsync: a tensor of view v%d used after the view was "
-                                  "released (clone() what must outlive the view)"
-                                  % view.version)
+                _closed(view)
         if ro is not None and not kwargs and _plain(func):
             with _DISABLED():
                 return _wrap_result(func(*args), ro)
@@ -324,6 +362,22 @@ class ReadOnlyTensor(torch.Tensor):
     def __deepcopy__(self, memo):
         with _DISABLED():
             return torch.Tensor.as_subclass(torch.Tensor.clone(self), torch.Tensor)
+
+
+def _root(t):
+    """The read-only tensor whose .data t is (t itself if none)."""
+    root = getattr(t, "_wsync_of", None)
+    return t if root is None else root
+
+
+def _closed(view):
+    raise ClosedError("wsync: a tensor of view v%d used after the view was released "
+                      "(clone() what must outlive the view)" % view.version)
+
+
+_DATA_GET = torch.Tensor.data.__get__
+_DATA_SET = torch.Tensor.data.__set__
+_AS_SUBCLASS = torch.Tensor.as_subclass
 
 
 def _wrap_result(r, ro):

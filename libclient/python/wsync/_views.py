@@ -215,6 +215,25 @@ def ro_tensors(view, specs):
     return out
 
 
+def ro_tensor_list(view, specs):
+    """ro_tensors(view, specs) as a list, in the order of specs."""
+    cls = _ro_class()
+    keep = view._buf()
+    sc = view._slot_cache()
+    if sc is None:
+        buf = rw(keep)
+        out = [torch_view(buf, spec).as_subclass(cls) for spec in specs]
+    else:
+        plain, make, alias = sc.plain, sc.tensor, _as_subclass()
+        out = []
+        for spec in specs:
+            p = plain.get(spec.name)
+            out.append(alias(p if p is not None else make(spec), cls))
+    for w in out:
+        w._wsync_keep = keep
+    return out
+
+
 def _as_subclass():
     import torch
     return torch.Tensor.as_subclass

@@ -28,6 +28,7 @@ scheme follows TorchRL 0.14.0. See docs/PYTHON.md.
 The create_sender / create_receiver helpers of wsync 0.2 are deprecated;
 they still work (WeightSender, WeightReceiver).
 """
+import errno
 import gc
 import logging
 import math
@@ -43,7 +44,8 @@ from typing import Any, Dict, Optional
 
 from ._core import Client, ModelRef, View, _timeout_s, _uint, default_endpoint
 from . import _module
-from ._errors import ClosedError, NoDataError, RemovedError, WsyncError, WsyncTimeoutError
+from ._errors import (ClosedError, NoDataError, NotConnectedError, RemovedError, WsyncError,
+                      WsyncTimeoutError)
 
 __all__ = ["WsyncWeightSyncScheme", "WsyncTransport", "WsyncWeightStrategy", "PolicyLag",
            "WeightSender", "WeightReceiver"]
@@ -330,17 +332,46 @@ class _SenderEnd:
         self.lock = threading.Lock()
         self.readers = 0           # workers the last synchronous send waited for
         self.reconnects = 0        # the client's, at that send
+        self.unconfirmed = False   # the last commit's confirmation is not collected
 
-    def publish(self, flat, timeout):
+    def publish(self, flat, timeout, early=False):
+        """Publishes flat as the next version. early: a wait for the
+        workers follows, so the commit does not wait for the broker's
+        confirmation (commit_async): the wait's request goes right behind
+        it, and the broker answers both at one look (wait_applied collects
+        the confirmation, already there by then)."""
         with self.lock:
             if self.publisher is None:
                 self.publisher = self.client.publisher_like(self.name, flat, slots=self.slots,
                                                             replace=True)
             self.step += 1
-            self.version = self.publisher.publish(flat, self.step, timeout)
+            if early:
+                self.version = self.publisher.publish_async(flat, self.step, timeout)
+                self.unconfirmed = True
+            else:
+                self.version = self.publisher.publish(flat, self.step, timeout)
+                self.unconfirmed = False
             if not self.joined:
                 self._count_workers()
             return self.version
+
+    def confirm(self, timeout):
+        """Collects the broker's confirmation of an early publish, after the
+        wait (raises what the broker refused). A broker that went away
+        before confirming had the version visible (the workers applied it
+        from the one that followed), and a later begin may have collected
+        the confirmation already: neither is an error here."""
+        with self.lock:
+            if not self.unconfirmed:
+                return
+            self.unconfirmed = False
+            try:
+                self.publisher.wait_ack(timeout)
+            except NotConnectedError:
+                pass
+            except WsyncError as e:
+                if e.errno != errno.ENOENT:
+                    raise
 
     def _count_workers(self):
         """Notes (once) that every registered worker has subscribed; the
@@ -359,6 +390,14 @@ class _SenderEnd:
         once it applied it."""
         if self.publisher is None:
             return 0
+        if not self.joined:
+            n = self._await_workers(version, timeout)
+        else:
+            n = self._wait_applied(version, timeout)
+        self.confirm(timeout)
+        return n
+
+    def _wait_applied(self, version, timeout):
         if not self.joined:
             return self._await_workers(version, timeout)
         # in slices, so that Ctrl-C and close() are noticed while waiting
@@ -389,7 +428,7 @@ class _SenderEnd:
             have = self._count_workers()
             if self.joined:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                return self.wait_applied(version, left)
+                return self._wait_applied(version, left)
             left = _SLICE_S if deadline is None else \
                 max(0.0, min(_SLICE_S, deadline - time.monotonic()))
             try:
@@ -613,7 +652,7 @@ _Base = _TorchRLScheme if _TorchRLScheme is not None else object
 # to the process's own objects).
 _RUNTIME = ("_end", "_lock", "_thread", "_stop", "_context_ref", "_model_ref",
             "_sender_transports", "_receiver_transport", "_background_thread", "_stop_event",
-            "_init_weights", "_shared", "_send_lock", "_held", "_retired")
+            "_init_weights", "_shared", "_send_lock", "_held", "_retired", "_plan")
 
 
 class WsyncWeightSyncScheme(_Base):
@@ -715,6 +754,7 @@ class WsyncWeightSyncScheme(_Base):
         self._held = None          # the view whose tensors a swap put in the model
         self._retired = None       # a weak reference to the one swapped out last
         self._swapped = None       # what the last swap put in (_weights_of)
+        self._plan = _module.SwapPlan()    # how it did: the next swap follows it
         self._initialized_on_sender = False
         self._initialized_on_receiver = False
         self._synchronized_on_sender = False
@@ -1055,6 +1095,12 @@ class WsyncWeightSyncScheme(_Base):
         return weights
 
     def _flat(self, weights):
+        if weights is None:
+            model = self.model
+            if _is_module(model):
+                # the module's tensors as they are: publishing copies them
+                # anyway, so nothing is detached or formatted first
+                return _module_tensors(model)
         w = self.prepare_weights(weights)
         if _is_module(w):
             return _module_tensors(w)
@@ -1063,11 +1109,11 @@ class WsyncWeightSyncScheme(_Base):
                             "TensorDict, not %s" % type(w).__name__)
         return _flatten(w)
 
-    def _publish(self, weights):
+    def _publish(self, weights, early=False):
         if self._end is None or not isinstance(self._end, _SenderEnd):
             raise RuntimeError("wsync.rl: connect() the sender before sending")
         self._shared = None
-        return self._end.publish(self._flat(weights), self.timeout)
+        return self._end.publish(self._flat(weights), self.timeout, early)
 
     def _fingerprint(self, weights):
         """(the object weights come from, a fingerprint of its tensors: each
@@ -1136,7 +1182,7 @@ class WsyncWeightSyncScheme(_Base):
         TimeoutError after the scheme's timeout names the workers behind."""
         self._check_sender()
         self._check_workers(worker_ids)
-        v = self._publish(weights)
+        v = self._publish(weights, early=self.sync)
         if self.sync:
             self._end.wait_applied(v, self.timeout)
 
@@ -1260,9 +1306,13 @@ class WsyncWeightSyncScheme(_Base):
         is let go: released as soon as no code holds one of its tensors any
         more (at once, unless a forward pass running meanwhile still uses
         them: it finishes on the old version, never on a released one)."""
-        if self._swaps(model):
-            put = {}
-            res = _module.swap_into(view, model, strict=self.strict, put=put)
+        put = {}
+        # the module as the last swap left it takes the next version of the
+        # same layout the same way, unchecked (SwapPlan); else all is looked at
+        res = _module.swap_again(self._plan, view, model, self.strict, put)
+        if res is None and self._swaps(model):
+            res = _module.swap_into(view, model, strict=self.strict, put=put, plan=self._plan)
+        if res is not None:
             # the module's weights now, for the cascade: every one the
             # module's state_dict names came from the view
             self._swapped = None if res.missing_keys else put
@@ -1277,6 +1327,7 @@ class WsyncWeightSyncScheme(_Base):
                 gc.collect()
             self._retired = None if prev is None else weakref.ref(prev)
             return True
+        self._plan.forget()
         view.load_into(_destination(model, set(view.tensors)), strict=self.strict)
         return False
 
