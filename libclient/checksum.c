@@ -3,13 +3,14 @@
  *
  * The publisher forms the checksum in pub_publish() (pub_commit.c). Most
  * blocks were hashed by wsync_slab_copy_tensors as it wrote them
- * (copy_engine.c); when few or none are left the commit hashes them and
- * stores the checksum with the version's metadata before `latest` moves
- * (the seq_cst store of `latest` releases it). Else the version becomes
- * visible at once with the slot's sum_pending word set to the publisher's
- * session id, and the publisher's hashing thread (struct sum_hasher)
- * finishes: it stores the checksum, then clears sum_pending with a release
- * store and wakes the word's futex waiters.
+ * (copy_engine.c); when none are left the commit combines them and stores
+ * the checksum with the version's metadata before `latest` moves (the
+ * seq_cst store of `latest` releases it). Else the version becomes visible
+ * at once with the slot's sum_pending word set to the publisher's session
+ * id, and after the wake the commit itself (a few KiB left, sum_job_run)
+ * or the publisher's hashing thread (struct sum_hasher) finishes: it
+ * stores the checksum, then clears sum_pending with a release store and
+ * wakes the word's futex waiters.
  *
  * Why a collector reading sum_pending == 0 with an acquire load reads the
  * final checksum: either it read the value the commit stored (0 and a

@@ -3,8 +3,11 @@
  * the broker's acknowledgement or not), abort, and collecting an
  * acknowledgement later; it brings the next grant (pub_grant.c takes it).
  *
- * Order of a commit, and why:
- *   1. slot metadata (version, step, time), relaxed: published by step 2.
+ * Order of a commit, and why (only what collectors read comes before the
+ * wake; the books after it):
+ *   1. slot metadata (version, step, time; the checksum when library copies
+ *      hashed every block, else the pending mark), relaxed: published by
+ *      step 2.
  *   2. latest, seq_cst store: it is also a release, so a collector whose
  *      acquire load sees the new latest sees the slab bytes and the metadata.
  *      Being seq_cst it takes part in the single order that the hazard
@@ -18,7 +21,8 @@
  *      wait behind step 4 (a send, and the broker it wakes on the other
  *      CPU) or the trainer's next step; with nobody queued here the yield
  *      returns at once (docs/BENCHMARKS.md, "At the machine's limits", has
- *      the figures).
+ *      the figures). Then a pending checksum is formed: hashed here (a
+ *      few KiB) or handed to the hashing thread.
  *   4. COMMIT to the broker, which checks that latest is exactly our grant,
  *      books it and usually returns the next grant already (prefetch), so the
  *      next begin makes no round trip.
@@ -46,17 +50,31 @@
  * thread: about what the hand-off costs (a wake and a cache line or two). */
 #define SUM_INLINE_MAX (64u << 10)
 
-/* Whether the begun slab's checksum is finished after the version becomes
- * visible (checksum.c): when more than SUM_INLINE_MAX bytes are left to
- * hash. The hash of the previous version is waited for first: its block
- * list is the spare this one will hand over. */
-static bool pub_sum_defer(struct wsync_pub *p)
+/* How the begun slab's checksum is formed (checksum.c). */
+enum pub_sum_how {
+	SUM_NONE,        /* no checksum: 0 stored with the metadata */
+	SUM_BEFORE,      /* every block hashed by a library copy: combined before step 2 */
+	SUM_AFTER,       /* pending at step 2, hashed here right after the wake */
+	SUM_THREAD,      /* pending at step 2, handed to the hashing thread after the wake */
+};
+
+/* Any block left to hash is hashed after the wake, so no collector waits
+ * for a hash it may never check: a pass over a few KiB costs about what
+ * the wake itself does. Up to SUM_INLINE_MAX unhashed bytes the commit
+ * hashes them itself, more go to the hashing thread. p->sums is never the
+ * thread's (a hand-off swaps in the spare), so this needs no wait for the
+ * previous version's hash: that comes after the wake, before a hand-off
+ * (its block list is the spare the new job takes over). */
+static enum pub_sum_how pub_sum_how(struct wsync_pub *p)
 {
+	uint64_t unhashed;
+
 	if (!p->checksum || !p->sums)
-		return false;
-	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
-	return p->sums_spare && p->c->session_id &&
-	       sum_blocks_unhashed(p->sums, p->cur.version, p->bytes) > SUM_INLINE_MAX;
+		return SUM_NONE;
+	unhashed = sum_blocks_unhashed(p->sums, p->cur.version, p->bytes);
+	if (!unhashed || !p->c->session_id)
+		return SUM_BEFORE;
+	return unhashed > SUM_INLINE_MAX && p->sums_spare ? SUM_THREAD : SUM_AFTER;
 }
 
 /* Hands the checksum of version in slot to the hashing thread (the slot
@@ -83,31 +101,44 @@ static void pub_sum_hand_off(struct wsync_pub *p, uint32_t slot, uint64_t versio
 }
 
 /* Steps 1-3 of the commit order (see the top of this file), and the
- * checksum: stored with the metadata when (almost) every block was hashed
- * by a library copy, else formed after step 3 (checksum.c says why the
- * pending word makes that safe for collectors). */
+ * checksum: stored with the metadata when every block was hashed by a
+ * library copy, else formed after step 3 (checksum.c says why the pending
+ * word makes that safe for collectors). Only what collectors read goes
+ * before the wake; the books after it. */
 static void pub_publish(struct wsync_pub *p, uint64_t step)
 {
 	struct wsync_model_page *pg = p->page;
-	struct wsync_slot_meta *meta = &pg->slots[p->cur.slot];
+	uint32_t slot = p->cur.slot;
+	struct wsync_slot_meta *meta = &pg->slots[slot];
 	uint64_t version = p->cur.version, sum = 0;
-	bool defer = pub_sum_defer(p);
+	enum pub_sum_how how = pub_sum_how(p);
+	bool pending = how == SUM_AFTER || how == SUM_THREAD;
 
-	if (p->checksum && p->sums && !defer)
-		sum = sum_blocks_finish(p->sums, version, p->slabs[p->cur.slot], p->bytes, 0);
+	if (how == SUM_BEFORE)
+		sum = sum_blocks_finish(p->sums, version, p->slabs[slot], p->bytes, 0);
 	atomic_store_explicit(&meta->version, version, memory_order_relaxed);
 	atomic_store_explicit(&meta->step, step, memory_order_relaxed);
 	atomic_store_explicit(&meta->published_ns, wsync_real_ns(), memory_order_relaxed);
 	atomic_store_explicit(&meta->checksum, sum, memory_order_relaxed);
-	atomic_store_explicit(&pg->sum_pending[p->cur.slot], defer ? p->c->session_id : 0,
+	atomic_store_explicit(&pg->sum_pending[slot], pending ? p->c->session_id : 0,
 	                      memory_order_relaxed);
-	atomic_store(&pg->latest, wsync_latest_pack(version, p->cur.slot));
+	atomic_store(&pg->latest, wsync_latest_pack(version, slot));
 	atomic_fetch_add(&pg->seq, 1);
 	if (wsync_futex_wake(&pg->seq, INT32_MAX) > 0)
 		sched_yield();
-	if (defer)
-		pub_sum_hand_off(p, p->cur.slot, version);
-	wsync_pub_guard(p, p->cur.slot);
+	if (how == SUM_THREAD) {
+		wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
+		pub_sum_hand_off(p, slot, version);
+	} else if (how == SUM_AFTER) {
+		struct sum_job job = {
+			.s = p->sums, .tag = version, .bytes = p->bytes, .base = p->slabs[slot],
+			.checksum = &meta->checksum, .pending = &pg->sum_pending[slot],
+			.slot = slot,
+		};
+
+		sum_job_run(&job);
+	}
+	wsync_pub_guard(p, slot);
 	p->begun = false;
 	p->last_committed = version;
 }
