@@ -112,6 +112,15 @@ static int dispatch_work_refuse(struct req *r, int64_t wait)
 	                (long long)(UIDS_WORK_BURST_NS / 1000000), (long long)(wait / 1000000 + 1));
 }
 
+/* A request that asked for no reply (an ACKED with WSYNC_ACKED_ONEWAY): read
+ * from the bytes received, valid or not, so a refused one stays unanswered
+ * too. */
+static bool dispatch_oneway(const struct req *r, size_t len, uint32_t type)
+{
+	return type == WSYNC_MSG_ACKED && len == sizeof(struct wsync_msg_acked) &&
+	       (r->m->acked.flags & WSYNC_ACKED_ONEWAY);
+}
+
 void dispatch_refusal(struct broker *b, struct session *s, uint32_t seq, uint32_t req_type)
 {
 	session_send_error(b, s, seq, req_type, s->reject_err, s->reject_why);
@@ -185,7 +194,10 @@ void dispatch_message(struct broker *b, struct session *s, size_t len, int msg_f
 	what = wsync_msg_size(type) ? wsync_msg_name(type) : "a message";
 	if (!r.why[0])
 		snprintf(r.why, sizeof(r.why), "%s", strerror(-err));
-	session_send_error(b, s, seq, type, err, r.why);
+	/* a one-way request is never answered, a refusal neither (proto.h):
+	 * counted above and logged below only */
+	if (!dispatch_oneway(&r, len, type))
+		session_send_error(b, s, seq, type, err, r.why);
 	if (violation || r.disconnect)
 		log_warn("session %u '%s' pid %d: %s refused: %s", s->p.id, s->p.name,
 		         (int)s->p.pid, what, r.why);

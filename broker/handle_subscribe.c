@@ -231,10 +231,11 @@ int handle_notify(struct req *r)
 
 /* A collector's explicit ack while its publisher waited: the waits of the
  * model are looked at now (broker/readers.c). Only a subscriber may ask:
- * anybody else's ack counts for nothing anyway. */
+ * anybody else's ack counts for nothing anyway. A one-way ACKED gets no
+ * reply: its refusal is the dispatcher's to count and log, unanswered. */
 int handle_acked(struct req *r)
 {
-	uint32_t id = r->m->acked.m.model_id;
+	uint32_t id = r->m->acked.model_id;
 	struct model *m = req_model(r, id);
 	union wsync_msg_any ok;
 
@@ -242,6 +243,8 @@ int handle_acked(struct req *r)
 		return req_fail(r, -EIDRM, "ACKED for model %u, which this session does not "
 		                "subscribe to (deleted?)", id);
 	readers_acked(r->b, m);
+	if (r->m->acked.flags & WSYNC_ACKED_ONEWAY)
+		return 0;
 	memset(&ok, 0, sizeof(ok));
 	ok.acked_ok.model_id = id;
 	req_reply(r, &ok, WSYNC_MSG_ACKED_OK, NULL, 0);

@@ -657,27 +657,25 @@ int wsync_sub_set_ack(wsync_sub *s, int explicit_ack)
 	return 0;
 }
 
-#define SUB_ACKED_TIMEOUT_NS (1000 * 1000000ll)   /* a stuck broker never stalls an ack */
-
-/* Tells the broker this session acknowledged (ACKED). Best effort: the ack
- * is in the session page already, and the broker finds it there at its next
- * look if this does not reach it (the client busy in another call, a broker
- * restarting, a full budget). */
+/* Tells the broker this session acknowledged (ACKED), one-way: nothing
+ * comes back, so the collector is not woken once more per version for an
+ * answer it has no use for. Best effort: the ack is in the session page
+ * already, and the broker finds it there at its next look if this does not
+ * reach it (the client busy in another call, a broker restarting, a full
+ * socket). */
 static void sub_acked(wsync_sub *s)
 {
 	union wsync_msg_any m;
-	struct conn_reply rep;
 
 	wsync_msg_init(&m.hdr, WSYNC_MSG_ACKED, 0);
-	m.acked.m.model_id = s->model_id;
+	m.acked.model_id = s->model_id;
+	m.acked.flags = WSYNC_ACKED_ONEWAY;
 	/* never behind another call of this client: that may be this very
 	 * session's own wait for its readers, which the ack would then wait
 	 * out (the broker's look finds the ack meanwhile) */
 	if (pthread_mutex_trylock(&s->c->lock))
 		return;
-	if (!wsync_conn_call_by(s->c, &m, NULL, 0, WSYNC_MSG_ACKED_OK,
-	                        wsync_deadline(SUB_ACKED_TIMEOUT_NS), NULL, &rep))
-		wsync_reply_close_fds(&rep, 0);
+	(void)wsync_conn_post(s->c, &m);
 	client_unlock(s->c);
 	wsync_errmsg_clear();
 }

@@ -240,7 +240,10 @@ static int body_validate(const union wsync_msg_any *m, char *why, size_t whylen)
 		CHECK(m->wait_readers_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");
 		return 0;
 	case WSYNC_MSG_ACKED:
-		return model_ref_ok(&m->acked.m, why, whylen);
+		CHECK(m->acked.model_id < WSYNC_MAX_MODELS, "model id %u out of range",
+		      m->acked.model_id);
+		CHECK((m->acked.flags & ~WSYNC_ACKED_ONEWAY) == 0, "unknown flags");
+		return 0;
 	case WSYNC_MSG_ACKED_OK:
 		CHECK(m->acked_ok.reserved == 0, "reserved field not zero");
 		CHECK(m->acked_ok.model_id < WSYNC_MAX_MODELS, "model id out of range");

@@ -9,8 +9,8 @@
  * with WSYNC_MSG_ERROR; a client that keeps doing it, sends fds where none
  * belong, or stops reading its socket is disconnected.
  *
- * Every client message is a request; the broker answers each with exactly
- * one reply carrying the same hdr.seq: the *_OK type listed below or
+ * Every client message is a request; the broker answers each (but a one-way
+ * ACKED, below) with exactly one reply carrying the same hdr.seq: the *_OK type listed below or
  * WSYNC_MSG_ERROR. The client numbers its requests; replies arrive in
  * request order (one socket, one broker thread).
  *
@@ -32,6 +32,7 @@
  *   GPU_ATTACH      GPU_ATTACH_OK    -                    slot 0..n-1 on one GPU
  *                                                         (VMM POSIX fds)
  *   ACKED           ACKED_OK         -                    -
+ *                   [none with WSYNC_ACKED_ONEWAY, not even an ERROR]
  *
  * Order rules (else -EPROTO): HELLO first and once; BEGIN/COMMIT/ABORT only
  * by the model's publisher; COMMIT/ABORT only for the slot and version of the
@@ -335,10 +336,16 @@ struct wsync_msg_wait_readers_ok {
 /* subscriber -> broker: this session acknowledged a version of the model
  * (wsync_sub_ack) while a WAIT_READERS on it pended (the ctl entry's
  * reader_waits): look at the model's waits now rather than at the next
- * poll. Carries nothing the broker trusts: it reads the session pages. */
+ * poll. Carries nothing the broker trusts: it reads the session pages.
+ * With WSYNC_ACKED_ONEWAY it is answered by nothing at all, not even an
+ * ERROR (a refusal is counted in the ctl's bad_messages and logged): the
+ * collector that acks does not wait for the broker once more per version.
+ * Without it (flags 0, the form of earlier clients) ACKED_OK or ERROR. */
+#define WSYNC_ACKED_ONEWAY 0x1u
 struct wsync_msg_acked {
 	struct wsync_msg_hdr hdr;
-	struct wsync_model_ref m;
+	uint32_t model_id;
+	uint32_t flags;                  /* WSYNC_ACKED_* */
 };
 struct wsync_msg_acked_ok {
 	struct wsync_msg_hdr hdr;

@@ -7,9 +7,13 @@
  * the trainer's wait has pended long enough for the broker's looks to be
  * 10 ms apart: the wait must return within a couple of milliseconds of the
  * ack in most rounds (by the looks alone it would take 5 ms on average; a
- * loaded machine may delay a few rounds). An ACKED from a session that does
- * not subscribe to the model is refused (-EIDRM), and from a raw session
- * before HELLO as any request is.
+ * loaded machine may delay a few rounds). The library's ACKED is one-way:
+ * nothing ever arrives on the collector's socket for it. An ACKED from a
+ * session that does not subscribe to the model is refused (-EIDRM), and
+ * from a raw session before HELLO as any request is; a one-way ACKED that
+ * is refused (not a subscriber, a model id out of range, an unknown flag)
+ * is counted in bad_messages and never answered, and the session goes on:
+ * the reply to its next request is that request's.
  */
 #include "tests/lib/harness.h"
 
@@ -47,6 +51,11 @@ static int collector(void *arg)
 	for (;;) {
 		uint64_t want = chan_recv(&down, 0);
 
+		struct pollfd pf = { .fd = c->sock, .events = POLLIN };
+
+		/* the last round's ACKED was handled before its wait returned,
+		 * and that before this round was sent: any answer is here */
+		TEST_ASSERT_MSG(poll(&pf, 1, 0) == 0, "the broker answered a one-way ACKED");
 		if (!want)
 			break;
 		TEST_OK(wsync_sub_wait(s, want - 1, 5 * HARNESS_S, &v));
@@ -109,7 +118,7 @@ static void acked_refused(uint32_t model_id)
 
 	TEST_ASSERT(fd >= 0);
 	wsync_msg_init(&m.hdr, WSYNC_MSG_ACKED, 1);
-	m.acked.m.model_id = model_id;
+	m.acked.model_id = model_id;
 	TEST_OK(harness_raw_send(fd, &m, sizeof m.acked, NULL, 0));
 	pf = (struct pollfd){ .fd = fd, .events = POLLIN };
 	TEST_ASSERT(poll(&pf, 1, HARNESS_WAIT_MS) == 1);
@@ -141,7 +150,7 @@ static void acked_refused(uint32_t model_id)
 	}
 	TEST_ASSERT(m.hdr.type == WSYNC_MSG_HELLO_OK);
 	wsync_msg_init(&m.hdr, WSYNC_MSG_ACKED, 2);
-	m.acked.m.model_id = model_id;
+	m.acked.model_id = model_id;
 	TEST_OK(harness_raw_send(fd, &m, sizeof m.acked, NULL, 0));
 	pf = (struct pollfd){ .fd = fd, .events = POLLIN };
 	TEST_ASSERT(poll(&pf, 1, HARNESS_WAIT_MS) == 1);
@@ -149,6 +158,75 @@ static void acked_refused(uint32_t model_id)
 	TEST_ASSERT(m.hdr.type == WSYNC_MSG_ERROR);
 	TEST_ASSERT(m.error.err == -EIDRM);
 	TEST_CONTAINS(m.error.msg, "does not subscribe");
+	close(fd);
+}
+
+/* Reads one message within the harness's wait: its type, 0 if none came. */
+static uint32_t raw_reply(int fd, union wsync_msg_any *m, int wait_ms)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+
+	if (poll(&pf, 1, wait_ms) != 1)
+		return 0;
+	TEST_ASSERT(recv(fd, m, sizeof *m, 0) > 0);
+	return m->hdr.type;
+}
+
+/* One-way ACKEDs the broker refuses: counted, never answered, and the
+ * session's next request is answered as its own (seq). */
+static void acked_oneway_refused(wsync_client *t, uint32_t model_id)
+{
+	static const struct { uint32_t model_id, flags; const char *what; } bad[] = {
+		{ 0, WSYNC_ACKED_ONEWAY, "for a model it does not subscribe to" },
+		{ WSYNC_MAX_MODELS, WSYNC_ACKED_ONEWAY, "for a model id out of range" },
+		{ 0, WSYNC_ACKED_ONEWAY | 0x100, "with an unknown flag" },
+	};
+	union wsync_msg_any m;
+	uint32_t seq = 1;
+	int fd = harness_raw_connect(&B);
+
+	TEST_ASSERT(fd >= 0);
+	wsync_msg_init(&m.hdr, WSYNC_MSG_HELLO, seq++);
+	m.hello.layout_version = WSYNC_LAYOUT_VERSION;
+	m.hello.pid = (uint32_t)getpid();
+	snprintf(m.hello.name, sizeof m.hello.name, "acked-oneway");
+	TEST_OK(harness_raw_send(fd, &m, sizeof m.hello, NULL, 0));
+	{
+		union { char buf[CMSG_SPACE(sizeof(int) * WSYNC_MSG_MAX_FDS)];
+		        struct cmsghdr align; } ctl;
+		struct iovec iov = { &m, sizeof m };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+		                     .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+
+		TEST_ASSERT(poll(&pf, 1, HARNESS_WAIT_MS) == 1);
+		TEST_ASSERT(recvmsg(fd, &mh, MSG_CMSG_CLOEXEC) > 0);
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+				close(((int *)CMSG_DATA(cm))[i]);
+	}
+	TEST_ASSERT(m.hdr.type == WSYNC_MSG_HELLO_OK);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		uint64_t bad0 = atomic_load(&t->ctl->bad_messages);
+		uint32_t got;
+
+		wsync_msg_init(&m.hdr, WSYNC_MSG_ACKED, seq++);
+		m.acked.model_id = bad[i].model_id ? bad[i].model_id : model_id;
+		m.acked.flags = bad[i].flags;
+		TEST_OK(harness_raw_send(fd, &m, sizeof m.acked, NULL, 0));
+		got = raw_reply(fd, &m, 200);
+		TEST_ASSERT_MSG(got == 0, "a one-way ACKED %s was answered (type %u)",
+		                bad[i].what, got);
+		TEST_ASSERT_MSG(atomic_load(&t->ctl->bad_messages) > bad0,
+		                "a one-way ACKED %s was not counted", bad[i].what);
+	}
+	/* the session goes on: a two-way ACKED is answered, and as itself */
+	wsync_msg_init(&m.hdr, WSYNC_MSG_ACKED, seq);
+	m.acked.model_id = model_id;
+	TEST_OK(harness_raw_send(fd, &m, sizeof m.acked, NULL, 0));
+	TEST_ASSERT(raw_reply(fd, &m, HARNESS_WAIT_MS) == WSYNC_MSG_ERROR);
+	TEST_EQ_U64(m.hdr.seq, seq);
+	TEST_ASSERT(m.error.err == -EIDRM);
 	close(fd);
 }
 
@@ -211,6 +289,7 @@ int main(void)
 	harness_expect_exit0(kid, "the acking collector");
 
 	acked_refused(e->id);
+	acked_oneway_refused(t, e->id);
 	wsync_pub_close(p);
 	wsync_close(t);
 	chan_close(&up);

@@ -180,7 +180,7 @@ static size_t make_valid(uint32_t t, union wsync_msg_any *m)
 		m->gpu_attach_ok.incarnation = 7;
 		break;
 	case WSYNC_MSG_ACKED:
-		m->acked.m.model_id = 3;
+		m->acked.model_id = 3;
 		break;
 	case WSYNC_MSG_ACKED_OK:
 		m->acked_ok.model_id = 3;
@@ -473,7 +473,6 @@ static void refuses_nonzero_reserved_fields(void **state)
 		F(WSYNC_MSG_GPU_ATTACH, gpu_attach, m.reserved),
 		F(WSYNC_MSG_GPU_ATTACH, gpu_attach, reserved),
 		F(WSYNC_MSG_GPU_ATTACH_OK, gpu_attach_ok, reserved),
-		F(WSYNC_MSG_ACKED, acked, m.reserved),
 		F(WSYNC_MSG_ACKED_OK, acked_ok, reserved),
 		F(WSYNC_MSG_ERROR, error, reserved),
 		F(WSYNC_MSG_ERROR, error, reserved2[0]),
@@ -515,6 +514,17 @@ static void refuses_out_of_range_integers(void **state)
 	len = make_valid(WSYNC_MSG_ATTACH, &m);
 	m.attach.m.model_id = UINT32_MAX;
 	expect_refused(&m, len, "ATTACH of model UINT32_MAX");
+	len = make_valid(WSYNC_MSG_ACKED, &m);
+	m.acked.model_id = WSYNC_MAX_MODELS;
+	expect_refused(&m, len, "ACKED of model WSYNC_MAX_MODELS");
+	/* its flags: ONEWAY alone, or none; any other bit is refused */
+	len = make_valid(WSYNC_MSG_ACKED, &m);
+	m.acked.flags = WSYNC_ACKED_ONEWAY;
+	assert_int_equal(validate_exact(&m, len, NULL, 0), 0);
+	m.acked.flags = WSYNC_ACKED_ONEWAY << 1;
+	expect_refused(&m, len, "ACKED with an unknown flag");
+	m.acked.flags = 0x80000000u | WSYNC_ACKED_ONEWAY;
+	expect_refused(&m, len, "ACKED with the top flag bit");
 	len = make_valid(WSYNC_MSG_GPU_ATTACH, &m);
 	m.gpu_attach.device = WSYNC_MODEL_GPUS;
 	expect_refused(&m, len, "GPU_ATTACH of device WSYNC_MODEL_GPUS");

@@ -1491,7 +1491,12 @@ class Subscriber(_Child):
         follows restarts (reconnect=True), which then waits, within the
         same timeout, for a broker to come back and for a version newer
         than after from it (TimeoutError if none came)."""
-        after, t = _after_timeout(after, timeout)
+        # the plain case (an int, no timeout or a finite float one) taken
+        # as it is: a worker waits once per update (docs/BENCHMARKS.md)
+        if not (type(after) is int and 0 <= after < _U64 and
+                (timeout is None or (type(timeout) is float and 0.0 <= timeout < _INF))):
+            after, timeout = _after_timeout(after, timeout)
+        t = timeout
         deadline = _deadline(t)
         cell = self._call()
         try:
@@ -1700,6 +1705,10 @@ class Subscriber(_Child):
         if self._notify is not None:
             self._notify.close()
         self._retire()
+
+
+_U64 = 1 << 64
+_INF = math.inf
 
 
 def _after_timeout(after, timeout):
