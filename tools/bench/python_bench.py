@@ -28,7 +28,12 @@ row in the same run). Prints one JSON line per figure:
       batch of 32 with torch's intra-op threads at one per CPU, then
       Publisher.publish(state_dict) (copy helper, threads 0) is timed; then
       another step and a plain torch copy_ of the same tensors into warm
-      ones of its own. Alternated, median of each.
+      ones of its own. Alternated, median of each. The same rounds also
+      time, each after a step of its own, what tells the causes apart:
+      publish_1t_ms (the copy helper on the caller alone, threads 1),
+      nosum_ms (a publisher with checksum=False: no fused hash) and
+      torch_slab_ms (begin, slab.torch(name).copy_(t) per tensor on torch's
+      own pool, commit: the checksum pending, formed by the hashing thread).
 
 A figure that cannot be measured is {"row": ..., "skipped": "why"}.
 """
@@ -245,31 +250,44 @@ def run_after_step(args, wsync, torch, client):
         mirror = {k: v.clone() for k, v in sd.items()}
         model = "pybench-step-%d" % os.getpid()
         pub = client.publisher_like(model, sd)
+        nosum = client.publisher_like(model + "-nosum", sd, checksum=False)
 
         def step():
             opt.zero_grad()
             net(x).sum().backward()
             opt.step()
+        def torch_slab(r):
+            with pub.begin() as slab:
+                for k, v in sd.items():
+                    slab.torch(k).copy_(v)
+                slab.commit(r)
+
+        def copy():
+            for k, v in sd.items():
+                mirror[k].copy_(v)
+        ways = {"publish_ms": lambda r: pub.publish(sd, r),
+                "copy_ms": lambda r: copy(),
+                "publish_1t_ms": lambda r: pub.publish(sd, r, threads=1),
+                "nosum_ms": lambda r: nosum.publish(sd, r),
+                "torch_slab_ms": torch_slab}
         try:
             for r in range(4):                      # every slot written, copies tuned
-                pub.publish(sd, r + 1)
-            pubs, copies = [], []
+                for way in ways.values():
+                    way(r + 1)
+            times = {name: [] for name in ways}
             for r in range(2 * args.repeats + 1):
-                step()
-                t = time.perf_counter()
-                pub.publish(sd, 100 + r)
-                pubs.append(time.perf_counter() - t)
-                step()
-                t = time.perf_counter()
-                for k, v in sd.items():
-                    mirror[k].copy_(v)
-                copies.append(time.perf_counter() - t)
+                for name, way in ways.items():
+                    step()
+                    t = time.perf_counter()
+                    way(100 + r)
+                    times[name].append(time.perf_counter() - t)
         finally:
             pub.close()
+            nosum.close()
     finally:
         torch.set_num_threads(threads)
-    emit(row="after_step", mib=64, publish_ms=1e3 * statistics.median(pubs),
-         copy_ms=1e3 * statistics.median(copies), samples=len(pubs))
+    emit(row="after_step", mib=64, samples=2 * args.repeats + 1,
+         **{name: round(1e3 * statistics.median(t), 3) for name, t in times.items()})
 
 
 def main():
