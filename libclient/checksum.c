@@ -162,13 +162,17 @@ uint64_t sum_blocks_unhashed(const struct sum_blocks *s, uint64_t tag, uint64_t 
 	return left;
 }
 
+void sum_settle(_Atomic uint64_t *checksum, _Atomic uint32_t *pending, uint64_t sum)
+{
+	atomic_store_explicit(checksum, sum, memory_order_relaxed);
+	atomic_store_explicit(pending, 0, memory_order_release);
+	wsync_futex_wake(pending, INT32_MAX);
+}
+
 void sum_job_run(const struct sum_job *job)
 {
-	uint64_t sum = sum_blocks_finish(job->s, job->tag, job->base, job->bytes, 0);
-
-	atomic_store_explicit(job->checksum, sum, memory_order_relaxed);
-	atomic_store_explicit(job->pending, 0, memory_order_release);
-	wsync_futex_wake(job->pending, INT32_MAX);
+	sum_settle(job->checksum, job->pending,
+	           sum_blocks_finish(job->s, job->tag, job->base, job->bytes, 0));
 }
 
 /*
@@ -266,12 +270,8 @@ static void hasher_work(struct sum_hasher *h, uint64_t gen)
 			break;
 		}
 	}
-	if (last) {
-		atomic_store_explicit(job->checksum, wsync_sum_combine(job->s->hash, job->s->n),
-		                      memory_order_relaxed);
-		atomic_store_explicit(job->pending, 0, memory_order_release);
-		wsync_futex_wake(job->pending, INT32_MAX);
-	}
+	if (last)
+		sum_settle(job->checksum, job->pending, wsync_sum_combine(job->s->hash, job->s->n));
 	pthread_mutex_lock(&h->lock);
 	h->workers--;
 	h->stored |= last;

@@ -91,6 +91,9 @@ void sum_hasher_wait(struct sum_hasher *h, uint32_t slot);
 void sum_hasher_free(struct sum_hasher *h);
 /* The job's work, on the calling thread (also when no thread starts). */
 void sum_job_run(const struct sum_job *job);
+/* Ends a pending checksum: stores sum (0 = none), then clears the pending
+ * word with a release store and wakes whoever waits on it. */
+void sum_settle(_Atomic uint64_t *checksum, _Atomic uint32_t *pending, uint64_t sum);
 
 /* How long wsync_view_verify (and wsync_view_checksum) wait for a checksum
  * still being formed, and for one whose publisher's session is gone (it

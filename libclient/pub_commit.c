@@ -80,9 +80,11 @@ static enum pub_sum_how pub_sum_how(struct wsync_pub *p)
 /* Hands the checksum of version in slot to the hashing thread (the slot
  * was marked pending), with the block list; the spare list is the next
  * version's. With no thread to run it, hashed here. */
-static void pub_sum_hand_off(struct wsync_pub *p, uint32_t slot, uint64_t version)
+/* The job forming version's checksum in slot from the publisher's current
+ * block list. */
+static struct sum_job pub_sum_job(const struct wsync_pub *p, uint32_t slot, uint64_t version)
 {
-	struct sum_job job = {
+	return (struct sum_job){
 		.s = p->sums,
 		.tag = version,
 		.bytes = p->bytes,
@@ -91,6 +93,11 @@ static void pub_sum_hand_off(struct wsync_pub *p, uint32_t slot, uint64_t versio
 		.pending = &p->page->sum_pending[slot],
 		.slot = slot,
 	};
+}
+
+static void pub_sum_hand_off(struct wsync_pub *p, uint32_t slot, uint64_t version)
+{
+	struct sum_job job = pub_sum_job(p, slot, version);
 
 	if (sum_hasher_submit(&p->hasher, &job)) {
 		sum_job_run(&job);
@@ -130,11 +137,7 @@ static void pub_publish(struct wsync_pub *p, uint64_t step)
 		wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);
 		pub_sum_hand_off(p, slot, version);
 	} else if (how == SUM_AFTER) {
-		struct sum_job job = {
-			.s = p->sums, .tag = version, .bytes = p->bytes, .base = p->slabs[slot],
-			.checksum = &meta->checksum, .pending = &pg->sum_pending[slot],
-			.slot = slot,
-		};
+		struct sum_job job = pub_sum_job(p, slot, version);
 
 		sum_job_run(&job);
 	}
@@ -278,9 +281,7 @@ static void pub_sum_group(struct wsync_pub *p, uint64_t version)
 		return;
 	wsync_pub_sum_settle(p, WSYNC_SLOT_NONE);   /* idle already: the commit waited */
 	if (!p->checksum || !p->sums || !p->sums_spare) {
-		atomic_store_explicit(&p->page->slots[slot].checksum, 0, memory_order_relaxed);
-		atomic_store_explicit(&p->page->sum_pending[slot], 0, memory_order_release);
-		wsync_futex_wake(&p->page->sum_pending[slot], INT32_MAX);
+		sum_settle(&p->page->slots[slot].checksum, &p->page->sum_pending[slot], 0);
 		return;
 	}
 	pub_sum_hand_off(p, slot, version);
