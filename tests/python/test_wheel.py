@@ -167,7 +167,9 @@ def test_a_venv_without_numpy_is_told_what_to_do(wheel, tmp):
         while True:
             p = run([os.path.join(bindir, "wsyncctl"), "--name", name, "status"], env, tmp,
                     ok=False)
-            if p.returncode == 0 or time.monotonic() > deadline or broker.poll() is not None:
+            # exit 0 also for a broker still starting (no heartbeat yet)
+            if (p.returncode == 0 and "health      running" in p.stdout) or \
+                    time.monotonic() > deadline or broker.poll() is not None:
                 break
             time.sleep(0.1)
         assert p.returncode == 0 and "health      running" in p.stdout, p.stdout
