@@ -299,6 +299,14 @@ struct fan_cfg {
 	/* called before each sample's pause, collectors armed and waiting */
 	void (*between)(void *arg, int sample);
 	void *between_arg;
+	/* FAN_RAW_FUTEX: before each wake (collectors asleep) the publisher
+	 * also begins, copies and commits a version of a model of its own
+	 * that nobody waits on: the bare wake after what a commit's round
+	 * trip to the broker leaves on the machine */
+	bool raw_commit;
+	/* CPU + 1 to pin the publisher (this process, while it runs) and the
+	 * collectors to; 0 = not pinned */
+	int pin_pub, pin_col;
 };
 
 struct fan_result {

@@ -18,10 +18,14 @@
  *
  * FAN_RAW_FUTEX runs the same protocol with a bare futex word instead of
  * wsync: store the sample number, FUTEX_WAKE all; the floor for the wsync
- * figures under identical conditions.
+ * figures under identical conditions. With raw_commit the publisher first
+ * commits a version of a model nobody waits on, so the bare wake comes
+ * after a commit's round trip to the broker, as every wsync wake back to
+ * back does.
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +56,18 @@ static void fan_set_error(struct fan_shared *sh, const char *what, int err)
 
 	if (atomic_compare_exchange_strong(&sh->failed, &expected, err ? err : -1))
 		wsync_error_text(sh->error, sizeof sh->error, what, err);
+}
+
+/* Pins the calling process to cpu_plus_1 - 1 (0: leaves it alone). */
+static int fan_pin(int cpu_plus_1)
+{
+	cpu_set_t set;
+
+	if (!cpu_plus_1)
+		return 0;
+	CPU_ZERO(&set);
+	CPU_SET(cpu_plus_1 - 1, &set);
+	return sched_setaffinity(0, sizeof set, &set) ? -errno : 0;
 }
 
 /* ---- collectors ------------------------------------------------------------ */
@@ -112,6 +128,10 @@ static int fan_collector_main(void *arg)
 	uint64_t after = 0;
 	int err;
 
+	if ((err = fan_pin(cfg->pin_col))) {
+		fan_set_error(fc->sh, "sched_setaffinity", err);
+		goto out;
+	}
 	if (cfg->mode == FAN_WSYNC) {
 		if ((err = wsync_connect(cfg->endpoint, "bench-collector", &c))) {
 			fan_set_error(fc->sh, "wsync_connect", err);
@@ -205,14 +225,21 @@ static int fan_publish(struct fan_pub *fp, int s, struct fan_times *t)
 	wsync_slab slab;
 	int err;
 
-	t->begin = mono_ns();
 	if (fp->cfg->mode == FAN_RAW_FUTEX) {
-		t->copy = t->commit = t->begin;
+		if (fp->p) {
+			if ((err = wsync_pub_begin(fp->p, 10 * NS_PER_S, &slab)))
+				return fan_fail(fp, "wsync_pub_begin", err);
+			copy_tensors(slab.base, fp->src, slab.tensors, slab.n_tensors);
+			if ((err = wsync_pub_commit(fp->p, (uint64_t)s + 1, NULL)))
+				return fan_fail(fp, "wsync_pub_commit", err);
+		}
+		t->begin = t->copy = t->commit = mono_ns();
 		atomic_store(&fp->sh->seq, (uint32_t)s + 1);
 		wsync_futex_wake(&fp->sh->seq, INT_MAX);
 		t->done = mono_ns();
 		return 0;
 	}
+	t->begin = mono_ns();
 	if ((err = wsync_pub_begin(fp->p, 10 * NS_PER_S, &slab)))
 		return fan_fail(fp, "wsync_pub_begin", err);
 	t->copy = mono_ns();
@@ -235,7 +262,7 @@ static int fan_open(struct fan_pub *fp)
 	const struct fan_cfg *cfg = fp->cfg;
 	int err;
 
-	if (cfg->mode != FAN_WSYNC)
+	if (cfg->mode != FAN_WSYNC && !cfg->raw_commit)
 		return 0;
 	if (!(fp->src = warm_alloc(cfg->bytes)))
 		return fan_fail(fp, "out of memory", 0);
@@ -314,12 +341,15 @@ int fan_run(const struct fan_cfg *cfg, struct fan_result *res)
 	                   (size_t)total * (size_t)cfg->collectors * sizeof(int64_t);
 	struct fan_collector fcs[FAN_MAX_COLLECTORS];
 	struct fan_pub fp = { .cfg = cfg, .res = res };
+	cpu_set_t saved;
+	int err;
 
 	if (fan_alloc(res, cfg) || cfg->collectors > FAN_MAX_COLLECTORS ||
 	    !(fp.sh = shared_alloc(shm_bytes))) {
 		snprintf(res->error, sizeof res->error, "out of memory");
 		goto out;
 	}
+	CPU_ZERO(&saved);
 	for (int c = 0; c < cfg->collectors; c++) {
 		fcs[c] = (struct fan_collector){ cfg, fp.sh, c };
 		if ((fp.pids[c] = child_spawn(fan_collector_main, &fcs[c])) < 0) {
@@ -328,10 +358,21 @@ int fan_run(const struct fan_cfg *cfg, struct fan_result *res)
 		}
 		fp.spawned++;
 	}
+	if (cfg->pin_pub) {
+		err = sched_getaffinity(0, sizeof saved, &saved) ? -errno
+		                                                 : fan_pin(cfg->pin_pub);
+		if (err) {
+			CPU_ZERO(&saved);
+			fan_fail(&fp, "sched_setaffinity", err);
+			goto out_reap;
+		}
+	}
 	if (fan_wait_armed(&fp, 1) || fan_open(&fp) || fan_loop(&fp))
 		goto out_reap;
 	rc = 0;
 out_reap:
+	if (CPU_COUNT(&saved))
+		sched_setaffinity(0, sizeof saved, &saved);
 	for (int c = 0; c < fp.spawned; c++)
 		bad |= child_reap(fp.pids[c], rc ? 0 : 10000) != 0;
 	if (!rc && bad)

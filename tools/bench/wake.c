@@ -19,6 +19,11 @@
  * 1.5x a bare futex wake-all of as many waiters in the same harness) are on
  * the back-to-back rows against the bare wake-all and on the after-idle
  * rows; DESIGN section 10's against the ping-pong stay where they were.
+ *
+ * One collector back to back is measured in alternated rounds (hot1_run):
+ * on this VM a wake onto the waker's own core and one onto the other core
+ * differ by 2.5x, and which the kernel picks can change between two
+ * measurements taken one after the other.
  */
 #include <errno.h>
 #include <sched.h>
@@ -173,13 +178,20 @@ static int wake_measure(struct bench *b, enum fan_mode mode, int collectors, boo
 	return wake_measure_spin(b, mode, collectors, hot, 0, st, error, errlen);
 }
 
+/* A fresh model name per fan-out: the broker keeps what a run leaves. */
+static void wake_model_name(char *model, size_t len)
+{
+	static int serial;
+
+	snprintf(model, len, "wake-%d", ++serial);
+}
+
 /* spin_ns > 0: collectors spin that long before they sleep; each sample
  * then waits out the publisher's ~5 ms check that they sleep, so fewer. */
 static int wake_measure_spin(struct bench *b, enum fan_mode mode, int collectors, bool hot,
                              int64_t spin_ns, struct wake_stats *st, char *error,
                              size_t errlen)
 {
-	static int serial;
 	int per_repeat = spin_ns ? (b->quick ? 20 : 60)
 	                         : (b->quick ? 100 : 400) * (hot ? 2 : 1);
 	char model[32];
@@ -193,7 +205,7 @@ static int wake_measure_spin(struct bench *b, enum fan_mode mode, int collectors
 	struct fan_result res;
 	int rc;
 
-	snprintf(model, sizeof model, "wake-%d", ++serial);
+	wake_model_name(model, sizeof model);
 	rc = fan_run(&cfg, &res);
 	if (rc)
 		snprintf(error, errlen, "%s", res.error);
@@ -239,55 +251,234 @@ static void wake_rows(const char *label, int collectors, const struct wake_stats
 static const char pp_name[] = "futex ping-pong";
 static const char raw_name[] = "raw futex, same";
 static const char raw_b2b_name[] = "raw wake-all, same";
+static const char raw_commit_name[] = "raw after a commit";
+
+/* ---- one collector back to back, alternated ------------------------------------ */
+
+/*
+ * The bare wake-all, the bare wake-all after a commit's round trip to the
+ * broker (fan_cfg.raw_commit), and the commit, one fan-out of each per
+ * round, the order rotated from round to round, so that the three see the
+ * same load and, as far as the kernel keeps it, the same placement of
+ * processes on cores. Ratios are taken within a round; a row with "median
+ * round" shows the round whose ratio is the median.
+ */
+enum hot1_kind { HOT1_RAW, HOT1_RAW_COMMIT, HOT1_WSYNC, HOT1_N };
+
+#define HOT1_MAX_ROUNDS 64
+
+struct hot1 {
+	int rounds, per_round;
+	double *lat[HOT1_N];                   /* [rounds * per_round] ns, pooled */
+	double *call;                          /* the commit call's own time */
+	double p50[HOT1_N][HOT1_MAX_ROUNDS];   /* each round's p50 */
+};
+
+static void hot1_free(struct hot1 *h)
+{
+	for (int k = 0; k < HOT1_N; k++)
+		free(h->lat[k]);
+	free(h->call);
+}
+
+static int hot1_alloc(struct hot1 *h, int rounds, int per_round)
+{
+	size_t n = (size_t)rounds * (size_t)per_round;
+
+	memset(h, 0, sizeof *h);
+	h->rounds = rounds < HOT1_MAX_ROUNDS ? rounds : HOT1_MAX_ROUNDS;
+	h->per_round = per_round;
+	for (int k = 0; k < HOT1_N; k++)
+		if (!(h->lat[k] = calloc(n, sizeof(double))))
+			return -1;
+	return (h->call = calloc(n, sizeof(double))) ? 0 : -1;
+}
+
+/* pin_pub, pin_col: CPU + 1 of the publisher and the collector, 0 = free */
+static int hot1_run(struct bench *b, struct hot1 *h, int pin_pub, int pin_col, char *error,
+                    size_t len)
+{
+	for (int r = 0; r < h->rounds; r++) {
+		for (int k = 0; k < HOT1_N; k++) {
+			enum hot1_kind v = (enum hot1_kind)((k + r) % HOT1_N);
+			size_t at = (size_t)r * (size_t)h->per_round;
+			char model[32];
+			struct fan_cfg cfg = {
+				.mode = v == HOT1_WSYNC ? FAN_WSYNC : FAN_RAW_FUTEX,
+				.endpoint = b->endpoint, .model = model,
+				.bytes = WAKE_MODEL_BYTES, .n_tensors = 1, .collectors = 1,
+				.warmup = 8, .samples = h->per_round, .hot = true,
+				.raw_commit = v == HOT1_RAW_COMMIT,
+				.pin_pub = pin_pub, .pin_col = pin_col,
+			};
+			struct fan_result res;
+			int rc;
+
+			wake_model_name(model, sizeof model);
+			rc = fan_run(&cfg, &res);
+			if (rc) {
+				snprintf(error, len, "%s", res.error);
+			} else {
+				if (res.not_asleep)
+					say("wake: 1 collector, back to back: %d of %d samples "
+					    "started before it slept", res.not_asleep, res.samples);
+				fan_latencies(&res, FAN_FROM_COMMIT, true, h->lat[v] + at);
+				for (int i = 0; v == HOT1_WSYNC && i < h->per_round; i++)
+					h->call[at + (size_t)i] =
+						(double)(res.t_done[i] - res.t_commit[i]);
+			}
+			fan_result_free(&res);
+			if (rc)
+				return -1;
+			h->p50[v][r] = stat_pct(h->lat[v] + at, (size_t)h->per_round, 0.50);
+		}
+	}
+	return 0;
+}
+
+/* The round whose p50 ratio of kind a to kind b is the median (the lower
+ * of the middle two for an even count). */
+static int hot1_median_round(const struct hot1 *h, enum hot1_kind a, enum hot1_kind b)
+{
+	int best = 0;
+
+	for (int r = 0; r < h->rounds; r++) {
+		double q = h->p50[a][r] / h->p50[b][r];
+		int below = 0, equal_before = 0;
+
+		for (int o = 0; o < h->rounds; o++) {
+			double qo = h->p50[a][o] / h->p50[b][o];
+
+			below += qo < q;
+			equal_before += qo == q && o < r;
+		}
+		if (below + equal_before == (h->rounds - 1) / 2)
+			best = r;
+	}
+	return best;
+}
+
+/* A row of the median round: kind a's p50 against kind b's. */
+static void hot1_row(const struct hot1 *h, const char *figure, enum hot1_kind a,
+                     enum hot1_kind b, const char *ref_name, double target)
+{
+	int r = hot1_median_round(h, a, b);
+
+	wake_row(figure, "", h->p50[a][r], ref_name, h->p50[b][r], target);
+}
+
+/* The first two CPUs this process may run on; how many there are (0-2). */
+static int wake_cpus(int cpu[2])
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof set, &set))
+		return 0;
+	for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+		if (CPU_ISSET(c, &set))
+			cpu[n++] = c;
+	return n;
+}
+
+/* One collector back to back: the targets' rows (free placement), then the
+ * same alternation with both processes pinned to one core and across two,
+ * which shows what each placement costs (information). */
+static int wake_hot1(struct bench *b, const struct wake_stats *pp, char *error, size_t len)
+{
+	int per_round = (b->quick ? 100 : 400) * 2, cpu[2], n_cpus = wake_cpus(cpu);
+	size_t n = (size_t)b->repeats * (size_t)per_round;
+	struct wake_stats w, raw;
+	struct hot1 h;
+	int rc = -1;
+
+	if (hot1_alloc(&h, b->repeats, per_round)) {
+		snprintf(error, len, "out of memory");
+		goto out;
+	}
+	if (hot1_run(b, &h, 0, 0, error, len))
+		goto out;
+	n = (size_t)h.rounds * (size_t)h.per_round;
+	raw.last50 = raw.med50 = stat_pct(h.lat[HOT1_RAW], n, 0.50);
+	raw.last99 = raw.med99 = stat_pct(h.lat[HOT1_RAW], n, 0.99);
+	w.last50 = w.med50 = stat_pct(h.lat[HOT1_WSYNC], n, 0.50);
+	w.last99 = w.med99 = stat_pct(h.lat[HOT1_WSYNC], n, 0.99);
+	wake_row("raw futex wake-all, 1 waiter, back to back", ", p50", raw.last50, pp_name,
+	         pp->last50, 0);
+	wake_row("raw futex wake-all, 1 waiter, back to back", ", p99", raw.last99, pp_name,
+	         pp->last99, 0);
+	hot1_row(&h, "raw futex wake-all after a commit's round trip, 1 waiter, back to back, "
+	         "p50, median round", HOT1_RAW_COMMIT, HOT1_RAW, raw_b2b_name, 0);
+	wake_rows("commit -> 1 collector, back to back", 1, &w, pp, pp_name, true);
+	/* issue 28's target: against the bare wake-all in the same rounds */
+	hot1_row(&h, "commit -> 1 collector vs raw wake-all, back to back, p50, median round",
+	         HOT1_WSYNC, HOT1_RAW, raw_b2b_name, 1.2);
+	wake_row("commit -> 1 collector vs raw wake-all, back to back", ", p99", w.last99,
+	         raw_b2b_name, raw.last99, 0);
+	hot1_row(&h, "commit -> 1 collector vs raw after a commit, back to back, p50, median "
+	         "round", HOT1_WSYNC, HOT1_RAW_COMMIT, raw_commit_name, 0);
+	/* the publisher's side: wake, then the broker's confirmation */
+	row_add("wake", "wsync_pub_commit call itself, 1 collector, p50", "us",
+	        stat_pct(h.call, n, 0.50) / 1000);
+	row_add("wake", "wsync_pub_commit call itself, 1 collector, p99", "us",
+	        stat_pct(h.call, n, 0.99) / 1000);
+
+	/* placement pinned: half the samples, at most 3 rounds each */
+	h.rounds = b->repeats < 3 ? b->repeats : 3;
+	h.per_round = per_round / 2;
+	if (n_cpus < 1 || hot1_run(b, &h, cpu[0] + 1, cpu[0] + 1, error, len)) {
+		row_skip("wake", "commit -> 1 collector, back to back, one core",
+		         "%s", n_cpus < 1 ? "no CPU to pin to" : error);
+	} else {
+		hot1_row(&h, "raw after a commit vs raw wake-all, back to back, one core, p50, "
+		         "median round", HOT1_RAW_COMMIT, HOT1_RAW, raw_b2b_name, 0);
+		hot1_row(&h, "commit -> 1 collector vs raw wake-all, back to back, one core, p50, "
+		         "median round", HOT1_WSYNC, HOT1_RAW, raw_b2b_name, 0);
+	}
+	if (n_cpus < 2 || hot1_run(b, &h, cpu[0] + 1, cpu[1] + 1, error, len)) {
+		row_skip("wake", "commit -> 1 collector, back to back, two cores",
+		         "%s", n_cpus < 2 ? "one CPU only" : error);
+	} else {
+		hot1_row(&h, "raw after a commit vs raw wake-all, back to back, two cores, p50, "
+		         "median round", HOT1_RAW_COMMIT, HOT1_RAW, raw_b2b_name, 0);
+		hot1_row(&h, "commit -> 1 collector vs raw wake-all, back to back, two cores, p50, "
+		         "median round", HOT1_WSYNC, HOT1_RAW, raw_b2b_name, 0);
+	}
+	rc = 0;
+out:
+	hot1_free(&h);
+	return rc;
+}
 
 /* Back to back: the conditions of the ping-pong, which is the targets'
  * reference. A bare futex wake-all of as many waiters in the same harness
  * shows how much of the gap is waking several processes on two cores. */
 static int wake_hot(struct bench *b, const struct wake_stats *pp, char *error, size_t len)
 {
-	static const int counts[] = { 1, 8 };
 	struct wake_stats w, raw;
-	char label[96];
 
-	for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-		const char *s = counts[i] > 1 ? "s" : "";
+	if (wake_hot1(b, pp, error, len))
+		return -1;
+	/* a collector with a core of its own, spinning before it sleeps */
+	if (wake_measure_spin(b, FAN_WSYNC, 1, true, 50 * NS_PER_MS, &w, error, len))
+		return -1;
+	wake_rows("commit -> 1 spinning collector (wsync_sub_set_spin), back to back",
+	          1, &w, pp, pp_name, false);
 
-		if (wake_measure(b, FAN_RAW_FUTEX, counts[i], true, &raw, error, len) ||
-		    wake_measure(b, FAN_WSYNC, counts[i], true, &w, error, len))
-			return -1;
-		snprintf(label, sizeof label, "raw futex wake-all, %d waiter%s, back to back",
-		         counts[i], s);
-		wake_row(label, counts[i] > 1 ? ", last, p50" : ", p50", raw.last50, pp_name,
-		         pp->last50, 0);
-		wake_row(label, counts[i] > 1 ? ", last, p99" : ", p99", raw.last99, pp_name,
-		         pp->last99, 0);
-		snprintf(label, sizeof label, "commit -> %d collector%s, back to back",
-		         counts[i], s);
-		wake_rows(label, counts[i], &w, pp, pp_name, true);
-		/* issue 28's targets: against the bare wake-all of as many
-		 * waiters in the same harness (same gap before each commit) */
-		snprintf(label, sizeof label, "commit -> %d collector%s vs raw wake-all, "
-		         "back to back", counts[i], s);
-		if (counts[i] == 1) {
-			wake_row(label, ", p50", w.last50, raw_b2b_name, raw.last50, 1.2);
-			wake_row(label, ", p99", w.last99, raw_b2b_name, raw.last99, 0);
-		} else {
-			wake_row(label, ", last, p50", w.last50, raw_b2b_name, raw.last50, 0);
-			wake_row(label, ", last, p99", w.last99, raw_b2b_name, raw.last99, 1.5);
-		}
-		if (counts[i] > 1)
-			continue;
-		/* the publisher's side: wake, then the broker's confirmation */
-		row_add("wake", "wsync_pub_commit call itself, 1 collector, p50", "us",
-		        w.call50 / 1000);
-		row_add("wake", "wsync_pub_commit call itself, 1 collector, p99", "us",
-		        w.call99 / 1000);
-		/* a collector with a core of its own, spinning before it sleeps */
-		if (wake_measure_spin(b, FAN_WSYNC, 1, true, 50 * NS_PER_MS, &w, error, len))
-			return -1;
-		wake_rows("commit -> 1 spinning collector (wsync_sub_set_spin), back to back",
-		          1, &w, pp, pp_name, false);
-	}
+	if (wake_measure(b, FAN_RAW_FUTEX, 8, true, &raw, error, len) ||
+	    wake_measure(b, FAN_WSYNC, 8, true, &w, error, len))
+		return -1;
+	wake_row("raw futex wake-all, 8 waiters, back to back", ", last, p50", raw.last50,
+	         pp_name, pp->last50, 0);
+	wake_row("raw futex wake-all, 8 waiters, back to back", ", last, p99", raw.last99,
+	         pp_name, pp->last99, 0);
+	wake_rows("commit -> 8 collectors, back to back", 8, &w, pp, pp_name, true);
+	/* issue 28's target: against the bare wake-all of as many waiters in
+	 * the same harness (same gap before each commit) */
+	wake_row("commit -> 8 collectors vs raw wake-all, back to back", ", last, p50",
+	         w.last50, raw_b2b_name, raw.last50, 0);
+	wake_row("commit -> 8 collectors vs raw wake-all, back to back", ", last, p99",
+	         w.last99, raw_b2b_name, raw.last99, 1.5);
 	return 0;
 }
 
