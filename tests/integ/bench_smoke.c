@@ -4,7 +4,8 @@
  * `make bench`)
  * starts its own broker, runs every scenario, stops the broker cleanly,
  * exits 0, and its JSON has no failure, no skipped row, and a row for each
- * scenario with a value.
+ * scenario with a value (and the wake scenario's alternated and pinned rows
+ * of one collector back to back).
  *
  * Then the gpu scenario against the fake CUDA driver (3 GPUs, peer access
  * 0<->1 only) with WSYNC_BENCH_GPU_FAKE=1: every GPU row runs (publish,
@@ -83,6 +84,11 @@ static void host_scenarios(void)
 		snprintf(key, sizeof key, "{\"scenario\": \"%s\"", scenarios[i]);
 		TEST_ASSERT_MSG(count(json, key) >= 2, "fewer than 2 rows for %s", scenarios[i]);
 	}
+	/* one collector back to back: alternated rounds, then pinned both ways */
+	TEST_ASSERT(count(json, "vs raw wake-all, back to back, p50, median round") == 1);
+	TEST_ASSERT(count(json, "raw futex wake-all after a commit's round trip") == 1);
+	TEST_ASSERT(count(json, ", one core, p50, median round") == 2);
+	TEST_ASSERT(count(json, ", two cores, p50, median round") == 2);
 }
 
 #ifdef WSYNC_HAVE_CUDA_H
