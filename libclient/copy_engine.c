@@ -59,8 +59,9 @@
  * absolute deadline, so sleeps do not add up their overshoots) between
  * blocks, so the copy takes one block's time of a core at a time, and the
  * scheduler, which favours a thread that slept, slips it in between the
- * collectors' slices. A thread behind its deadlines copies without sleeping:
- * pacing never makes a copy slower than spread. Paced copies are neither
+ * collectors' slices. A thread behind its deadlines copies without sleeping,
+ * so a paced copy takes the longer of the spread and its time unpaced on
+ * the same threads. Paced copies are neither
  * timed nor used to probe the store method (they would measure the sleeps
  * and burst), and use what earlier copies measured. Blocks, their hashes
  * and the fences are the same as unpaced.
