@@ -80,7 +80,8 @@ def test_publish_async_and_copy_from_pace_too(client):
 
 @pytest.mark.parametrize("spread,exc", [
     (-0.1, ValueError), (-1e-12, ValueError), (math.nan, ValueError), (math.inf, ValueError),
-    (3601, ValueError), (1e30, ValueError), ("0.1", TypeError), (True, TypeError),
+    (3601, ValueError), (1e30, ValueError), (10**400, ValueError), ("0.1", TypeError),
+    (True, TypeError), ([0.1], TypeError),
 ])
 def test_bad_spreads_are_refused_before_anything_is_begun(client, spread, exc):
     pub = client.publisher_like("badspread", weights(0))

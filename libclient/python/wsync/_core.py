@@ -116,7 +116,10 @@ def _copy_opts(threads, spread):
         if isinstance(spread, bool) or not isinstance(spread, numbers.Real):
             raise TypeError("wsync: spread must be None or a number of seconds, not %s"
                             % type(spread).__name__)
-        s = float(spread)
+        try:
+            s = float(spread)
+        except OverflowError:                 # an int beyond any float
+            s = math.inf
         if not 0 <= s <= SPREAD_MAX_S:        # NaN fails too
             raise ValueError("wsync: spread must be None or 0 .. %d seconds (the time to "
                              "spread the copy over), not %r" % (SPREAD_MAX_S, spread))
