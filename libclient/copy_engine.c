@@ -49,9 +49,26 @@
  * Threads are started per call: a large copy takes milliseconds, a thread
  * start tens of microseconds, and nothing lingers inside the user's process
  * between publishes. Copies under 4 MiB per thread stay on the caller.
+ *
+ * Pacing. A burst is what a trainer wants when it has the cores to itself;
+ * beside collectors on the same cores it takes every core from them at
+ * once, and the one whose pass it lands on waits the whole copy. A paced
+ * copy (plan->spread_ns > 0) trickles instead: on one thread unless asked
+ * for more, block k of the n it covers ends no earlier than
+ * start + (k + 1) / n * spread, the thread sleeping (clock_nanosleep on an
+ * absolute deadline, so sleeps do not add up their overshoots) between
+ * blocks, so the copy takes one block's time of a core at a time, and the
+ * scheduler, which favours a thread that slept, slips it in between the
+ * collectors' slices. A thread behind its deadlines copies without sleeping,
+ * so a paced copy takes the longer of the spread and its time unpaced on
+ * the same threads. Paced copies are neither
+ * timed nor used to probe the store method (they would measure the sleeps
+ * and burst), and use what earlier copies measured. Blocks, their hashes
+ * and the fences are the same as unpaced.
  */
 #include "copy_engine.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -522,6 +539,52 @@ static void probe_method(struct par *p, struct copy_ctx *cx, _Atomic int *chosen
 }
 #endif
 
+/* ---- pacing ---------------------------------------------------------------- */
+
+struct paced {
+	struct copy_ctx cx;
+	int64_t start_ns, spread_ns;
+	size_t k0, n;                   /* blocks [k0, k0 + n) */
+};
+
+static void sleep_until(int64_t due_ns)
+{
+	struct timespec ts = { .tv_sec = due_ns / 1000000000, .tv_nsec = due_ns % 1000000000 };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static void block_paced(void *arg, size_t k)
+{
+	const struct paced *pc = arg;
+	int64_t due;
+
+	block_copy((void *)&pc->cx, k);
+	due = pc->start_ns + (int64_t)((double)pc->spread_ns * (double)(k + 1 - pc->k0) /
+	                               (double)pc->n);
+	if (now_ns() < due)
+		sleep_until(due);
+}
+
+static void copy_paced(const struct copy_plan *pl, unsigned threads, size_t k0, size_t end,
+                       uint64_t total)
+{
+	struct paced pc = { .cx = { pl, COPY_MEMCPY, COPY_MEMCPY }, .spread_ns = pl->spread_ns,
+	                    .k0 = k0, .n = end - k0 };
+	struct par p = { .fn = block_paced, .ctx = &pc, .end = end };
+
+#if defined(__x86_64__)
+	if (atomic_load_explicit(&plain_method, memory_order_relaxed) == COPY_STREAM)
+		pc.cx.plain = COPY_STREAM;
+	if (atomic_load_explicit(&hashed_method, memory_order_relaxed) == COPY_STREAM)
+		pc.cx.hashed = COPY_STREAM;
+#endif
+	atomic_init(&p.next, k0);
+	pc.start_ns = now_ns();
+	par_run(&p, threads_for(threads ? threads : 1, total));
+}
+
 void copy_run(const struct copy_plan *pl, unsigned threads)
 {
 	struct copy_ctx cx = { pl, COPY_MEMCPY, COPY_MEMCPY };
@@ -540,6 +603,10 @@ void copy_run(const struct copy_plan *pl, unsigned threads)
 	last = &pl->segs[pl->n_segs - 1];
 	k0 = (size_t)(pl->segs[0].off / COPY_BLOCK);
 	p.end = (size_t)((last->off + last->len - 1) / COPY_BLOCK) + 1;
+	if (pl->spread_ns > 0) {
+		copy_paced(pl, threads, k0, p.end, total);
+		return;
+	}
 	atomic_init(&p.next, k0);
 	timed = !threads && total >= TUNE_MIN;
 	if (timed) {

@@ -42,11 +42,15 @@ struct copy_plan {
 	const uint8_t *hole;
 	uint64_t *hash;
 	_Atomic uint8_t *ok;
+	/* > 0: a paced copy, spread over this many nanoseconds (copy_engine.c,
+	 * "Pacing"); 0: as fast as the threads go. */
+	int64_t spread_ns;
 };
 
 /* Copies the plan with up to `threads` threads (the caller among them;
- * 0 = as many as pay on this machine, measured once per process); returns
- * when every byte is stored and visible to other threads. */
+ * 0 = as many as pay on this machine, measured once per process, or one
+ * for a paced copy); returns when every byte is stored and visible to
+ * other threads. */
 void copy_run(const struct copy_plan *plan, unsigned threads);
 
 /* hash[k] = the XXH3-64 of block k of base[0, bytes) for every k with

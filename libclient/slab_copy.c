@@ -32,17 +32,44 @@
 
 #define COPY_STACK_SEGS 256
 
-int wsync_copy(void *dst, const void *src, size_t len, unsigned threads)
+/* opts checked (NULL: the defaults) into *o, or -EINVAL with a message. */
+static int opts_take(const wsync_copy_opts *opts, wsync_copy_opts *o, const char *what)
+{
+	static const wsync_copy_opts none;
+
+	*o = opts ? *opts : none;
+	if (o->spread_ns < 0 || o->spread_ns > WSYNC_SPREAD_MAX_NS)
+		return wsync_fail(-EINVAL, "%s: spread_ns %lld is not in 0 .. %lld (an hour)",
+		                  what, (long long)o->spread_ns, (long long)WSYNC_SPREAD_MAX_NS);
+	if (o->flags || o->reserved[0] || o->reserved[1])
+		return wsync_fail(-EINVAL, "%s: flags and reserved fields of wsync_copy_opts "
+		                  "must be 0", what);
+	return 0;
+}
+
+int wsync_copy_with(void *dst, const void *src, size_t len, const wsync_copy_opts *opts)
 {
 	struct copy_seg seg = { 0, src, len };
 	struct copy_plan pl = { .base = dst, .bytes = len, .segs = &seg, .n_segs = 1 };
+	wsync_copy_opts o;
+	int err = opts_take(opts, &o, "wsync_copy");
 
+	if (err)
+		return err;
 	if (!len)
 		return 0;
 	if (!dst || !src)
 		return wsync_fail(-EINVAL, "wsync_copy: NULL buffer");
-	copy_run(&pl, threads);
+	pl.spread_ns = o.spread_ns;
+	copy_run(&pl, o.threads);
 	return 0;
+}
+
+int wsync_copy(void *dst, const void *src, size_t len, unsigned threads)
+{
+	wsync_copy_opts o = { .threads = threads };
+
+	return wsync_copy_with(dst, src, len, &o);
 }
 
 /* The publisher of a slab that may be written now, or NULL with a message. */
@@ -100,9 +127,10 @@ static void holes_find(const struct wsync_pub *p, const struct copy_seg *segs, s
 /* Copies the pieces (sorted, disjoint, inside the slab) into p's begun slab,
  * hashing the blocks they fill when p keeps checksums. */
 static int slab_fill(struct wsync_pub *p, const wsync_slab *s, const struct copy_seg *segs,
-                     size_t n, unsigned threads)
+                     size_t n, const wsync_copy_opts *o)
 {
-	struct copy_plan pl = { .base = s->base, .bytes = p->bytes, .segs = segs, .n_segs = n };
+	struct copy_plan pl = { .base = s->base, .bytes = p->bytes, .segs = segs, .n_segs = n,
+	                        .spread_ns = o->spread_ns };
 	struct sum_blocks *sums = p->sums;
 	uint8_t *hole = NULL;
 
@@ -117,7 +145,7 @@ static int slab_fill(struct wsync_pub *p, const wsync_slab *s, const struct copy
 		pl.hash = sums->hash;
 		pl.ok = sums->ok;
 	}
-	copy_run(&pl, threads);
+	copy_run(&pl, o->threads);
 	if (sums && !hole)           /* no memory to plan: the commit hashes */
 		sum_blocks_forget(sums, p->cur.version, segs[0].off,
 		                  segs[n - 1].off + segs[n - 1].len - segs[0].off);
@@ -125,13 +153,16 @@ static int slab_fill(struct wsync_pub *p, const wsync_slab *s, const struct copy
 	return 0;
 }
 
-int wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
-                    size_t len, unsigned threads)
+int wsync_slab_copy_with(const wsync_slab *s, uint64_t offset, const void *src,
+                         size_t len, const wsync_copy_opts *opts)
 {
 	struct wsync_pub *p = slab_writable(s, "wsync_slab_copy");
 	struct copy_seg seg = { offset, src, len };
+	wsync_copy_opts o;
 
 	if (!p)
+		return -EINVAL;
+	if (opts_take(opts, &o, "wsync_slab_copy"))
 		return -EINVAL;
 	if (!src && len)
 		return wsync_fail(-EINVAL, "model '%s': wsync_slab_copy from NULL", p->model);
@@ -139,17 +170,29 @@ int wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
 		return wsync_fail(-EINVAL, "model '%s': copy of %zu bytes at offset %llu runs "
 		                  "past the slab's %zu bytes", p->model, len,
 		                  (unsigned long long)offset, s->bytes);
-	return slab_fill(p, s, &seg, len ? 1 : 0, threads);
+	return slab_fill(p, s, &seg, len ? 1 : 0, &o);
 }
 
-int wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs, unsigned threads)
+int wsync_slab_copy(const wsync_slab *s, uint64_t offset, const void *src,
+                    size_t len, unsigned threads)
+{
+	wsync_copy_opts o = { .threads = threads };
+
+	return wsync_slab_copy_with(s, offset, src, len, &o);
+}
+
+int wsync_slab_copy_tensors_with(const wsync_slab *s, const void *const *srcs,
+                                 const wsync_copy_opts *opts)
 {
 	struct copy_seg stack_segs[COPY_STACK_SEGS], *segs = stack_segs;
 	struct wsync_pub *p = slab_writable(s, "wsync_slab_copy_tensors");
+	wsync_copy_opts o;
 	size_t n = 0;
 	int err;
 
 	if (!p)
+		return -EINVAL;
+	if (opts_take(opts, &o, "wsync_slab_copy_tensors"))
 		return -EINVAL;
 	if (!srcs)
 		return wsync_fail(-EINVAL, "model '%s': wsync_slab_copy_tensors: srcs is NULL",
@@ -171,8 +214,15 @@ int wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs, unsign
 		segs[n].len = len;
 		n++;
 	}
-	err = slab_fill(p, s, segs, n, threads);
+	err = slab_fill(p, s, segs, n, &o);
 	if (segs != stack_segs)
 		free(segs);
 	return err;
+}
+
+int wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs, unsigned threads)
+{
+	wsync_copy_opts o = { .threads = threads };
+
+	return wsync_slab_copy_tensors_with(s, srcs, &o);
 }

@@ -489,6 +489,36 @@ int  wsync_slab_copy_tensors(const wsync_slab *s, const void *const *srcs,
 /* wsync_slab_copy for any two buffers that do not overlap. */
 int  wsync_copy(void *dst, const void *src, size_t len, unsigned threads);
 
+#define WSYNC_SPREAD_MAX_NS ((int64_t)3600 * 1000000000)   /* an hour */
+
+/* How a copy runs; all zero (or a NULL pointer) is what the calls above do. */
+typedef struct wsync_copy_opts {
+	uint32_t threads;    /* as their `threads`; 0 = as many as pay, or 1 if paced */
+	uint32_t flags;      /* 0: none defined yet */
+	/* > 0: a paced copy, for a trainer that shares its cores with
+	 * collectors (docs/LIVE.md): instead of taking every core for a burst,
+	 * it copies one MiB block at a time and sleeps between blocks, so that
+	 * block k of n ends no earlier than (k + 1) / n * spread_ns after the
+	 * start; the copy takes about spread_ns of wall time and the same CPU
+	 * time as a burst, a block's worth at a time. A copy that falls behind
+	 * (too few threads for the spread, a busy machine) does not sleep: it
+	 * is never slower than an unpaced one would be on the same threads.
+	 * Blocks are hashed as they are copied, as unpaced. 0 = as fast as
+	 * possible; at most WSYNC_SPREAD_MAX_NS. */
+	int64_t  spread_ns;
+	uint64_t reserved[2];  /* 0 */
+} wsync_copy_opts;
+
+/* wsync_slab_copy, wsync_slab_copy_tensors and wsync_copy with options
+ * (NULL = defaults). -EINVAL, with a message, for a negative or larger
+ * than WSYNC_SPREAD_MAX_NS spread_ns and for flags or reserved fields not
+ * 0, besides the errors of the call without options. */
+int  wsync_slab_copy_with(const wsync_slab *s, uint64_t offset, const void *src,
+                          size_t len, const wsync_copy_opts *opts);
+int  wsync_slab_copy_tensors_with(const wsync_slab *s, const void *const *srcs,
+                                  const wsync_copy_opts *opts);
+int  wsync_copy_with(void *dst, const void *src, size_t len, const wsync_copy_opts *opts);
+
 /* The slice of part `part` of tensor d. -EINVAL (with a message) for a dim
  * the tensor does not have or a range outside it. */
 int  wsync_shard_slice(const wsync_tensor_desc *d, const wsync_shard *part,

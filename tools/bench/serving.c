@@ -20,7 +20,11 @@
  * the trainer publishes as for LivePolicy while the collectors run their
  * own weights, never updated. Thread CPU times, which a descheduled
  * collector does not inflate, give each way's cost per update and
- * LivePolicy's cost per pass against the plain module.
+ * LivePolicy's cost per pass against the plain module. LivePolicy and the
+ * reference run once more with the trainer's publish paced
+ * (Publisher.publish(spread=), 0.75 of the period): the gaps a trainer
+ * sharing the collectors' cores costs them that way, and how much later
+ * each version reaches them.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -30,31 +34,44 @@
 
 #include "bench_common.h"
 
-#define SERVING_OUT_MAX 8192
+#define SERVING_OUT_MAX 16384
 
 static const struct {
 	const char *row, *name;
+	bool paced;                     /* the trainer publishes paced */
 } ways[] = {
-	{ "serving_live",      "LivePolicy" },
-	{ "serving_load_into", "load_into between passes" },
-	{ "serving_broadcast", "torch.distributed broadcast (gloo)" },
-	{ "serving_pause",     "pause-load-resume (shared buffer + queue)" },
-	{ "serving_torn",      "in-place shared tensors (torn)" },
-	{ "serving_reference", "reference: own weights, the trainer publishing" },
+	{ "serving_live",      "LivePolicy", false },
+	{ "serving_load_into", "load_into between passes", false },
+	{ "serving_broadcast", "torch.distributed broadcast (gloo)", false },
+	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", false },
+	{ "serving_torn",      "in-place shared tensors (torn)", false },
+	{ "serving_reference", "reference: own weights, the trainer publishing", false },
+	{ "serving_live_paced", "LivePolicy", true },
+	{ "serving_reference_paced", "reference", true },
 };
 
 #define WAY_REFERENCE 5
+#define WAY_LIVE_PACED 6
+#define WAY_REFERENCE_PACED 7
 
 static void serving_way(const char *out, int w, const char *why_run)
 {
 	double pps_base, pps_upd, fwd, gap, p99, lag_mean, lag_max, mixed, passes;
-	double swap_cpu, upd_cpu, fwd_cpu, ref_cpu;
-	const char *name = ways[w].name, *row = ways[w].row;
-	bool live = w == 0, ref = w == WAY_REFERENCE;
+	double swap_cpu, upd_cpu, fwd_cpu, ref_cpu, spread, reach, reach_max, pub;
+	const char *row = ways[w].row;
+	bool live = w == 0 || w == WAY_LIVE_PACED;
+	bool ref = w == WAY_REFERENCE || w == WAY_REFERENCE_PACED;
 	struct bench_row *r;
-	char why[256], fig[160];
+	char why[256], fig[200], name[120];
 
 	snprintf(why, sizeof why, "%s", why_run);
+	snprintf(name, sizeof name, "%s", ways[w].name);
+	if (ways[w].paced) {
+		if (!out || bench_py_value(out, "serving_setup", "spread_ms", &spread, why,
+		                           sizeof why))
+			spread = 150;
+		snprintf(name, sizeof name, "%s, trainer paced over %.0f ms", ways[w].name, spread);
+	}
 	if (!out || bench_py_value(out, row, "pps_upd", &pps_upd, why, sizeof why) ||
 	    bench_py_value(out, row, "pps_base", &pps_base, why, sizeof why) ||
 	    bench_py_value(out, row, "fwd_ms", &fwd, why, sizeof why) ||
@@ -83,12 +100,17 @@ static void serving_way(const char *out, int w, const char *why_run)
 	snprintf(fig, sizeof fig, "%s: p99 gap between two passes", name);
 	r = row_add("serving", fig, "ms", p99);
 	row_ref(r, "a forward pass, no updates", fwd);
+	if (ways[w].paced && !bench_py_value(out, row, "pub_ms", &pub, why, sizeof why)) {
+		snprintf(fig, sizeof fig, "%s: the trainer's publish", name);
+		r = row_add("serving", fig, "ms", pub);
+		row_ref(r, "the spread asked for", spread);
+	}
 	if (ref)
 		return;
 	snprintf(fig, sizeof fig, "%s: CPU time per update in a collector", name);
 	r = row_add("serving", fig, "ms", swap_cpu);
 	row_ref(r, "a pass's CPU time, with updates", upd_cpu);
-	if (live && !bench_py_value(out, ways[WAY_REFERENCE].row, "fwd_cpu_ms", &ref_cpu, why,
+	if (w == 0 && !bench_py_value(out, ways[WAY_REFERENCE].row, "fwd_cpu_ms", &ref_cpu, why,
 	                            sizeof why)) {
 		snprintf(fig, sizeof fig, "%s: CPU time of a pass, no updates", name);
 		r = row_add("serving", fig, "ms", fwd_cpu);
@@ -96,6 +118,14 @@ static void serving_way(const char *out, int w, const char *why_run)
 	}
 	snprintf(fig, sizeof fig, "%s: policy lag at a pass, mean (max %.0f)", name, lag_max);
 	row_add("serving", fig, "", lag_mean);
+	if (!bench_py_value(out, row, "reach_mean_ms", &reach, why, sizeof why) &&
+	    !bench_py_value(out, row, "reach_max_ms", &reach_max, why, sizeof why) &&
+	    !bench_py_value(out, row, "pub_ms", &pub, why, sizeof why)) {
+		snprintf(fig, sizeof fig, "%s: time to reach a collector, mean (max %.0f ms)", name,
+		         reach_max);
+		r = row_add("serving", fig, "ms", reach);
+		row_ref(r, "the trainer's update call", pub);
+	}
 	snprintf(fig, sizeof fig, "%s: passes that read two versions (of %.0f)", name, passes);
 	r = row_add("serving", fig, "", mixed);
 	if (live)
@@ -116,7 +146,7 @@ int bench_serving(struct bench *b)
 		snprintf(why, sizeof why, "no python at %.200s", b->python);
 	else {
 		say("serving: %s %s", b->python, script);
-		if (bench_py_run(b, script, b->quick ? "--quick" : NULL, b->quick ? 180 : 600, out,
+		if (bench_py_run(b, script, b->quick ? "--quick" : NULL, b->quick ? 300 : 900, out,
 		                 SERVING_OUT_MAX, why, sizeof why)) {
 			free(out);
 			out = NULL;

@@ -29,6 +29,12 @@ updates and then with them, the same loop and the same duration:
              for live, and the collectors run their own module, never
              updated; its gaps are what the trainer's publish alone costs
              the collectors on this machine
+  live_paced, reference_paced
+             live and reference with the trainer's publish paced
+             (Publisher.publish(spread=...), SPREAD_S = 0.75 of the period):
+             one thread copies a MiB at a time and sleeps between blocks
+             instead of taking every core for a burst, and each version
+             reaches the collectors about that much later
 
 Mixtures show: the first and last element of every weight matrix hold the
 version (v / 1024, exact in float32), read by the forward pass just before
@@ -48,7 +54,11 @@ Prints one JSON line per way:
    time of a pass without updates, "swap_cpu_ms": the median CPU time a
    pass that first used a new version took over a pass with updates that
    did not (what the way costs the collector per update, whatever the
-   scheduler did), "upd_cpu_ms": the median CPU time of those others}
+   scheduler did), "upd_cpu_ms": the median CPU time of those others,
+   "pub_ms": the median time the trainer took to make a version available
+   (the update call), "reach_mean_ms" / "reach_max_ms": from the moment
+   the trainer had a version's weights to the start of each collector's
+   first pass with it or a newer one (what pacing costs in freshness)}
 
 and first {"row": "serving_setup", "mib": ..., "collectors": ..., ...}.
 A way that cannot run is {"row": "serving_<way>", "skipped": "why"}.
@@ -64,8 +74,11 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WAYS = ("live", "load_into", "broadcast", "pause", "torn", "reference")
+WAYS = ("live", "load_into", "broadcast", "pause", "torn", "reference", "live_paced",
+        "reference_paced")
 PERIOD_S = 0.2
+SPREAD_S = 0.75 * PERIOD_S        # the paced ways' Publisher.publish(spread=)
+PACED = "_paced"
 TAG_SCALE = 1.0 / 1024
 
 
@@ -276,6 +289,8 @@ def collector(way, idx, n, cfg, sh, ready, results, extra):
 
 
 def run_way(way, cfg, ctx, torch, wsync, n):
+    spread = SPREAD_S if way.endswith(PACED) else None
+    way = way[:-len(PACED)] if spread else way
     sh = Shared(ctx)
     ready, results = ctx.Queue(), ctx.Queue()
     trainer = make_model(torch, cfg["d"], cfg["layers"])
@@ -293,7 +308,7 @@ def run_way(way, cfg, ctx, torch, wsync, n):
 
         def update():
             set_tags(torch, sd, version[0])
-            pub.publish(sd, version[0])
+            pub.publish(sd, version[0], spread=spread)
     elif way == "broadcast":
         import torch.distributed as dist
         cfg = dict(cfg, init="file://%s" % os.path.join(cfg["tmp"], "gloo-%d" % os.getpid()))
@@ -371,10 +386,13 @@ def run_way(way, cfg, ctx, torch, wsync, n):
         t_end = time.monotonic() + cfg["seconds"]
         nxt = time.monotonic()
         updates = 0
+        made, pub_s = {}, []
         while time.monotonic() < t_end:
             nxt += PERIOD_S
             version[0] += 1
+            made[version[0]] = t_made = time.monotonic()
             update()
+            pub_s.append(time.monotonic() - t_made)
             sh.newest.value = version[0]
             updates += 1
             time.sleep(max(0.0, nxt - time.monotonic()))
@@ -389,7 +407,9 @@ def run_way(way, cfg, ctx, torch, wsync, n):
             p.join(30)
         if way == "broadcast":
             dist.destroy_process_group()
-        return summarize(got, cfg["seconds"], updates)
+        out = summarize(got, cfg["seconds"], updates)
+        out.update(reach(got, made, pub_s))
+        return out
     finally:
         sh.phase.value = 3
         for p in procs:
@@ -453,6 +473,26 @@ def swap_cpu(got):
     return {"swap_cpu_ms": 1e3 * (statistics.median(first) - med), "upd_cpu_ms": 1e3 * med}
 
 
+def reach(got, made, pub_s):
+    """How long after the trainer had a version's weights (made: version ->
+    time) each collector began its first pass with that version or a newer
+    one, over every version and collector that got there; and the trainer's
+    median time per update."""
+    waits = []
+    for rec in got.values():
+        passes = sorted(rec[2])
+        i = 0
+        for v in sorted(made):
+            while i < len(passes) and passes[i][2] < v:
+                i += 1
+            if i == len(passes):
+                break
+            waits.append(max(0.0, passes[i][0] - made[v]))
+    return {"pub_ms": round(1e3 * statistics.median(pub_s), 3) if pub_s else 0.0,
+            "reach_mean_ms": round(1e3 * statistics.mean(waits), 3) if waits else 0.0,
+            "reach_max_ms": round(1e3 * max(waits), 3) if waits else 0.0}
+
+
 def blas_info():
     """torch's BLAS as its build says (Debian's is the generic one)."""
     import re
@@ -488,6 +528,7 @@ def main():
     nbytes = sum(t.numel() * 4 for t in make_model(torch, d, layers).state_dict().values())
     emit(row="serving_setup", mib=round(nbytes / 2**20, 1), collectors=n, d=d, layers=layers,
          tokens=cfg["tokens"], seconds=cfg["seconds"], period_ms=PERIOD_S * 1e3,
+         spread_ms=round(SPREAD_S * 1e3, 3),
          torch=torch.__version__, blas=blas_info())
     import torch.multiprocessing as tmp     # shares tensors' memory with the children
     ctx = tmp.get_context("spawn")

@@ -34,8 +34,8 @@ from ._errors import (ClosedError, NotConnectedError, WsyncError, WsyncTimeoutEr
 from ._gpu import DeviceSlab, DeviceView
 from ._ends import SlabLife, ViewLife
 from ._handle import Handle, no_pickle as _no_pickle
-from ._lib import (DEV_HOST_MIRROR, FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, CSlab, CView,
-                   ModelInfo, ModelOpts, Shard, Slice, TensorDesc, lib)
+from ._lib import (DEV_HOST_MIRROR, FOREVER, NAME_MAX, MAX_DIMS, SHARD_WHOLE, SPREAD_MAX_S,
+                   CCopyOpts, CSlab, CView, ModelInfo, ModelOpts, Shard, Slice, TensorDesc, lib)
 
 # Long waits are cut into slices of this length so that Python signal
 # handlers (Ctrl-C) run and close() from another thread is noticed. Each
@@ -105,6 +105,26 @@ def _timeout_s(timeout):
         raise ValueError("wsync: timeout must be None, math.inf or a number of seconds "
                          ">= 0, not %r" % (timeout,))
     return None if math.isinf(t) else t
+
+
+def _copy_opts(threads, spread):
+    """wsync_copy_opts for a copy: threads checked as _uint, spread None or
+    seconds in 0 .. SPREAD_MAX_S (0 and None: as fast as possible)."""
+    threads = _uint(threads, "threads", 32)
+    ns = 0
+    if spread is not None:
+        if isinstance(spread, bool) or not isinstance(spread, numbers.Real):
+            raise TypeError("wsync: spread must be None or a number of seconds, not %s"
+                            % type(spread).__name__)
+        try:
+            s = float(spread)
+        except OverflowError:                 # an int beyond any float
+            s = math.inf
+        if not 0 <= s <= SPREAD_MAX_S:        # NaN fails too
+            raise ValueError("wsync: spread must be None or 0 .. %d seconds (the time to "
+                             "spread the copy over), not %r" % (SPREAD_MAX_S, spread))
+        ns = int(s * 1e9)
+    return CCopyOpts(threads=threads, spread_ns=ns)
 
 
 def _timeout_ns(t):
@@ -946,30 +966,39 @@ class Publisher(_Child):
         return _gpu.publish_gpu(self, weights, _uint(step, "step"), device, stream, timeout)
 
     def publish(self, weights: Any, step: int, timeout: Optional[float] = None,
-                threads: int = 0) -> int:
+                threads: int = 0, spread: Optional[float] = None) -> int:
         """Publishes weights (an nn.Module, whose state_dict() is taken, or
         a mapping as for Slab.copy_from) as the next version stamped with
         step: begin(timeout), one copy_from call, commit. Returns the
         version. Nothing is published if anything fails. On a
         publisher_shard rank, weights is the rank's state_dict and only
-        its parts are written (Slab.copy_parts; threads is not used)."""
-        return self._publish(weights, step, timeout, threads, Slab.commit)
+        its parts are written (Slab.copy_parts; threads and spread are not
+        used).
+
+        spread (seconds): copy at a pace instead of in a burst, for a
+        trainer whose cores also run collectors (docs/LIVE.md): one thread
+        (unless threads says more) copies a MiB at a time and sleeps between
+        blocks so that the copy takes about spread seconds, the same CPU
+        time as a burst a block at a time; the version becomes visible at
+        the end, spread later than a burst would make it. None or 0: as
+        fast as possible. See Slab.copy_from."""
+        return self._publish(weights, step, timeout, threads, Slab.commit, spread)
 
     def publish_async(self, weights: Any, step: int, timeout: Optional[float] = None,
-                      threads: int = 0) -> int:
+                      threads: int = 0, spread: Optional[float] = None) -> int:
         """publish() that returns as soon as collectors can see the version
         (Slab.commit_async); wait_ack() collects the broker's confirmation
         (or the next publish does)."""
-        return self._publish(weights, step, timeout, threads, Slab.commit_async)
+        return self._publish(weights, step, timeout, threads, Slab.commit_async, spread)
 
     def wait_ack(self, timeout: Optional[float] = None) -> int:
         """The broker's confirmation of the last publish_async (see
         wait_commit); returns its version."""
         return self.wait_commit(timeout)
 
-    def _publish(self, weights, step, timeout, threads, commit):
+    def _publish(self, weights, step, timeout, threads, commit, spread=None):
         step = _uint(step, "step")
-        threads = _uint(threads, "threads", 32)
+        _copy_opts(threads, spread)         # checked before the begin
         src = _module.state_of(weights)
         for attempt in range(3):
             try:
@@ -977,7 +1006,7 @@ class Publisher(_Child):
                     if self.parts is not None:
                         slab.copy_parts(_shard.sources(self, src))   # a publisher_shard rank
                     else:
-                        slab.copy_from(src, threads)
+                        slab.copy_from(src, threads, spread)
                     return commit(slab, step)
             except NotConnectedError:
                 # the broker went away between begin and commit: the next
@@ -1197,10 +1226,15 @@ class Slab(SlabLife):
             raise ValueError("wsync: kind must be 'numpy' or 'torch'")
         return {s.name: get(s.name) for s in self.publisher._layout}
 
-    def copy_from(self, src: Any, threads: int = 0) -> int:
+    def copy_from(self, src: Any, threads: int = 0, spread: Optional[float] = None) -> int:
         """Fills the slab in one call into the library
         (wsync_slab_copy_tensors: one pass over every tensor, split across
         threads; 0 = one per online CPU, small copies stay on this thread).
+        spread: seconds to pace the copy over (wsync_copy_opts.spread_ns:
+        one thread unless threads says more, a MiB block at a time, sleeping
+        between blocks; never slower than an unpaced copy on those threads);
+        None or 0: as fast as possible. ValueError for a negative, NaN or
+        infinite spread or one above an hour.
 
         src is either a mapping {name: numpy array / torch tensor / scalar}
         holding exactly the model's tensors with their dtypes and shapes
@@ -1209,11 +1243,11 @@ class Slab(SlabLife):
         buffer laid out like the slab (as long as the slab, or up to the end
         of its last tensor). Every source is checked before any byte is
         copied. Returns 1, the number of library calls made."""
-        threads = _uint(threads, "threads", 32)
+        opts = _copy_opts(threads, spread)
         if self._done:
             raise ClosedError("wsync: slab already committed or aborted")
         if not isinstance(src, Mapping):
-            return self._copy_buffer(src, threads)
+            return self._copy_buffer(src, opts)
         layout = self.publisher._layout
         self.publisher._check_names(src)
         pub = self.publisher
@@ -1225,8 +1259,8 @@ class Slab(SlabLife):
             ptr, obj = _source(spec, src[spec.name])
             keep.append(obj)
             srcs[i] = ptr if spec.nbytes else None
-        self._copy_call(lambda: lib.wsync_slab_copy_tensors(ctypes.byref(self._c), srcs,
-                                                            threads))
+        self._copy_call(lambda: lib.wsync_slab_copy_tensors_with(ctypes.byref(self._c), srcs,
+                                                                 ctypes.byref(opts)))
         del keep
         return 1
 
@@ -1268,7 +1302,7 @@ class Slab(SlabLife):
         for i, src in enumerate(srcs):
             self.write_part(i, src)
 
-    def _copy_buffer(self, src, threads):
+    def _copy_buffer(self, src, opts):
         layout = self.publisher._layout
         end = max((s.offset + s.nbytes for s in layout), default=0)
         if _dtypes.is_torch_tensor(src):
@@ -1287,8 +1321,8 @@ class Slab(SlabLife):
         if not end <= n <= self.nbytes:
             raise ValueError("wsync: a buffer for copy_from must hold %d to %d bytes "
                              "(the slab's layout), not %d" % (end, self.nbytes, n))
-        self._copy_call(lambda: lib.wsync_slab_copy(ctypes.byref(self._c), 0, ptr, n,
-                                                    threads))
+        self._copy_call(lambda: lib.wsync_slab_copy_with(ctypes.byref(self._c), 0, ptr, n,
+                                                         ctypes.byref(opts)))
         del keep
         return 1
 

@@ -123,6 +123,18 @@ class CSlab(ctypes.Structure):
     ]
 
 
+class CCopyOpts(ctypes.Structure):
+    _fields_ = [
+        ("threads", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("spread_ns", ctypes.c_int64),
+        ("reserved", ctypes.c_uint64 * 2),
+    ]
+
+
+SPREAD_MAX_S = 3600              # WSYNC_SPREAD_MAX_NS
+
+
 class CDSlab(ctypes.Structure):
     """wsync_dslab: a begun device slab (base is a CUdeviceptr)."""
     _fields_ = [
@@ -209,6 +221,8 @@ _PROTOS = {
     "wsync_slab_copy": (_i32, [_P(CSlab), _u64, _vp, _sz, ctypes.c_uint]),
     "wsync_slab_copy_tensors": (_i32, [_P(CSlab), _P(_vp), ctypes.c_uint]),
     "wsync_copy": (_i32, [_vp, _vp, _sz, ctypes.c_uint]),
+    "wsync_slab_copy_with": (_i32, [_P(CSlab), _u64, _vp, _sz, _P(CCopyOpts)]),
+    "wsync_slab_copy_tensors_with": (_i32, [_P(CSlab), _P(_vp), _P(CCopyOpts)]),
     "wsync_dtype_size": (_sz, [_u32]),
     "wsync_dtype_name": (_cp, [_u32]),
     "wsync_tensor_bytes": (_u64, [_P(TensorDesc)]),
