@@ -33,7 +33,10 @@ row in the same run). Prints one JSON line per figure:
       publish_1t_ms (the copy helper on the caller alone, threads 1),
       nosum_ms (a publisher with checksum=False: no fused hash) and
       torch_slab_ms (begin, slab.torch(name).copy_(t) per tensor on torch's
-      own pool, commit: the checksum pending, formed by the hashing thread).
+      own pool, commit: the checksum pending, formed by the hashing thread)
+      and copy_rot_ms (the torch copy_ into 4 sets of tensors in turn, as
+      many as a model's default slots: each version's destination is memory
+      the previous three versions did not write, as a publish's slot is).
 
 A figure that cannot be measured is {"row": ..., "skipped": "why"}.
 """
@@ -248,6 +251,7 @@ def run_after_step(args, wsync, torch, client):
         x = torch.randn(32, 2048)
         sd = net.state_dict()
         mirror = {k: v.clone() for k, v in sd.items()}
+        rotating = [{k: v.clone() for k, v in sd.items()} for _ in range(4)]
         model = "pybench-step-%d" % os.getpid()
         pub = client.publisher_like(model, sd)
         nosum = client.publisher_like(model + "-nosum", sd, checksum=False)
@@ -262,11 +266,12 @@ def run_after_step(args, wsync, torch, client):
                     slab.torch(k).copy_(v)
                 slab.commit(r)
 
-        def copy():
+        def copy(dst):
             for k, v in sd.items():
-                mirror[k].copy_(v)
+                dst[k].copy_(v)
         ways = {"publish_ms": lambda r: pub.publish(sd, r),
-                "copy_ms": lambda r: copy(),
+                "copy_ms": lambda r: copy(mirror),
+                "copy_rot_ms": lambda r: copy(rotating[r % 4]),
                 "publish_1t_ms": lambda r: pub.publish(sd, r, threads=1),
                 "nosum_ms": lambda r: nosum.publish(sd, r),
                 "torch_slab_ms": torch_slab}
