@@ -381,6 +381,27 @@ static int wake_cpus(int cpu[2])
 	return n;
 }
 
+/* The alternation again with the publisher pinned to CPU pub and the
+ * collector to CPU col (where: "one core" or "two cores"), or its rows
+ * skipped with why_not when the machine has too few CPUs. */
+static void hot1_pinned(struct bench *b, struct hot1 *h, const char *where,
+                        const char *why_not, int pub, int col)
+{
+	char error[256], figure[160];
+
+	if (why_not || hot1_run(b, h, pub + 1, col + 1, error, sizeof error)) {
+		snprintf(figure, sizeof figure, "commit -> 1 collector, back to back, %s", where);
+		row_skip("wake", figure, "%s", why_not ? why_not : error);
+		return;
+	}
+	snprintf(figure, sizeof figure, "raw after a commit vs raw wake-all, back to back, %s, "
+	         "p50, median round", where);
+	hot1_row(h, figure, HOT1_RAW_COMMIT, HOT1_RAW, raw_b2b_name, 0);
+	snprintf(figure, sizeof figure, "commit -> 1 collector vs raw wake-all, back to back, %s, "
+	         "p50, median round", where);
+	hot1_row(h, figure, HOT1_WSYNC, HOT1_RAW, raw_b2b_name, 0);
+}
+
 /* One collector back to back: the targets' rows (free placement), then the
  * same alternation with both processes pinned to one core and across two,
  * which shows what each placement costs (information). */
@@ -426,24 +447,8 @@ static int wake_hot1(struct bench *b, const struct wake_stats *pp, char *error, 
 	/* placement pinned: half the samples, at most 3 rounds each */
 	h.rounds = b->repeats < 3 ? b->repeats : 3;
 	h.per_round = per_round / 2;
-	if (n_cpus < 1 || hot1_run(b, &h, cpu[0] + 1, cpu[0] + 1, error, len)) {
-		row_skip("wake", "commit -> 1 collector, back to back, one core",
-		         "%s", n_cpus < 1 ? "no CPU to pin to" : error);
-	} else {
-		hot1_row(&h, "raw after a commit vs raw wake-all, back to back, one core, p50, "
-		         "median round", HOT1_RAW_COMMIT, HOT1_RAW, raw_b2b_name, 0);
-		hot1_row(&h, "commit -> 1 collector vs raw wake-all, back to back, one core, p50, "
-		         "median round", HOT1_WSYNC, HOT1_RAW, raw_b2b_name, 0);
-	}
-	if (n_cpus < 2 || hot1_run(b, &h, cpu[0] + 1, cpu[1] + 1, error, len)) {
-		row_skip("wake", "commit -> 1 collector, back to back, two cores",
-		         "%s", n_cpus < 2 ? "one CPU only" : error);
-	} else {
-		hot1_row(&h, "raw after a commit vs raw wake-all, back to back, two cores, p50, "
-		         "median round", HOT1_RAW_COMMIT, HOT1_RAW, raw_b2b_name, 0);
-		hot1_row(&h, "commit -> 1 collector vs raw wake-all, back to back, two cores, p50, "
-		         "median round", HOT1_WSYNC, HOT1_RAW, raw_b2b_name, 0);
-	}
+	hot1_pinned(b, &h, "one core", n_cpus < 1 ? "no CPU to pin to" : NULL, cpu[0], cpu[0]);
+	hot1_pinned(b, &h, "two cores", n_cpus < 2 ? "one CPU only" : NULL, cpu[0], cpu[1]);
 	rc = 0;
 out:
 	hot1_free(&h);
