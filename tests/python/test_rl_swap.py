@@ -15,26 +15,9 @@ from conftest import WAIT_S
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 import wsync.rl as rl  # noqa: E402
 from wsync import _module  # noqa: E402
+from test_rl import meta_net, net  # noqa: E402  (the same nets as the first swap's tests)
 
 nn = torch.nn
-
-
-def net(seed, width=16):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, width), nn.BatchNorm1d(width), nn.Tanh(),
-                         nn.Linear(width, 2))
-
-
-def meta_net(seed, width=16):
-    m = net(seed, width)
-    for sub in m.modules():
-        for n, p in list(sub._parameters.items()):
-            if p is not None:
-                sub._parameters[n] = nn.Parameter(p.data.to("meta"), requires_grad=False)
-        for n, b in list(sub._buffers.items()):
-            if b is not None:
-                sub._buffers[n] = b.to("meta")
-    return m
 
 
 def fill(model, value):
