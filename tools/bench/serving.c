@@ -24,7 +24,11 @@
  * reference run once more with the trainer's publish paced
  * (Publisher.publish(spread=), 0.75 of the period): the gaps a trainer
  * sharing the collectors' cores costs them that way, and how much later
- * each version reaches them.
+ * each version reaches them. Then LivePolicy, the reference and paced
+ * LivePolicy run with one collector fewer than cores: with a core left to
+ * the trainer, as on a machine with more cores than collectors, the gaps
+ * are what the updates cost the collectors, not what the trainer's copy
+ * costs the cores they share.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -36,33 +40,39 @@
 
 #define SERVING_OUT_MAX 16384
 
+enum way_kind { WAY_PEER, WAY_LIVE, WAY_REF };
+
 static const struct {
 	const char *row, *name;
+	enum way_kind kind;             /* LivePolicy's rows carry the targets */
 	bool paced;                     /* the trainer publishes paced */
+	bool spare;                     /* a core left to the trainer */
 } ways[] = {
-	{ "serving_live",      "LivePolicy", false },
-	{ "serving_load_into", "load_into between passes", false },
-	{ "serving_broadcast", "torch.distributed broadcast (gloo)", false },
-	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", false },
-	{ "serving_torn",      "in-place shared tensors (torn)", false },
-	{ "serving_reference", "reference: own weights, the trainer publishing", false },
-	{ "serving_live_paced", "LivePolicy", true },
-	{ "serving_reference_paced", "reference", true },
+	{ "serving_live",      "LivePolicy", WAY_LIVE, false, false },
+	{ "serving_load_into", "load_into between passes", WAY_PEER, false, false },
+	{ "serving_broadcast", "torch.distributed broadcast (gloo)", WAY_PEER, false, false },
+	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", WAY_PEER, false, false },
+	{ "serving_torn",      "in-place shared tensors (torn)", WAY_PEER, false, false },
+	{ "serving_reference", "reference: own weights, the trainer publishing", WAY_REF, false,
+	  false },
+	{ "serving_live_paced", "LivePolicy", WAY_LIVE, true, false },
+	{ "serving_reference_paced", "reference", WAY_REF, true, false },
+	{ "serving_spare_live", "LivePolicy", WAY_LIVE, false, true },
+	{ "serving_spare_reference", "reference", WAY_REF, false, true },
+	{ "serving_spare_live_paced", "LivePolicy", WAY_LIVE, true, true },
 };
 
 #define WAY_REFERENCE 5
-#define WAY_LIVE_PACED 6
-#define WAY_REFERENCE_PACED 7
 
 static void serving_way(const char *out, int w, const char *why_run)
 {
 	double pps_base, pps_upd, fwd, gap, p99, lag_mean, lag_max, mixed, passes;
 	double swap_cpu, upd_cpu, fwd_cpu, ref_cpu, spread, reach, reach_max, pub;
 	const char *row = ways[w].row;
-	bool live = w == 0 || w == WAY_LIVE_PACED;
-	bool ref = w == WAY_REFERENCE || w == WAY_REFERENCE_PACED;
+	bool live = ways[w].kind == WAY_LIVE;
+	bool ref = ways[w].kind == WAY_REF;
 	struct bench_row *r;
-	char why[256], fig[200], name[120];
+	char why[256], fig[240], name[160];
 
 	snprintf(why, sizeof why, "%s", why_run);
 	snprintf(name, sizeof name, "%s", ways[w].name);
@@ -71,6 +81,17 @@ static void serving_way(const char *out, int w, const char *why_run)
 		                           sizeof why))
 			spread = 150;
 		snprintf(name, sizeof name, "%s, trainer paced over %.0f ms", ways[w].name, spread);
+	}
+	if (ways[w].spare) {
+		double n;
+		size_t len = strlen(name);
+
+		if (!out || bench_py_value(out, "serving_spare_setup", "collectors", &n, why,
+		                           sizeof why))
+			snprintf(name + len, sizeof name - len, " (a core left to the trainer)");
+		else
+			snprintf(name + len, sizeof name - len, " (%.0f collector%s, a core left to "
+			         "the trainer)", n, n == 1 ? "" : "s");
 	}
 	if (!out || bench_py_value(out, row, "pps_upd", &pps_upd, why, sizeof why) ||
 	    bench_py_value(out, row, "pps_base", &pps_base, why, sizeof why) ||

@@ -36,6 +36,12 @@ updates and then with them, the same loop and the same duration:
              instead of taking every core for a burst, and each version
              reaches the collectors about that much later
 
+Then, where the machine has two cores or more, live, reference and
+live_paced run again with one collector fewer than cores ("spare": a core
+left to the trainer), as on a machine with more cores than collectors:
+what the collectors pay for the updates themselves once the trainer's copy
+does not take a core from them (--spare-ways, "" for none).
+
 Mixtures show: the first and last element of every weight matrix hold the
 version (v / 1024, exact in float32), read by the forward pass just before
 and just after that matrix is used; a pass whose tags are not all equal
@@ -60,7 +66,9 @@ Prints one JSON line per way:
    the trainer had a version's weights to the start of each collector's
    first pass with it or a newer one (what pacing costs in freshness)}
 
-and first {"row": "serving_setup", "mib": ..., "collectors": ..., ...}.
+and first {"row": "serving_setup", "mib": ..., "collectors": ..., ...}; the
+spare pass prints {"row": "serving_spare_setup", "collectors": ...} and its
+ways as "serving_spare_<way>".
 A way that cannot run is {"row": "serving_<way>", "skipped": "why"}.
 Runs on its own too: without --endpoint it starts a private broker.
 """
@@ -76,6 +84,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 WAYS = ("live", "load_into", "broadcast", "pause", "torn", "reference", "live_paced",
         "reference_paced")
+SPARE_WAYS = ("live", "reference", "live_paced")
 PERIOD_S = 0.2
 SPREAD_S = 0.75 * PERIOD_S        # the paced ways' Publisher.publish(spread=)
 PACED = "_paced"
@@ -508,10 +517,18 @@ def main():
     ap.add_argument("--collectors", type=int, default=0, help="default: one per core")
     ap.add_argument("--seconds", type=float, default=0)
     ap.add_argument("--only", default=",".join(WAYS))
+    ap.add_argument("--spare-ways", default=",".join(SPARE_WAYS),
+                    help="ways run again with a core left to the trainer (\"\" for none)")
     a = ap.parse_args()
+    spare = [w for w in a.spare_ways.split(",") if w]
+    bad = [w for w in a.only.split(",") + spare if w not in WAYS]
+    if bad:
+        ap.error("unknown way %s (ways: %s)" % (", ".join(bad), ", ".join(WAYS)))
     if torch is None:
         for w in WAYS:
             emit(row="serving_" + w, skipped="no torch: %s" % _NO_TORCH)
+        for w in spare:
+            emit(row="serving_spare_" + w, skipped="no torch: %s" % _NO_TORCH)
         return 0
     wsync = import_wsync()
     broker = None
@@ -532,14 +549,23 @@ def main():
          torch=torch.__version__, blas=blas_info())
     import torch.multiprocessing as tmp     # shares tensors' memory with the children
     ctx = tmp.get_context("spawn")
+    passes = [("serving_", a.only.split(","), n)]
+    if spare:
+        passes.append(("serving_spare_", spare, n - 1))
     try:
-        for way in a.only.split(","):
-            try:
-                emit(row="serving_" + way, **run_way(way, cfg, ctx, torch, wsync, n))
-            except Exception as e:
-                traceback.print_exc()
-                emit(row="serving_" + way, skipped=("%s: %s" % (type(e).__name__, e))
-                     .replace('"', "'")[:200])
+        for prefix, ways, k in passes:
+            if prefix != "serving_" and k >= 1:
+                emit(row=prefix + "setup", collectors=k)
+            for way in ways:
+                if k < 1:
+                    emit(row=prefix + way, skipped="one core: none to leave to the trainer")
+                    continue
+                try:
+                    emit(row=prefix + way, **run_way(way, cfg, ctx, torch, wsync, k))
+                except Exception as e:
+                    traceback.print_exc()
+                    emit(row=prefix + way, skipped=("%s: %s" % (type(e).__name__, e))
+                         .replace('"', "'")[:200])
     finally:
         if broker is not None:
             broker.stop()

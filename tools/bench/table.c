@@ -21,7 +21,7 @@ enum target_kind { TGT_NONE, TGT_RATIO, TGT_VALUE, TGT_TEXT };
 
 struct bench_row {
 	char   scenario[16];
-	char   figure[96];
+	char   figure[144];
 	char   unit[8];
 	double value;
 	bool   has_ref;
