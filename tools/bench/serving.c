@@ -24,7 +24,11 @@
  * reference run once more with the trainer's publish paced
  * (Publisher.publish(spread=), 0.75 of the period): the gaps a trainer
  * sharing the collectors' cores costs them that way, and how much later
- * each version reaches them.
+ * each version reaches them. Where torch has CUDA and the broker serves a
+ * GPU, LivePolicy over device views, load_into a cuda:0 module and the
+ * reference run once more on GPU 0 (the trainer publishing into the
+ * model's device slabs); elsewhere their rows are skipped with the reason,
+ * which the script finds before starting any process.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -36,31 +40,41 @@
 
 #define SERVING_OUT_MAX 16384
 
+/* indices in ways[] of the references a way's CPU time per pass is set against */
+#define WAY_REFERENCE 5
+#define WAY_REFERENCE_GPU 10
+
 static const struct {
 	const char *row, *name;
 	bool paced;                     /* the trainer publishes paced */
+	bool live, ref;                 /* LivePolicy (its targets); a reference way */
+	int base;                       /* the reference way of its CPU time per pass, or -1 */
 } ways[] = {
-	{ "serving_live",      "LivePolicy", false },
-	{ "serving_load_into", "load_into between passes", false },
-	{ "serving_broadcast", "torch.distributed broadcast (gloo)", false },
-	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", false },
-	{ "serving_torn",      "in-place shared tensors (torn)", false },
-	{ "serving_reference", "reference: own weights, the trainer publishing", false },
-	{ "serving_live_paced", "LivePolicy", true },
-	{ "serving_reference_paced", "reference", true },
+	{ "serving_live",      "LivePolicy", false, true, false, WAY_REFERENCE },
+	{ "serving_load_into", "load_into between passes", false, false, false, -1 },
+	{ "serving_broadcast", "torch.distributed broadcast (gloo)", false, false, false, -1 },
+	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", false, false, false,
+	  -1 },
+	{ "serving_torn",      "in-place shared tensors (torn)", false, false, false, -1 },
+	{ "serving_reference", "reference: own weights, the trainer publishing", false, false,
+	  true, -1 },
+	{ "serving_live_paced", "LivePolicy", true, true, false, -1 },
+	{ "serving_reference_paced", "reference", true, false, true, -1 },
+	/* GPU 0: the trainer publishes into the device slabs (publish_gpu) */
+	{ "serving_live_gpu", "GPU: LivePolicy over device views", false, true, false,
+	  WAY_REFERENCE_GPU },
+	{ "serving_load_into_gpu", "GPU: load_into a cuda:0 module between passes", false, false,
+	  false, -1 },
+	{ "serving_reference_gpu", "GPU: reference, own cuda:0 weights, the trainer publishing",
+	  false, false, true, -1 },
 };
-
-#define WAY_REFERENCE 5
-#define WAY_LIVE_PACED 6
-#define WAY_REFERENCE_PACED 7
 
 static void serving_way(const char *out, int w, const char *why_run)
 {
 	double pps_base, pps_upd, fwd, gap, p99, lag_mean, lag_max, mixed, passes;
 	double swap_cpu, upd_cpu, fwd_cpu, ref_cpu, spread, reach, reach_max, pub;
 	const char *row = ways[w].row;
-	bool live = w == 0 || w == WAY_LIVE_PACED;
-	bool ref = w == WAY_REFERENCE || w == WAY_REFERENCE_PACED;
+	bool live = ways[w].live, ref = ways[w].ref;
 	struct bench_row *r;
 	char why[256], fig[200], name[120];
 
@@ -110,8 +124,8 @@ static void serving_way(const char *out, int w, const char *why_run)
 	snprintf(fig, sizeof fig, "%s: CPU time per update in a collector", name);
 	r = row_add("serving", fig, "ms", swap_cpu);
 	row_ref(r, "a pass's CPU time, with updates", upd_cpu);
-	if (w == 0 && !bench_py_value(out, ways[WAY_REFERENCE].row, "fwd_cpu_ms", &ref_cpu, why,
-	                            sizeof why)) {
+	if (ways[w].base >= 0 && !bench_py_value(out, ways[ways[w].base].row, "fwd_cpu_ms",
+	                                         &ref_cpu, why, sizeof why)) {
 		snprintf(fig, sizeof fig, "%s: CPU time of a pass, no updates", name);
 		r = row_add("serving", fig, "ms", fwd_cpu);
 		row_ref(r, "the module's own weights", ref_cpu);
