@@ -7,9 +7,13 @@
 #                                  can make with the GPUs there, each line
 #                                  "verified" or "skipped: why"), then torch's
 #                                  zero-copy use of device views
-#                                  (tests/python/test_gpu.py::test_torch_cuda)
+#                                  (tests/python/test_gpu.py::test_torch_cuda),
+#                                  the serving benchmark's GPU ways, short
+#                                  (test_serving_bench.py::test_gpu_ways)
 #   sh tests/gpu_suite.sh bench    wsync-bench --only gpu, then
-#                                  tools/bench/gpu_torch.py
+#                                  tools/bench/gpu_torch.py and the serving
+#                                  benchmark's GPU ways (wsync-bench --only
+#                                  serving, WSYNC_BENCH_SERVING_WAYS)
 #
 # Environment: BUILD (default build), PYTHON (default /usr/bin/python3),
 # BENCH_ARGS (more wsync-bench options, e.g. --quick; --quick is passed on
@@ -38,6 +42,10 @@ test)
 	PYTHONPATH=libclient/python WSYNC_LIBRARY="$BUILD/lib/libwsync.so" \
 		WSYNC_WSYNCD="$BUILD/bin/wsyncd" timeout 900 "$PYTHON" -m pytest -q -rs \
 		-p no:cacheprovider tests/python/test_gpu.py -k torch_cuda || status=1
+	echo "== serving on GPU 0: tests/python/test_serving_bench.py::test_gpu_ways"
+	PYTHONPATH=libclient/python WSYNC_LIBRARY="$BUILD/lib/libwsync.so" \
+		WSYNC_WSYNCD="$BUILD/bin/wsyncd" timeout 900 "$PYTHON" -m pytest -q -rs \
+		-p no:cacheprovider tests/python/test_serving_bench.py -k test_gpu_ways || status=1
 	;;
 bench)
 	echo "== GPU bench rows against the real CUDA driver"
@@ -48,6 +56,10 @@ bench)
 	echo "== torch's zero-copy use of a device view"
 	WSYNC_LIBRARY="$BUILD/lib/libwsync.so" "$PYTHON" tools/bench/gpu_torch.py \
 		--wsyncd "$BUILD/bin/wsyncd" $quick || status=1
+	echo "== serving on GPU 0: wsync-bench --only serving, the GPU ways"
+	# shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+	WSYNC_BENCH_SERVING_WAYS=live_gpu,load_into_gpu,reference_gpu "$BUILD/bin/wsync-bench" \
+		--wsyncd "$BUILD/bin/wsyncd" --only serving $BENCH_ARGS || status=1
 	;;
 *)
 	echo "usage: sh tests/gpu_suite.sh test|bench" >&2

@@ -14,6 +14,11 @@
  * nothing alive in the fake (the bench fails otherwise). Without that
  * opt-in the fake counts as no GPU: every row is skipped, saying so.
  *
+ * And the serving scenario's GPU ways alone (WSYNC_BENCH_SERVING_WAYS):
+ * where torch has no CUDA or there is no GPU each has its row, skipped with
+ * the reason the script found before starting any process; where they can
+ * run, each has its throughput row with a value.
+ *
  * It asserts nothing about speed: figures belong to the bench.
  */
 #include "tests/lib/harness.h"
@@ -89,6 +94,47 @@ static void host_scenarios(void)
 	TEST_ASSERT(count(json, "raw futex wake-all after a commit's round trip") == 1);
 	TEST_ASSERT(count(json, ", one core, p50, median round") == 2);
 	TEST_ASSERT(count(json, ", two cores, p50, median round") == 2);
+}
+
+static void serving_gpu_ways(void)
+{
+	static const char *const ways[] = {
+		"GPU: LivePolicy over device views",
+		"GPU: load_into a cuda:0 module between passes",
+		"GPU: reference, own cuda:0 weights, the trainer publishing",
+	};
+
+	setenv("WSYNC_BENCH_SERVING_WAYS", "live_gpu,load_into_gpu,reference_gpu", 1);
+	run_bench("serving");
+	unsetenv("WSYNC_BENCH_SERVING_WAYS");
+	/* the host ways were not asked for, and say so */
+	TEST_ASSERT(count(json, "\"skipped\": \"not asked for (--only live_gpu,") == 8);
+	/* and neither the host ways again with a core left to the trainer */
+	TEST_ASSERT(count(json, "\"skipped\": \"not asked for (--spare-ways ") == 3);
+	for (size_t i = 0; i < sizeof ways / sizeof ways[0]; i++) {
+		char key[200];
+		const char *row, *why;
+
+		snprintf(key, sizeof key, "{\"scenario\": \"serving\", \"figure\": \"%s\"", ways[i]);
+		row = strstr(json, key);
+		if (!row) {             /* it ran: its rows have values */
+			snprintf(key, sizeof key, "{\"scenario\": \"serving\", \"figure\": "
+			         "\"%s: forward passes/s", ways[i]);
+			row = strstr(json, key);
+			TEST_ASSERT_MSG(row != NULL, "no serving row for '%s'", ways[i]);
+			TEST_ASSERT_MSG(strncmp(strstr(row, "\"value\": "), "\"value\": null", 15),
+			                "'%s' ran without a value", ways[i]);
+			continue;
+		}
+		why = strstr(row, "\"skipped\": \"");
+		TEST_ASSERT_MSG(why && why < strchr(row, '}'), "'%s': no value, no reason", ways[i]);
+		why += strlen("\"skipped\": \"");
+		harness_log("serving %s: skipped: %.*s\n", ways[i], (int)strcspn(why, "\""), why);
+		/* the checks the script makes, each reason naming what is missing */
+		TEST_ASSERT_MSG(!strncmp(why, "torch ", 6) || !strncmp(why, "no GPU", 6) ||
+		                !strncmp(why, "the broker serves no GPU", 24),
+		                "'%s' skipped for another reason: %.120s", ways[i], why);
+	}
 }
 
 #ifdef WSYNC_HAVE_CUDA_H
@@ -171,6 +217,7 @@ int main(void)
 	TEST_ASSERT_MSG(slash != NULL, "wsyncd path %s has no directory", wsyncd);
 	snprintf(bench, sizeof bench, "%.*s/wsync-bench", (int)(slash - wsyncd), wsyncd);
 	host_scenarios();
+	serving_gpu_ways();
 #ifdef WSYNC_HAVE_CUDA_H
 	gpu_on_fake();
 #endif

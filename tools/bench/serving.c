@@ -28,7 +28,11 @@
  * LivePolicy run with one collector fewer than cores: with a core left to
  * the trainer, as on a machine with more cores than collectors, the gaps
  * are what the updates cost the collectors, not what the trainer's copy
- * costs the cores they share.
+ * costs the cores they share. Where torch has CUDA and the broker serves a
+ * GPU, LivePolicy over device views, load_into a cuda:0 module and the
+ * reference run once more on GPU 0 (the trainer publishing into the
+ * model's device slabs); elsewhere their rows are skipped with the reason,
+ * which the script finds before starting any process.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -40,37 +44,46 @@
 
 #define SERVING_OUT_MAX 16384
 
-enum way_kind { WAY_PEER, WAY_LIVE, WAY_REF };
+/* indices in ways[] of the references a way's CPU time per pass is set against */
+#define WAY_REFERENCE 5
+#define WAY_REFERENCE_GPU 10
 
 static const struct {
 	const char *row, *name;
-	enum way_kind kind;             /* LivePolicy's rows carry the targets */
 	bool paced;                     /* the trainer publishes paced */
-	bool spare;                     /* a core left to the trainer */
+	bool live, ref;                 /* LivePolicy (its targets); a reference way */
+	int base;                       /* the reference way of its CPU time per pass, or -1 */
+	bool spare;                     /* one collector fewer than cores: a core to the trainer */
 } ways[] = {
-	{ "serving_live",      "LivePolicy", WAY_LIVE, false, false },
-	{ "serving_load_into", "load_into between passes", WAY_PEER, false, false },
-	{ "serving_broadcast", "torch.distributed broadcast (gloo)", WAY_PEER, false, false },
-	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", WAY_PEER, false, false },
-	{ "serving_torn",      "in-place shared tensors (torn)", WAY_PEER, false, false },
-	{ "serving_reference", "reference: own weights, the trainer publishing", WAY_REF, false,
+	{ "serving_live",      "LivePolicy", false, true, false, WAY_REFERENCE, false },
+	{ "serving_load_into", "load_into between passes", false, false, false, -1, false },
+	{ "serving_broadcast", "torch.distributed broadcast (gloo)", false, false, false, -1,
 	  false },
-	{ "serving_live_paced", "LivePolicy", WAY_LIVE, true, false },
-	{ "serving_reference_paced", "reference", WAY_REF, true, false },
-	{ "serving_spare_live", "LivePolicy", WAY_LIVE, false, true },
-	{ "serving_spare_reference", "reference", WAY_REF, false, true },
-	{ "serving_spare_live_paced", "LivePolicy", WAY_LIVE, true, true },
+	{ "serving_pause",     "pause-load-resume (shared buffer + queue)", false, false, false,
+	  -1, false },
+	{ "serving_torn",      "in-place shared tensors (torn)", false, false, false, -1, false },
+	{ "serving_reference", "reference: own weights, the trainer publishing", false, false,
+	  true, -1, false },
+	{ "serving_live_paced", "LivePolicy", true, true, false, -1, false },
+	{ "serving_reference_paced", "reference", true, false, true, -1, false },
+	/* GPU 0: the trainer publishes into the device slabs (publish_gpu) */
+	{ "serving_live_gpu", "GPU: LivePolicy over device views", false, true, false,
+	  WAY_REFERENCE_GPU, false },
+	{ "serving_load_into_gpu", "GPU: load_into a cuda:0 module between passes", false, false,
+	  false, -1, false },
+	{ "serving_reference_gpu", "GPU: reference, own cuda:0 weights, the trainer publishing",
+	  false, false, true, -1, false },
+	{ "serving_spare_live", "LivePolicy", false, true, false, -1, true },
+	{ "serving_spare_reference", "reference", false, false, true, -1, true },
+	{ "serving_spare_live_paced", "LivePolicy", true, true, false, -1, true },
 };
-
-#define WAY_REFERENCE 5
 
 static void serving_way(const char *out, int w, const char *why_run)
 {
 	double pps_base, pps_upd, fwd, gap, p99, lag_mean, lag_max, mixed, passes;
 	double swap_cpu, upd_cpu, fwd_cpu, ref_cpu, spread, reach, reach_max, pub;
 	const char *row = ways[w].row;
-	bool live = ways[w].kind == WAY_LIVE;
-	bool ref = ways[w].kind == WAY_REF;
+	bool live = ways[w].live, ref = ways[w].ref;
 	struct bench_row *r;
 	char why[256], fig[240], name[160];
 
@@ -90,8 +103,9 @@ static void serving_way(const char *out, int w, const char *why_run)
 		                           sizeof why))
 			snprintf(name + len, sizeof name - len, " (a core left to the trainer)");
 		else
-			snprintf(name + len, sizeof name - len, " (%.0f collector%s, a core left to "
-			         "the trainer)", n, n == 1 ? "" : "s");
+			snprintf(name + len, sizeof name - len,
+			         " (%.0f collector%s, a core left to the trainer)", n,
+			         n == 1 ? "" : "s");
 	}
 	if (!out || bench_py_value(out, row, "pps_upd", &pps_upd, why, sizeof why) ||
 	    bench_py_value(out, row, "pps_base", &pps_base, why, sizeof why) ||
@@ -131,8 +145,8 @@ static void serving_way(const char *out, int w, const char *why_run)
 	snprintf(fig, sizeof fig, "%s: CPU time per update in a collector", name);
 	r = row_add("serving", fig, "ms", swap_cpu);
 	row_ref(r, "a pass's CPU time, with updates", upd_cpu);
-	if (w == 0 && !bench_py_value(out, ways[WAY_REFERENCE].row, "fwd_cpu_ms", &ref_cpu, why,
-	                            sizeof why)) {
+	if (ways[w].base >= 0 && !bench_py_value(out, ways[ways[w].base].row, "fwd_cpu_ms",
+	                                         &ref_cpu, why, sizeof why)) {
 		snprintf(fig, sizeof fig, "%s: CPU time of a pass, no updates", name);
 		r = row_add("serving", fig, "ms", fwd_cpu);
 		row_ref(r, "the module's own weights", ref_cpu);

@@ -35,12 +35,31 @@ updates and then with them, the same loop and the same duration:
              one thread copies a MiB at a time and sleeps between blocks
              instead of taking every core for a burst, and each version
              reaches the collectors about that much later
+  live_gpu, load_into_gpu, reference_gpu
+             the same scenario on GPU 0 (torch's cuda:0), with
+             --gpu-collectors processes (default: one per core, at most 4:
+             collectors on one GPU take turns on it, more only measure
+             that): the trainer's module lives there and it publishes each
+             version into the model's device slabs (a model published with
+             devices=[0], Publisher.publish_gpu, device to device); the
+             collectors run wsync.LivePolicy(sub, module, device=0) over the
+             device views (live_gpu), their own cuda:0 module updated by
+             DeviceView.load_into between two passes (load_into_gpu), or
+             their own cuda:0 module never updated while the trainer
+             publishes as for live_gpu (reference_gpu, the floor). A pass
+             ends with torch.cuda.synchronize(), so its time is the GPU's
+             work, not the launches'; the tags are copied on the GPU in
+             the pass's stream order and read after it. These need torch
+             with CUDA, a GPU 0 the CUDA driver shows, and a broker that
+             serves it; else each is skipped with the reason, found before
+             any process starts (gpu_why)
 
 Then, where the machine has two cores or more, live, reference and
 live_paced run again with one collector fewer than cores ("spare": a core
 left to the trainer), as on a machine with more cores than collectors:
 what the collectors pay for the updates themselves once the trainer's copy
-does not take a core from them (--spare-ways, "" for none).
+does not take a core from them (--spare-ways; by default those of them
+that --only asks for, "" for none).
 
 Mixtures show: the first and last element of every weight matrix hold the
 version (v / 1024, exact in float32), read by the forward pass just before
@@ -69,10 +88,12 @@ Prints one JSON line per way:
 and first {"row": "serving_setup", "mib": ..., "collectors": ..., ...}; the
 spare pass prints {"row": "serving_spare_setup", "collectors": ...} and its
 ways as "serving_spare_<way>".
-A way that cannot run is {"row": "serving_<way>", "skipped": "why"}.
+A way that cannot run is {"row": "serving_<way>", "skipped": "why"}. --only
+(default: WSYNC_BENCH_SERVING_WAYS, else every way) runs some of them.
 Runs on its own too: without --endpoint it starts a private broker.
 """
 import argparse
+import errno
 import json
 import os
 import queue
@@ -83,11 +104,13 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WAYS = ("live", "load_into", "broadcast", "pause", "torn", "reference", "live_paced",
-        "reference_paced")
+        "reference_paced", "live_gpu", "load_into_gpu", "reference_gpu")
 SPARE_WAYS = ("live", "reference", "live_paced")
 PERIOD_S = 0.2
 SPREAD_S = 0.75 * PERIOD_S        # the paced ways' Publisher.publish(spread=)
 PACED = "_paced"
+GPU = "_gpu"                      # the ways on GPU 0 (cuda:0)
+GPU_COLLECTORS = 4                # the most collectors on the GPU by default
 TAG_SCALE = 1.0 / 1024
 
 
@@ -156,10 +179,23 @@ def make_model(torch, d, layers):
 def use(lin, x, tags):
     """lin(x), with its weight's tags read just before and just after."""
     w = lin.weight
-    tags.append(float(w[0, 0]))
+    tags.append(TAG(w, 0))
     y = lin(x)
-    tags.append(float(w[-1, -1]))
+    tags.append(TAG(w, -1))
     return y
+
+
+def tag_host(w, i):
+    return float(w[i, i])
+
+
+def tag_device(w, i):
+    """A copy of the tag made on the GPU in the pass's stream order (where
+    float() would wait for the GPU at every matrix); read after the pass."""
+    return w[i, i].clone()
+
+
+TAG = tag_host                    # tag_device in a collector on the GPU
 
 
 def set_tags(torch, sd, version):
@@ -192,29 +228,41 @@ class Shared:
 
 
 def collector(way, idx, n, cfg, sh, ready, results, extra):
+    global TAG
     cpu = time.thread_time        # torch runs on this thread (one thread each)
     try:
         torch.set_num_threads(1)
         wsync = import_wsync()
+        gpu = cfg["gpu"]
         model = make_model(torch, cfg["d"], cfg["layers"]).eval()
         x = torch.randn(1, cfg["tokens"], cfg["d"], generator=torch.Generator().manual_seed(7))
+        if gpu:
+            dev = torch.device("cuda", 0)
+            torch.cuda.set_device(dev)
+            model, x = model.to(dev), x.to(dev)   # torch's context, current on this thread
+            TAG = tag_device
         step = None
         mine = [0]
         if way in ("live", "load_into"):
-            client = wsync.connect(cfg["endpoint"], "serving-%s-%d" % (way, idx))
-            sub = client.subscriber("serving")
+            client = wsync.connect(cfg["endpoint"], "serving-%s%s-%d" % (way, GPU if gpu else "",
+                                                                       idx))
+            sub = client.subscriber(cfg["model"])
             if way == "live":
-                policy = wsync.LivePolicy(sub, model)
+                policy = wsync.LivePolicy(sub, model, device=0 if gpu else None)
                 step = policy
             else:
-                with sub.wait(0, timeout=60) as v:
-                    v.load_into(model)
+                if gpu:
+                    first, acquire = sub.wait_gpu(0, 0, timeout=60), lambda: sub.acquire_gpu(0)
+                else:
+                    first, acquire = sub.wait(0, timeout=60), sub.acquire
+                with first as v:
+                    v.load_into(model)      # a DeviceView's waits for its copies
                     mine[0] = v.version
 
                 def step(x):
                     newest = sub.latest().version
                     if newest > mine[0]:
-                        with sub.acquire() as v:
+                        with acquire() as v:
                             v.load_into(model)
                             mine[0] = v.version
                     return model(x)
@@ -280,8 +328,12 @@ def collector(way, idx, n, cfg, sh, ready, results, extra):
                 c0 = cpu()
                 t0 = time.monotonic()
                 _, tags = step(x)
+                if gpu:
+                    torch.cuda.synchronize(dev)     # the pass is the GPU's work, done
                 t1 = time.monotonic()
                 c1 = cpu()
+                if gpu:
+                    tags = torch.stack(tags).tolist()
                 lo, hi = tag_range(tags)
                 if ph == 0:
                     sh.warm[idx] += 1
@@ -300,18 +352,34 @@ def collector(way, idx, n, cfg, sh, ready, results, extra):
 def run_way(way, cfg, ctx, torch, wsync, n):
     spread = SPREAD_S if way.endswith(PACED) else None
     way = way[:-len(PACED)] if spread else way
+    gpu = way.endswith(GPU)
+    way = way[:-len(GPU)] if gpu else way
+    # the device model is another model: the host ways' keeps its layout
+    cfg = dict(cfg, gpu=gpu, model="serving.gpu" if gpu else "serving")
     sh = Shared(ctx)
     ready, results = ctx.Queue(), ctx.Queue()
     trainer = make_model(torch, cfg["d"], cfg["layers"])
+    if gpu:
+        torch.cuda.set_device(0)
+        trainer = trainer.to(torch.device("cuda", 0))
     sd = {k: t.detach() for k, t in trainer.state_dict().items()}
     version = [1]
     set_tags(torch, sd, 1)
     extra = [None] * n
     pub = client = None
     cleanup = []
-    if way in ("live", "load_into", "reference"):
+    if way in ("live", "load_into", "reference") and gpu:
         client = wsync.connect(cfg["endpoint"], "serving-trainer")
-        pub = client.publisher_like("serving", sd, replace=True)
+        cleanup.append(client.close)
+        pub = client.publisher_like(cfg["model"], sd, replace=True, devices=[0])
+        pub.publish_gpu(sd, 1)
+
+        def update():
+            set_tags(torch, sd, version[0])
+            pub.publish_gpu(sd, version[0])     # device to device, then commit
+    elif way in ("live", "load_into", "reference"):
+        client = wsync.connect(cfg["endpoint"], "serving-trainer")
+        pub = client.publisher_like(cfg["model"], sd, replace=True)
         pub.publish(sd, 1)
         cleanup.append(client.close)
 
@@ -502,6 +570,39 @@ def reach(got, made, pub_s):
             "reach_max_ms": round(1e3 * max(waits), 3) if waits else 0.0}
 
 
+def gpu_why(torch, wsync, endpoint):
+    """Why the ways on GPU 0 cannot run here, or None, found in this process
+    before any collector starts, cheapest first: torch's CUDA, GPU 0 as
+    the CUDA driver libwsync loads shows it, a small device model opened on
+    GPU 0 by the broker (and deleted), and not the tests' fake driver."""
+    if not torch.cuda.is_available():
+        return "torch %s has no CUDA here (torch.cuda.is_available() is False): the GPU " \
+               "ways need a CUDA build of torch and a GPU" % torch.__version__
+    try:
+        wsync.gpu_uuid(0)
+    except wsync.WsyncError as e:
+        return "no GPU 0 for libwsync: %s" % (e.detail or e)
+    try:
+        with wsync.connect(endpoint, "serving-gpu-probe") as c:
+            c.publisher(PROBE, [("x", "f32", (1,))], replace=True, devices=[0]).close()
+            try:
+                c.delete(PROBE)
+            except wsync.WsyncError as e:
+                if e.errno != errno.ENOENT:     # gone with its publisher, never published
+                    raise
+    except wsync.NoDeviceError as e:
+        return "the broker serves no GPU 0: %s" % (e.detail or e)
+    path = os.environ.get("WSYNC_LIBCUDA")
+    if path:
+        import ctypes
+        if hasattr(ctypes.CDLL(path), "fakecuda_live"):
+            return "no GPU: the driver is the tests' fake (WSYNC_LIBCUDA)"
+    return None
+
+
+PROBE = "serving.gpu.probe"
+
+
 def blas_info():
     """torch's BLAS as its build says (Debian's is the generic one)."""
     import re
@@ -515,15 +616,24 @@ def main():
     ap.add_argument("--repeats", type=int, default=5, help="(accepted, not used)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--collectors", type=int, default=0, help="default: one per core")
+    ap.add_argument("--gpu-collectors", type=int, default=0,
+                    help="collectors of the GPU ways (default: one per core, at most %d)"
+                    % GPU_COLLECTORS)
     ap.add_argument("--seconds", type=float, default=0)
-    ap.add_argument("--only", default=",".join(WAYS))
-    ap.add_argument("--spare-ways", default=",".join(SPARE_WAYS),
-                    help="ways run again with a core left to the trainer (\"\" for none)")
+    # WSYNC_BENCH_SERVING_WAYS: the ways wsync-bench's scenario runs (the tests' short run)
+    ap.add_argument("--only", default=os.environ.get("WSYNC_BENCH_SERVING_WAYS") or
+                    ",".join(WAYS))
+    ap.add_argument("--spare-ways", default=None,
+                    help="ways run again with a core left to the trainer (default: those of "
+                    "%s that --only asks for; \"\" for none)" % ",".join(SPARE_WAYS))
     a = ap.parse_args()
-    spare = [w for w in a.spare_ways.split(",") if w]
-    bad = [w for w in a.only.split(",") + spare if w not in WAYS]
+    ways = [w for w in a.only.split(",") if w]
+    spare = ([w for w in SPARE_WAYS if w in ways] if a.spare_ways is None
+             else [w for w in a.spare_ways.split(",") if w])
+    bad = [w for w in ways if w not in WAYS] + [w for w in spare if w not in SPARE_WAYS]
     if bad:
-        ap.error("unknown way %s (ways: %s)" % (", ".join(bad), ", ".join(WAYS)))
+        ap.error("unknown way %s (ways: %s; with a core left to the trainer: %s)"
+                 % (", ".join(bad), ", ".join(WAYS), ", ".join(SPARE_WAYS)))
     if torch is None:
         for w in WAYS:
             emit(row="serving_" + w, skipped="no torch: %s" % _NO_TORCH)
@@ -538,30 +648,49 @@ def main():
         broker = wsync.broker.start(wsyncd=wd if os.path.exists(wd) else None)
         a.endpoint = broker.endpoint
     n = min(64, a.collectors or len(os.sched_getaffinity(0)))
+    n_gpu = min(64, a.gpu_collectors or min(GPU_COLLECTORS, len(os.sched_getaffinity(0))))
     d, layers = (512, 2) if a.quick else (1024, 3)
     cfg = {"endpoint": a.endpoint, "d": d, "layers": layers, "tokens": 1,
            "seconds": a.seconds or (3.0 if a.quick else 10.0), "warmup": 0.5,
            "tmp": os.environ.get("TMPDIR", "/tmp")}
     nbytes = sum(t.numel() * 4 for t in make_model(torch, d, layers).state_dict().values())
+    why_gpu = gpu_name = None
+    if any(w.endswith(GPU) for w in ways):
+        try:
+            why_gpu = gpu_why(torch, wsync, a.endpoint)
+            gpu_name = None if why_gpu else torch.cuda.get_device_name(0)
+        except Exception as e:
+            why_gpu = "%s: %s" % (type(e).__name__, e)
+        why_gpu = why_gpu and why_gpu.replace('"', "'")[:200]
     emit(row="serving_setup", mib=round(nbytes / 2**20, 1), collectors=n, d=d, layers=layers,
          tokens=cfg["tokens"], seconds=cfg["seconds"], period_ms=PERIOD_S * 1e3,
          spread_ms=round(SPREAD_S * 1e3, 3),
-         torch=torch.__version__, blas=blas_info())
+         torch=torch.__version__, blas=blas_info(), gpu_collectors=n_gpu, gpu=gpu_name)
     import torch.multiprocessing as tmp     # shares tensors' memory with the children
     ctx = tmp.get_context("spawn")
-    passes = [("serving_", a.only.split(","), n)]
-    if spare:
-        passes.append(("serving_spare_", spare, n - 1))
+    for way in WAYS:
+        if way not in ways:
+            emit(row="serving_" + way, skipped="not asked for (--only %s)" % ",".join(ways))
+    for way in SPARE_WAYS:
+        if way not in spare:
+            emit(row="serving_spare_" + way, skipped="not asked for (--spare-ways %s)"
+                 % ",".join(spare))
+    passes = [("serving_", ways, n), ("serving_spare_", spare, n - 1)]
     try:
-        for prefix, ways, k in passes:
-            if prefix != "serving_" and k >= 1:
+        for prefix, run, k in passes:
+            if prefix != "serving_" and run and k >= 1:
                 emit(row=prefix + "setup", collectors=k)
-            for way in ways:
+            for way in run:
+                gpu = way.endswith(GPU)
+                if gpu and why_gpu:
+                    emit(row=prefix + way, skipped=why_gpu)
+                    continue
                 if k < 1:
                     emit(row=prefix + way, skipped="one core: none to leave to the trainer")
                     continue
                 try:
-                    emit(row=prefix + way, **run_way(way, cfg, ctx, torch, wsync, k))
+                    emit(row=prefix + way, **run_way(way, cfg, ctx, torch, wsync,
+                                                     n_gpu if gpu else k))
                 except Exception as e:
                     traceback.print_exc()
                     emit(row=prefix + way, skipped=("%s: %s" % (type(e).__name__, e))
