@@ -168,6 +168,18 @@ void broker_stop(struct broker *b)
 	}
 	b->mover = NULL;
 	b->move = NULL;
+	/* Departures' moves still queued are copied here, in the loop, as the
+	 * stop's own departures are (nobody is left to wait for it); a stop
+	 * that removes the weights drops them, as it makes no move. */
+	for (struct model_move *mv; (mv = model_move_dequeue(b));) {
+		char why[WSYNC_ERRMSG_MAX];
+
+		if (keep) {
+			model_move_work_here(b, mv);
+			publish_move_done(b, mv, true, why, sizeof(why));
+		}
+		model_move_free(mv);
+	}
 	readers_free_all(b);
 	err = state_save(b->versions_path, b);
 	if (err)

@@ -3,7 +3,8 @@
  *
  * One thread owns all of it; nothing here is shared with another thread,
  * except the one move in progress, whose worker's fields change hands
- * through the mover's lock (mover.c).
+ * through the mover's lock (mover.c); the moves queued behind it are the
+ * loop's alone until they are handed over.
  * What clients see of it is mirrored into the control segment (ctl.h).
  */
 #ifndef WSYNC_BROKER_BROKER_H
@@ -62,9 +63,11 @@ struct broker {
 	                                          of its time only (dispatch.c) */
 
 	/* the worker thread of moves and the one move in progress, NULL if
-	 * none (model.h, model_move_start) */
+	 * none (model.h, model_move_start); departures' moves waiting for the
+	 * worker, oldest first (model_move_leave) */
 	struct mover      *mover;
 	struct model_move *move;
+	struct model_move *move_queue;
 
 	struct model   *models[WSYNC_MAX_MODELS];
 	uint64_t        shm_used;              /* slab bytes of all models */

@@ -34,12 +34,12 @@ int handle_close(struct req *r)
 			return req_fail(r, -EPROTO, "CLOSE of the publisher of '%s', which this "
 			                "session is not", m->name);
 		session_leave_pub(r->b, r->s, m, "closed");
-		/* Its leave moves the model on the mover's thread: CLOSE_OK
-		 * once the copy is done, so nothing it writes after hearing it
-		 * lands in the copy (handle_pub_open_moved). */
-		if (model_moving(r->b, m) && r->b->move->for_leave && !r->b->move->closer) {
-			r->b->move->closer = r->s;
-			r->b->move->close = *r->m;
+		/* Its leave moves the model on the mover's thread (at once or
+		 * queued): CLOSE_OK once the copy is done, so nothing it writes
+		 * after hearing it lands in the copy (handle_pub_open_moved). */
+		if (model_moving(r->b, m) && m->move->for_leave && !m->move->closer) {
+			m->move->closer = r->p;
+			m->move->close = *r->m;
 			session_release_model(r->b, r->s, m);
 			return 0;
 		}

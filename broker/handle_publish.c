@@ -360,27 +360,26 @@ static int pub_open_finish(struct req *r, struct model *m, wsync_shard **parts)
 	return 0;
 }
 
-void handle_pub_open_moved(struct broker *b)
+/* A move is done (reaped, or failed to start): whoever waits for it is
+ * answered, as handlers.h says. */
+static void move_answer(struct broker *b, struct model_move *mv)
 {
-	struct model_move *mv = b->move;
 	struct session *s;
 	wsync_shard *parts;
 	struct model *m;
 	struct req r;
 	int err;
 
-	if (!mv || !mover_reap(b->mover))
-		return;                       /* a late or spurious wake */
-	b->move = NULL;
-	s = mv->requester && !mv->requester->p.doomed ? mv->requester : NULL;
+	s = mv->requester && !mv->requester->doomed ? session_of_peer(mv->requester) : NULL;
 	memset(&r, 0, sizeof(r));
 	r.b = b;
 	r.s = s;
 	r.m = &mv->open;
 	err = publish_move_done(b, mv, s != NULL, r.why, sizeof(r.why));
 	m = mv->m;
-	if (mv->closer && !mv->closer->p.doomed) {
-		struct req cr = { .b = b, .s = mv->closer, .p = &mv->closer->p, .m = &mv->close };
+	if (mv->closer && !mv->closer->doomed) {
+		struct req cr = { .b = b, .s = session_of_peer(mv->closer), .p = mv->closer,
+		                  .m = &mv->close };
 		union wsync_msg_any ok;
 
 		memset(&ok, 0, sizeof(ok));
@@ -399,9 +398,9 @@ void handle_pub_open_moved(struct broker *b)
 		 * latest): the open that waited for it goes on from here */
 		err = pub_open_take_memory(&r, m);
 		if (err > 0) {               /* it moves again, for this one */
-			b->move->requester = s;
-			b->move->open = mv->open;
-			b->move->parts = mv->parts;
+			m->move->requester = &s->p;
+			m->move->open = mv->open;
+			m->move->parts = mv->parts;
 			mv->parts = NULL;
 			goto out_free;
 		}
@@ -418,6 +417,20 @@ void handle_pub_open_moved(struct broker *b)
 		session_send_error(b, s, mv->open.hdr.seq, WSYNC_MSG_PUB_OPEN, err, r.why);
 out_free:
 	model_move_free(mv);
+}
+
+void handle_pub_open_moved(struct broker *b)
+{
+	struct model_move *mv = b->move;
+
+	if (!mv || !mover_reap(b->mover))
+		return;                       /* a late or spurious wake */
+	b->move = NULL;
+	move_answer(b, mv);
+	/* the worker is free: the next departure's move waiting for it (one
+	 * that cannot start is answered as a failed copy) */
+	while ((mv = model_move_next(b)))
+		move_answer(b, mv);
 }
 
 int handle_pub_open(struct req *r)
@@ -450,9 +463,10 @@ int handle_pub_open(struct req *r)
 		close(fd);
 		return err;
 	}
-	/* A move for a departure with nobody waiting: this open waits for it
-	 * (pub_open_take_memory). Any other: one waiter at a time. */
-	if (m && model_moving(b, m) && (b->move->requester || !b->move->for_leave)) {
+	/* A move for a departure with nobody waiting (on the worker or queued
+	 * for it): this open waits for it (pub_open_take_memory). Any other:
+	 * one waiter at a time. */
+	if (m && model_moving(b, m) && (m->move->requester || !m->move->for_leave)) {
 		close(fd);
 		return req_fail(r, -EBUSY, "model '%s' is moving to new memory for a publisher "
 		                "of another uid, who opens it: try again once it has",
@@ -546,9 +560,9 @@ int handle_pub_open(struct req *r)
 	if (err < 0)
 		goto out_undeclare;
 	if (err > 0) {                   /* answered once the model moved */
-		b->move->requester = s;
-		b->move->open = *r->m;
-		b->move->parts = parts;
+		m->move->requester = &s->p;
+		m->move->open = *r->m;
+		m->move->parts = parts;
 		free(canon);
 		return 0;
 	}

@@ -419,6 +419,41 @@ out_why:
 	return err;
 }
 
+static void move_unqueue(struct broker *b, struct model_move *mv);
+
+/*
+ * m goes while it is moving. On the worker, its move is discarded once done
+ * (model_move_finish: -EIDRM). Queued, it is taken off the queue now, its
+ * copy never made, and whoever waits for it is answered as for a model
+ * removed mid-move (handle_pub_open_moved): the PUB_OPEN with -EIDRM, the
+ * CLOSE that made it with CLOSE_OK (through the outbox: this is a state
+ * module).
+ */
+static void move_forget_model(struct broker *b, struct model *m)
+{
+	struct model_move *mv = m->move;
+
+	m->move = NULL;
+	mv->m = NULL;
+	if (mv == b->move)
+		return;
+	move_unqueue(b, mv);
+	if (mv->requester)
+		outbox_error(&b->out, mv->requester, mv->open.hdr.seq, WSYNC_MSG_PUB_OPEN, -EIDRM,
+		             "the model was deleted while it waited to move to new memory");
+	if (mv->closer) {
+		union wsync_msg_any ok;
+
+		memset(&ok, 0, sizeof(ok));
+		wsync_msg_init(&ok.hdr, WSYNC_MSG_CLOSE_OK, mv->close.hdr.seq);
+		ok.close_ok.model_id = mv->close.close.m.model_id;
+		outbox_reply(&b->out, mv->closer, &ok);
+	}
+	log_info("model '%s': its queued move to new memory is dropped: the model is removed",
+	         m->name);
+	model_move_free(mv);
+}
+
 static void model_release(struct broker *b, struct model *m, bool unlink_them)
 {
 	if (m->state == WSYNC_MODEL_READY) {
@@ -441,8 +476,8 @@ static void model_release(struct broker *b, struct model *m, bool unlink_them)
 		close(m->page_fd);
 	if (b->models[m->id] == m)
 		b->models[m->id] = NULL;
-	if (b->move && b->move->m == m)     /* its move is discarded when done */
-		b->move->m = NULL;
+	if (m->move)
+		move_forget_model(b, m);
 	if (m->group)   /* groups end with their last rank, before this */
 		log_error("model '%s': freed with a publisher group still open", m->name);
 	/* a big layout leaves the heap grown: the tick gives it back */
@@ -600,8 +635,50 @@ void model_move_free(struct model_move *mv)
 {
 	if (!mv)
 		return;
+	if (mv->m && mv->m->move == mv)
+		mv->m->move = NULL;
+	if (mv->src)                     /* a queued move that never ran */
+		munmap(mv->src, mv->seg_bytes);
 	free(mv->parts);
 	free(mv);
+}
+
+static void move_unqueue(struct broker *b, struct model_move *mv)
+{
+	for (struct model_move **at = &b->move_queue; *at; at = &(*at)->next) {
+		if (*at == mv) {
+			*at = mv->next;
+			mv->next = NULL;
+			return;
+		}
+	}
+}
+
+struct model_move *model_move_dequeue(struct broker *b)
+{
+	struct model_move *mv = b->move_queue;
+
+	if (mv) {
+		b->move_queue = mv->next;
+		mv->next = NULL;
+	}
+	return mv;
+}
+
+static void move_forget_peer(struct model_move *mv, const struct peer *p)
+{
+	if (mv->requester == p)
+		mv->requester = NULL;
+	if (mv->closer == p)
+		mv->closer = NULL;
+}
+
+void model_move_forget_peer(struct broker *b, const struct peer *p)
+{
+	if (b->move)
+		move_forget_peer(b->move, p);
+	for (struct model_move *mv = b->move_queue; mv; mv = mv->next)
+		move_forget_peer(mv, p);
 }
 
 /* A move of m, ready for move_work: what it needs of m copied, the latest
@@ -655,14 +732,32 @@ static void move_why(const struct model_move *mv, int err, char *why, size_t why
 	         "%s", mv->m ? mv->m->name : "?", strerror(-err));
 }
 
+/* Hands mv, prepared, to the worker: b->move. On failure mv is the
+ * caller's still. */
+static int move_submit(struct broker *b, struct model_move *mv)
+{
+	/* from the submit on, mv is the worker's until reaped: read it first */
+	uint64_t copy = mv->src ? mv->bytes : 0;
+	struct model *m = mv->m;
+	int err;
+
+	err = mover_submit(b->mover, move_work, mv);
+	if (err)
+		return err;
+	b->move = mv;
+	log_info("model '%s': %s: moving it to new memory (%llu bytes to copy, on the mover's "
+	         "thread)", m->name, mv->reason, (unsigned long long)copy);
+	return 0;
+}
+
 int model_move_start(struct broker *b, struct model *m, const char *reason, char *why,
                      size_t whylen)
 {
 	struct model_move *mv;
-	uint64_t copy;
 	int err;
 
-	if (b->move || !b->mover || mover_busy(b->mover)) {
+	/* departures' moves queued first: a takeover does not pass them */
+	if (b->move || b->move_queue || !b->mover || mover_busy(b->mover)) {
 		snprintf(why, whylen, "model '%s' must move to new memory for this publisher, "
 		         "and another model is moving (one move at a time): try again in a "
 		         "moment", m->name);
@@ -674,21 +769,75 @@ int model_move_start(struct broker *b, struct model *m, const char *reason, char
 		         "own: %s", m->name, strerror(-err));
 		return err;
 	}
-	/* from the submit on, mv is the worker's until reaped: read it first */
-	copy = mv->src ? mv->bytes : 0;
-	err = mover_submit(b->mover, move_work, mv);
+	err = move_submit(b, mv);
 	if (err) {
-		if (mv->src)
-			munmap(mv->src, mv->seg_bytes);
-		free(mv);
+		model_move_free(mv);
 		snprintf(why, whylen, "model '%s': cannot start its move: %s", m->name,
 		         strerror(-err));
 		return err;
 	}
-	b->move = mv;
-	log_info("model '%s': %s: moving it to new memory (%llu bytes to copy, on the mover's "
-	         "thread)", m->name, reason, (unsigned long long)copy);
+	m->move = mv;
 	return 0;
+}
+
+int model_move_leave(struct broker *b, struct model *m, uid_t uid, const char *reason,
+                     char *why, size_t whylen)
+{
+	struct model_move *mv, **at;
+	uint32_t ahead = 0;
+	int err;
+
+	if (m->move || !b->mover) {      /* nobody publishes a moving model */
+		snprintf(why, whylen, "model '%s': cannot move it to new memory: %s", m->name,
+		         m->move ? "it is moving already" : "no mover");
+		return -EBUSY;
+	}
+	err = move_prepare(b, m, reason, &mv);
+	if (err) {
+		snprintf(why, whylen, "model '%s': cannot give it memory of its own after its "
+		         "publisher left: %s", m->name, strerror(-err));
+		return err;
+	}
+	mv->for_leave = true;
+	mv->left_uid = uid;
+	if (!b->move && !b->move_queue && !mover_busy(b->mover)) {
+		err = move_submit(b, mv);
+		if (err) {
+			model_move_free(mv);
+			snprintf(why, whylen, "model '%s': cannot start its move: %s", m->name,
+			         strerror(-err));
+			return err;
+		}
+		m->move = mv;
+		return 0;
+	}
+	/* The worker is busy: this one waits its turn, its old memory served
+	 * meanwhile, rather than being copied here while every other client
+	 * waits for the loop. */
+	for (at = &b->move_queue; *at; at = &(*at)->next)
+		ahead++;
+	*at = mv;
+	m->move = mv;
+	if (b->ctl)
+		atomic_fetch_add(&b->ctl->moves_queued, 1);
+	log_info("model '%s': %s: its move to new memory waits for the mover's thread (%u "
+	         "queued before it, 1 moving)", m->name, reason, ahead);
+	return 0;
+}
+
+struct model_move *model_move_next(struct broker *b)
+{
+	struct model_move *mv;
+	int err;
+
+	if (b->move || !b->mover || !b->move_queue)
+		return NULL;
+	mv = model_move_dequeue(b);
+	err = move_submit(b, mv);
+	if (!err)
+		return NULL;
+	mv->err = err;                   /* finished as a failed copy */
+	return mv;
 }
 
 /* A model page for m: the header, the validated latest, the latest slot's
@@ -750,6 +899,8 @@ int model_move_finish(struct broker *b, struct model_move *mv, bool apply, char 
 	int page_fd, page_ro, err;
 	char from[40], to[32];
 
+	if (m && m->move == mv)
+		m->move = NULL;
 	err = mv->err;
 	if (!err && !m)
 		err = -EIDRM;
@@ -808,6 +959,7 @@ int model_move_finish(struct broker *b, struct model_move *mv, bool apply, char 
 	         latest < n ? (unsigned long long)m->bytes : 0ull,
 	         (double)(mv->work_ns + now - t0) / 1e6, (double)(now - t0) / 1e6);
 	m->has_writer = false;
+	atomic_fetch_add(&b->ctl->moves, 1);
 
 out_charge:
 	/* The worker's time counts as the broker's: it is the memory
@@ -831,11 +983,18 @@ int model_rotate(struct broker *b, struct model *m, const char *reason, char *wh
 		         "own: %s", m->name, strerror(-err));
 		return err;
 	}
-	move_work(mv);
+	model_move_work_here(b, mv);
 	err = model_move_finish(b, mv, true, why, whylen);
 	model_move_free(mv);
 	b->moved_ns += wsync_mono_ns() - t0;    /* on this thread, not the uid's work */
 	return err;
+}
+
+void model_move_work_here(struct broker *b, struct model_move *mv)
+{
+	move_work(mv);
+	if (b->ctl)
+		atomic_fetch_add(&b->ctl->moves_on_loop, 1);
 }
 
 int64_t model_move_wait_ns(struct broker *b, int64_t now_ns)

@@ -99,6 +99,8 @@ struct model {
 	 * again and again is refused past the budget (model_move_budget_left) */
 	int64_t  move_ns[MODEL_MOVE_BUDGET];
 	uint64_t moves;
+	struct model_move *move;         /* its move, on the worker or queued for
+	                                    it (model_moving), NULL if none */
 	bool     withdrawn;              /* its latest was withdrawn (a failed move)
 	                                    and no version committed since: it still
 	                                    has versions and an owner, so it stays */
@@ -152,18 +154,23 @@ static inline bool model_move_budget_left(const struct model *m, int64_t now_ns)
 #define MODEL_TRIM_BYTES (256 * 1024)
 
 /*
- * A move in progress (model_move_start): new slabs made and the latest
- * version copied by the worker thread (mover.h), applied by the loop when
- * the worker is done (model_move_finish). One at a time: b->move.
+ * A move (model_move_start, model_move_leave): new slabs made and the
+ * latest version copied by the worker thread (mover.h), applied by the
+ * loop when the worker is done (model_move_finish). One on the worker at a
+ * time: b->move. Departures' moves that find it busy wait in b->move_queue,
+ * oldest first, prepared (the latest slab mapped) but not submitted: the
+ * loop hands the next one over as each is done (model_move_next), so a
+ * uid that leaves many models at once never has them copied in the loop.
  */
 struct model_move {
 	/* the loop's, at any time */
 	struct model *m;                 /* NULL once m was removed mid-move */
-	struct session *requester;       /* the PUB_OPEN waiting for it, NULL if
+	struct model_move *next;         /* in b->move_queue */
+	struct peer *requester;          /* the PUB_OPEN waiting for it, NULL if
 	                                    none or once its session ended */
 	union wsync_msg_any open;        /* that request: its seq, its arguments */
 	void    *parts;                  /* its group's parts (free'd with it) */
-	struct session *closer;          /* the CLOSE that made it (for_leave),
+	struct peer *closer;             /* the CLOSE that made it (for_leave),
 	                                    answered when it is done; NULL if
 	                                    none or once its session ended */
 	union wsync_msg_any close;       /* that request */
@@ -218,33 +225,64 @@ int  model_make_ready(struct broker *b, struct model *m, wsync_tensor_desc *tens
  * (libclient follows it), and a wake of whoever sleeps on the old page. For
  * a host model with no publisher and no grant; afterwards nobody has its rw
  * fds (has_writer false). reason is logged. 0, or -errno (nothing changed)
- * with a reason in why.
+ * with a reason in why. The copy runs here, in the loop (counted in the
+ * ctl header's moves_on_loop): for a stopping broker's departures only,
+ * every other move copies on the mover's thread (model_move_start,
+ * model_move_leave).
  */
 int  model_rotate(struct broker *b, struct model *m, const char *reason, char *why,
                   size_t whylen);
 /*
  * model_rotate in two halves, the slow one on the worker thread: starts
  * moving m (the same preconditions), submitting the new slabs and the copy
- * to b->mover; b->move is then the move. 0, -EBUSY if a move is already in
- * progress, or -errno (nothing changed) with a reason in why. While it
- * moves, m serves its old memory and must get no publisher.
+ * to b->mover; b->move and m->move are then the move. 0, -EBUSY if a move
+ * is in progress or queued, or -errno (nothing changed) with a reason in
+ * why. While it moves, m serves its old memory and must get no publisher.
  */
 int  model_move_start(struct broker *b, struct model *m, const char *reason, char *why,
                       size_t whylen);
-/* Whether m is being moved (b->move is its). */
+/*
+ * The move of a departure of uid (for_leave): started as model_move_start
+ * does when the worker is free, else queued behind the moves before it
+ * (counted in the ctl header's moves_queued); m->move is the move either
+ * way, and m is moving until it is applied. 0, or -errno (nothing changed)
+ * with a reason in why.
+ */
+int  model_move_leave(struct broker *b, struct model *m, uid_t uid, const char *reason,
+                      char *why, size_t whylen);
+/*
+ * Once the worker is free (b->move reaped): hands it the oldest queued
+ * move. NULL when it did, or none waits; else a move that could not start,
+ * taken off the queue with mv->err set, for the caller to finish as a
+ * failed move (publish_move_done) and free; call again then.
+ */
+struct model_move *model_move_next(struct broker *b);
+/* At a stop, the mover stopped: the oldest queued move, taken off the
+ * queue, NULL if none. */
+struct model_move *model_move_dequeue(struct broker *b);
+/* The worker's part of mv run here, in the loop (a stop's moves), counted
+ * in the ctl header's moves_on_loop; then model_move_finish as usual. */
+void model_move_work_here(struct broker *b, struct model_move *mv);
+/* p's session ends: no move answers it any more. */
+void model_move_forget_peer(struct broker *b, const struct peer *p);
+/* Whether m is being moved: on the worker (b->move is its) or queued. */
 static inline bool model_moving(const struct broker *b, const struct model *m)
 {
-	return b->move && b->move->m == m;
+	(void)b;
+	return m->move != NULL;
 }
 /*
  * Once the worker is done with mv (mover_reap): applies it when apply and
  * its model is still there unchanged, as model_rotate does, else frees the
- * new memory. Its time is charged to the move budget either way. 0, or
- * -errno with a reason in why (-EIDRM: the model was removed meanwhile;
- * -ECANCELED: not applied). mv itself stays the caller's (model_move_free).
+ * new memory. Its time is charged to the move budget either way; m is no
+ * longer moving. 0, or -errno with a reason in why (-EIDRM: the model was
+ * removed meanwhile; -ECANCELED: not applied). mv itself stays the
+ * caller's (model_move_free).
  */
 int  model_move_finish(struct broker *b, struct model_move *mv, bool apply, char *why,
                        size_t whylen);
+/* Frees a move that is not on the worker: its mapping of the latest slab
+ * if still held, its parts; its model, if any, is no longer moving. */
 void model_move_free(struct model_move *mv);
 /* 0 if moves have time left now, else how long until they have
  * (broker.h, move_credit_ns). */

@@ -353,20 +353,13 @@ void publish_revoke(struct broker *b, struct model *m, uid_t uid)
 	if (b->stopping && !b->cfg.keep)
 		return;
 	snprintf(reason, sizeof(reason), "its publisher of uid %u left", (unsigned)uid);
-	/* The copy on the mover's thread, unless it is busy with another
-	 * model's move or the broker is stopping: then here, in the loop. */
-	if (!b->stopping && !b->move && b->mover) {
-		int err = model_move_start(b, m, reason, why, sizeof(why));
-
-		if (!err) {
-			b->move->for_leave = true;
-			b->move->left_uid = uid;
-			return;
-		}
-		if (err != -EBUSY) {
+	/* The copy on the mover's thread, after the moves queued before it
+	 * when it is busy; only a stopping broker copies here, in the loop
+	 * (nobody is left to wait for it). */
+	if (!b->stopping && b->mover) {
+		if (model_move_leave(b, m, uid, reason, why, sizeof(why)))
 			publish_revoke_failed(m, uid, why);
-			return;
-		}
+		return;
 	}
 	if (!model_rotate(b, m, reason, why, sizeof(why)))
 		return;

@@ -51,8 +51,9 @@ void publish_leave(struct broker *b, struct model *m, struct peer *p, const char
 /* The last publisher of m, of uid, is gone: unless uid is the broker's or
  * root, m gets new memory its processes cannot reach, so its write right
  * ends when it leaves (DESIGN invariant 11): copied on the mover's thread
- * (model_move_start; a PUB_OPEN meanwhile waits for it), or here
- * (model_rotate) while another move runs or the broker stops. */
+ * (model_move_leave: queued behind the moves before it while the worker is
+ * busy; a PUB_OPEN meanwhile waits for it), or here (model_rotate) only
+ * while the broker stops. */
 void publish_revoke(struct broker *b, struct model *m, uid_t uid);
 /* A move for uid's departure failed (why): m's latest is withdrawn. */
 void publish_revoke_failed(struct model *m, uid_t uid, const char *why);

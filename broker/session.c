@@ -529,10 +529,7 @@ static void session_teardown(struct broker *b, struct session *s)
 	session_drop_models(b, s, why[0] ? why : "disconnected");
 	readers_peer_gone(b, &s->p);
 	/* a PUB_OPEN or CLOSE it waits for: the move goes on without it */
-	if (b->move && b->move->requester == s)
-		b->move->requester = NULL;
-	if (b->move && b->move->closer == s)
-		b->move->closer = NULL;
+	model_move_forget_peer(b, &s->p);
 	s->p.active = false;
 	/* still muted at the loop: the close ends its hangup poll */
 	if (s->muted)

@@ -143,7 +143,15 @@ struct wsync_ctl_header {
 	 * a second): what a collector stamps its hazard's since_ns with, a
 	 * load where a clock read costs more than the rest of an acquire. */
 	_Atomic int64_t tick_ns;
-	uint8_t  reserved[WSYNC_PAGE - 288];
+	/* Moves of models to new memory (broker/model.h), for monitors:
+	 * applied since start; departures' moves that waited for the mover's
+	 * thread behind another move; and moves copied in the event loop
+	 * instead (only at a stop: while it runs every other client waits).
+	 * 0 from brokers before them. */
+	_Atomic uint64_t moves;
+	_Atomic uint64_t moves_queued;
+	_Atomic uint64_t moves_on_loop;
+	uint8_t  reserved[WSYNC_PAGE - 312];
 };
 #define WSYNC_BROKER_DIED 0x40000000u
 enum wsync_ctl_features {
@@ -163,6 +171,7 @@ static_assert(offsetof(struct wsync_ctl_header, work_mutes) == 256, "ctl work_mu
 static_assert(offsetof(struct wsync_ctl_header, bounds_offset) == 268, "ctl bounds_offset offset");
 static_assert(offsetof(struct wsync_ctl_header, features) == 272, "ctl features offset");
 static_assert(offsetof(struct wsync_ctl_header, tick_ns) == 280, "ctl tick_ns offset");
+static_assert(offsetof(struct wsync_ctl_header, moves) == 288, "ctl moves offset");
 
 /* Slot states kept by the broker in the model table (books, for monitors). */
 enum wsync_slot_state {

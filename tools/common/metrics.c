@@ -198,6 +198,15 @@ int metrics_write(FILE *f, const struct snap *s, const char *instance, double cp
 	family(f, "wsync_broker_sessions_paused", "gauge",
 	       "Sessions not read until their uid's work bucket refills.");
 	broker_sample(f, "wsync_broker_sessions_paused", b, s->sessions_muted);
+	family(f, "wsync_broker_moves_total", "counter",
+	       "Models moved to new memory (a publisher of another uid came or left).");
+	broker_sample(f, "wsync_broker_moves_total", b, (double)s->moves);
+	family(f, "wsync_broker_moves_queued_total", "counter",
+	       "Departures' moves that waited for the mover's thread behind another move.");
+	broker_sample(f, "wsync_broker_moves_queued_total", b, (double)s->moves_queued);
+	family(f, "wsync_broker_moves_on_loop_total", "counter",
+	       "Moves copied in the broker's event loop (only at a stop).");
+	broker_sample(f, "wsync_broker_moves_on_loop_total", b, (double)s->moves_on_loop);
 	family(f, "wsync_broker_shm_used_bytes", "gauge", "Slab memory in use.");
 	broker_sample(f, "wsync_broker_shm_used_bytes", b, (double)s->shm_used);
 	family(f, "wsync_broker_shm_limit_bytes", "gauge", "Slab memory allowed (--shm-limit).");

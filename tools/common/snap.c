@@ -263,6 +263,9 @@ void snap_take(const struct seg *seg, struct snap *out)
 	out->bad_messages = LOAD(h->bad_messages);
 	out->work_mutes = LOAD(h->work_mutes);
 	out->sessions_muted = LOAD(h->sessions_muted);
+	out->moves = LOAD(h->moves);
+	out->moves_queued = LOAD(h->moves_queued);
+	out->moves_on_loop = LOAD(h->moves_on_loop);
 	/* The session figures of one tick: the broker stores stats_ns last
 	 * (release); the same value before and after the copy means no tick
 	 * wrote in between. A broker that ticks during every try leaves the

@@ -97,6 +97,9 @@ struct snap {
 	uint64_t shm_limit, shm_used, sessions_total, messages, bad_messages;
 	uint64_t work_mutes;             /* sessions paused past their uid's work share */
 	uint32_t sessions_muted;         /* ...and paused now */
+	uint64_t moves, moves_queued, moves_on_loop;  /* models moved to new memory;
+	                                  * departures' moves that waited for the
+	                                  * mover; moves copied in the event loop */
 	uint32_t n_models, n_sessions;
 	struct snap_model models[WSYNC_MAX_MODELS];
 	struct snap_session sessions[WSYNC_MAX_SESSIONS];
