@@ -427,7 +427,7 @@ FUZZ_BIN   := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
 TSAN_INTEG ?= pubsub_basic no_torn_reads wake_all wait_timeout shutdown_wakes busy \
               kill_collector kill_trainer broker_restart sub_fd fault_eintr fault_soak_short \
               hostile_waits hostile_bursts hostile_models group_promises deleted_model_race slab_copy \
-              checksum_default move_off_loop checksum_pending home_records
+              checksum_default move_off_loop move_queue checksum_pending home_records
 TSAN_BIN   := $(UNIT_BIN) $(patsubst %,$(BUILD)/tests/integ/%,$(TSAN_INTEG))
 
 ifeq ($(SAN),fuzz)

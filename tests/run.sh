@@ -29,13 +29,14 @@ export BUILD
 #   budget_*, hostile_*   an honest client's round trip measured against a
 #                         hostile uid's load (3x + 300 us, ratios of p50s)
 #   move_off_loop         the loop's share of a 128 MiB move, commit p50s
+#   move_queue            commit round trips while six moves queue up
 #   name_collisions       colliding names at most 10x plain ones
 #   wait_spin             a 20 ms wait returns within 400 ms while spinning
 #   acked_settle          an ack settles its publisher's wait before the poll
 #   deadlines, broker_stalled, wait_timeout, live_bounds
 #                         100-250 ms deadlines kept within a bound
 SOLO_DEFAULT='integ/budget_* integ/hostile_* integ/move_off_loop integ/name_collisions
-	integ/wait_spin integ/acked_settle integ/deadlines integ/broker_stalled
+	integ/move_queue integ/wait_spin integ/acked_settle integ/deadlines integ/broker_stalled
 	integ/wait_timeout integ/live_bounds'
 SOLO=${WSYNC_TEST_SOLO-$SOLO_DEFAULT}
 # The longest of the others start first, so that the short ones fill the
