@@ -136,6 +136,7 @@ out_fail:
 void broker_stop(struct broker *b)
 {
 	bool keep = b->cfg.keep;
+	struct mover *mover;
 	int err;
 
 	service_stopping();
@@ -159,14 +160,16 @@ void broker_stop(struct broker *b)
 		         (long long)(BROKER_DRAIN_NS / 1000000000));
 	/* A move in progress finishes first, then the worker is joined: a
 	 * takeover's is dropped (its requester's session is gone), a
-	 * departure's applied (the next start adopts this memory). */
-	if (mover_stop(b->mover) && b->move) {
+	 * departure's applied (the next start adopts this memory). The mover
+	 * is gone before that: the old slabs close here (mover_close). */
+	mover = b->mover;
+	b->mover = NULL;
+	if (mover_stop(mover) && b->move) {
 		char why[WSYNC_ERRMSG_MAX];
 
 		publish_move_done(b, b->move, false, why, sizeof(why));
 		model_move_free(b->move);
 	}
-	b->mover = NULL;
 	b->move = NULL;
 	/* Departures' moves still queued are copied here, in the loop, as the
 	 * stop's own departures are (nobody is left to wait for it); a stop
