@@ -17,7 +17,8 @@ int handle_hello(struct req *r);
 int handle_pub_open(struct req *r);
 /* The mover woke the loop: a move is done, applied or not, and whoever
  * waits for it is answered: a PUB_OPEN, the CLOSE of a departure
- * (handle_publish.c). */
+ * (handle_publish.c); then the next departure's move queued for the
+ * worker is handed to it. */
 void handle_pub_open_moved(struct broker *b);
 int handle_begin(struct req *r);
 int handle_commit(struct req *r);
