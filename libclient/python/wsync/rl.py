@@ -1459,14 +1459,15 @@ class WsyncWeightSyncScheme(_Base):
 
     # ---- a live policy for a worker (docs/LIVE.md) -------------------------------------
 
-    def live_policy(self, module: Any = None, max_lag: Any = None, device: Any = None):
+    def live_policy(self, module: Any = None, max_lag: Any = None, device: Any = None,
+                    timeout: Optional[float] = None):
         """A wsync.LivePolicy for this worker, after connect(): module's (by
         default the registered model's) forward over the newest version in
         place, swapped only between two calls, instead of receive() copying
-        versions in. It reads through a subscription of its own on the
-        worker's client, without explicit acknowledgement: a version it
-        takes counts as applied for a synchronous send(). It ends with the
-        scheme's shutdown()."""
+        versions in. max_lag, device and timeout are LivePolicy's. It reads
+        through a subscription of its own on the worker's client, without
+        explicit acknowledgement: a version it takes counts as applied for
+        a synchronous send(). It ends with the scheme's shutdown()."""
         from ._live import LivePolicy
         self._check_receiver("live_policy")
         end = self._end
@@ -1474,7 +1475,7 @@ class WsyncWeightSyncScheme(_Base):
             raise RuntimeError("wsync.rl: connect() before live_policy()")
         module = self.model if module is None else module
         return LivePolicy(end.client.subscriber(self.wsync_name), module, max_lag=max_lag,
-                          device=device)
+                          device=device, timeout=timeout)
 
 
 def _fmt(t):
@@ -1490,9 +1491,16 @@ def _deprecated(what, instead):
 def _lag(sub, version, step, published_ns):
     now = time.time_ns()
     try:
-        latest = sub.latest()
+        # one try at a broker that went away, not the client's
+        # reconnect_timeout: a rollout asks this every step
+        latest = sub._latest(time.monotonic())
     except NoDataError:
         return PolicyLag(0, 0, 0.0, 0.0, version, 0)
+    except NotConnectedError:
+        # no broker now: nothing newer than what this worker holds can be
+        # published until one is back
+        return PolicyLag(0, 0, 0.0, max(0, now - published_ns) / 1e9 if version else math.inf,
+                         version, version)
     if version == 0:
         return PolicyLag(latest.version, latest.step, math.inf, math.inf, 0, latest.version)
     behind = max(0, latest.version - version)
