@@ -269,7 +269,8 @@ class LivePolicy:
     version is more than `seconds` old (its commit's wall-clock time) or
     more than `versions` behind the newest committed one waits for a newer
     version up to `timeout` seconds (default: the seconds bound, else 1 s),
-    then raises LagError naming the trainer's last commit.
+    then raises LagError naming the trainer's last commit. timeout:
+    seconds, math.inf for no limit.
 
     device=: the GPU (ordinal, "cuda:N", UUID or torch.device) whose device
     views to run over, for a model published with devices; None runs over
@@ -277,7 +278,10 @@ class LivePolicy:
 
     Before the first version is published a call raises NoDataError, as
     Subscriber.acquire does; MismatchError if the model does not fit the
-    module (checked once per layout, nothing runs).
+    module (checked once per layout, nothing runs). While the broker is
+    away a call runs over the version held, without waiting for one.
+    subscriber must be a wsync.Subscriber and module an nn.Module
+    (TypeError); max_lag and timeout are checked here.
     """
 
     def __init__(self, subscriber, module, max_lag=None, device=None, timeout=None):
