@@ -8,7 +8,9 @@ when it is made; Subscriber.set_max_lag names its seconds (not "timeout");
 a live policy acts at once with the version it holds while the broker is
 stopped (SIGTERM: the client sees the shutdown), its max_lag raises by its
 own timeout then, and it follows the restarted broker; a publish's timeout
-holds for all of its tries while no broker answers.
+holds for all of its tries while no broker answers; a TorchRL scheme's
+worker answers lag() at once then, and a scheme refuses a wrong endpoint,
+weights to apply that are none, and a receive after its shutdown.
 """
 import math
 import time
@@ -36,6 +38,8 @@ def net():
     (dict(max_lag=(2 ** 32, None)), ValueError, "max_lag versions"),
     (dict(max_lag=(None, math.inf)), ValueError, "max_lag seconds"),
     (dict(max_lag=(None, 0)), ValueError, "max_lag seconds"),
+    (dict(device="cpu"), ValueError, "not a GPU"),
+    (dict(device=1.5), TypeError, "a device is"),
 ])
 def test_a_live_policy_refuses_bad_arguments_when_made(client, kwargs, exc, match):
     sub = client.subscriber("p")
@@ -136,6 +140,31 @@ def test_a_workers_lag_answers_at_once_while_the_broker_is_stopped(broker):
         assert (lag.versions_behind, lag.version, lag.latest_version) == (0, 1, 1)
         with torch.no_grad():
             assert torch.equal(live(x), model(x))   # the version it holds
+    finally:
+        worker.shutdown()
+        sender.shutdown()
+
+
+def test_a_scheme_names_what_is_wrong(broker):
+    from wsync.rl import WsyncWeightSyncScheme
+    with pytest.raises(TypeError, match="endpoint"):
+        WsyncWeightSyncScheme("state_dict", endpoint=3)
+    model = net()
+    sender = WsyncWeightSyncScheme("state_dict", name="p", endpoint=broker.sock, timeout=WAIT_S)
+    sender.init_on_sender(model_id="p", model=model)
+    sender.connect()
+    worker = WsyncWeightSyncScheme("state_dict", name="p", endpoint=broker.sock,
+                                   background=False)
+    worker.init_on_receiver(model_id="p", model=net(), worker_idx=0)
+    try:
+        worker.connect()
+        with pytest.raises(TypeError, match="weights to apply"):
+            worker.apply_weights("p")
+        worker.shutdown()
+        for receive in (lambda: worker.receive(0),
+                        lambda: worker.receiver_transport.receive_weights(0)):
+            with pytest.raises(wsync.ClosedError, match="shut down"):
+                receive()
     finally:
         worker.shutdown()
         sender.shutdown()

@@ -293,6 +293,9 @@ class LivePolicy:
         if not isinstance(module, torch.nn.Module):
             raise TypeError("wsync: LivePolicy needs a torch.nn.Module, not %s"
                             % type(module).__name__)
+        if device is not None:
+            from ._gpu import _parse_device
+            _parse_device(device)         # its form, now: the GPU is looked up per swap
         self.subscriber = subscriber
         self.module = module
         self.device = device

@@ -42,7 +42,7 @@ from collections import namedtuple
 from collections.abc import Mapping
 from typing import Any, Dict, Optional
 
-from ._core import Client, ModelRef, View, _timeout_s, _uint, default_endpoint
+from ._core import Client, ModelRef, View, _enc, _timeout_s, _uint, default_endpoint
 from . import _module
 from ._errors import (ClosedError, NoDataError, NotConnectedError, RemovedError, WsyncError,
                       WsyncTimeoutError)
@@ -220,6 +220,11 @@ class WsyncWeightStrategy:
                 weights.load_into(_destination(destination, set(weights.tensors)),
                                   strict=strict)
             return
+        if not (_is_module(weights) or isinstance(weights, Mapping) or
+                _is_tensordict(weights)):
+            raise TypeError("wsync.rl: weights to apply must be a module, a mapping of "
+                            "tensors, a TensorDict or a wsync.View, not %s"
+                            % type(weights).__name__)
         src = _flatten(weights) if not _is_module(weights) else _module_tensors(weights)
         if _is_module(destination):
             _put(destination, src, inplace)
@@ -713,6 +718,7 @@ class WsyncWeightSyncScheme(_Base):
                                 % (what, type(val).__name__))
         if name is not None and not isinstance(name, str):
             raise TypeError("wsync.rl: name must be a str, not %s" % type(name).__name__)
+        _enc(endpoint, "endpoint")          # a TypeError now, not in a worker later
         if _TorchRLScheme is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # its state_dict strategy "is experimental"
@@ -1229,6 +1235,10 @@ class WsyncWeightSyncScheme(_Base):
         (TorchRL's scheme does both; its transports leave them to it).
         initial: connect()'s first wait, whose TimeoutError is raised."""
         end = self._end
+        if end is None:
+            raise ClosedError("wsync.rl: worker %s was shut down (shutdown()): nothing to "
+                              "receive" % ("?" if self._worker_idx is None
+                                           else self._worker_idx))
         model = self.model
         if model is None:
             raise ValueError("wsync.rl: no model registered")
