@@ -168,3 +168,16 @@ def test_a_scheme_names_what_is_wrong(broker):
     finally:
         worker.shutdown()
         sender.shutdown()
+
+
+def test_publishing_a_meta_module_says_it_has_no_values(client):
+    model = net()
+    pub = client.publisher_like("p", model.to("meta"))   # a layout needs no values
+    with pytest.raises(wsync.NoStorageError, match="'0.weight' is on the meta device"):
+        pub.publish(model, 1, spread=0.01)
+    with pytest.raises(wsync.NoStorageError, match="meta device"):
+        with pub.begin(timeout=WAIT_S) as slab:
+            slab.copy_from(torch.empty(slab.nbytes, dtype=torch.uint8, device="meta"))
+    assert pub.publish(net(), 2) >= 1
+    with client.subscriber("p").acquire() as v:
+        assert v.step == 2

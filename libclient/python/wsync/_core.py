@@ -1309,6 +1309,9 @@ class Slab(SlabLife):
         end = max((s.offset + s.nbytes for s in layout), default=0)
         if _dtypes.is_torch_tensor(src):
             t = src.detach()
+            if t.device.type == "meta":
+                raise _module.NoStorageError("wsync: copy_from: the buffer is on the meta "
+                                             "device: it has no values to publish")
             if t.device.type != "cpu":
                 t = t.cpu()
             t = t.contiguous()
@@ -1397,6 +1400,10 @@ def _source(spec, x):
     code = _dtypes.CODE[spec.dtype]
     if _dtypes.is_torch_tensor(x):
         t = x.detach()
+        if t.device.type == "meta":
+            raise _module.NoStorageError(
+                "wsync: tensor %r is on the meta device: it has no values to publish "
+                "(publish the trainer's module, not a meta copy of it)" % (spec.name,))
         if t.device.type != "cpu":
             t = t.cpu()
         _dtypes.check_torch(spec, t)
