@@ -181,3 +181,24 @@ def test_publishing_a_meta_module_says_it_has_no_values(client):
     assert pub.publish(net(), 2) >= 1
     with client.subscriber("p").acquire() as v:
         assert v.step == 2
+
+
+def test_a_paced_publish_cut_by_a_restart_is_published_again(broker):
+    # the timeout bounds each begin's wait, not the copy: a broker that
+    # restarts during a copy longer than the timeout is followed
+    import threading
+    model = net()
+    with wsync.connect(broker.sock, "trainer") as tc:
+        pub = tc.publisher_like("p", model)
+        pub.publish(model, 1)
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            pub.publish(model, 2, timeout=0.5, spread=1.5)))
+        t.start()
+        time.sleep(0.3)
+        assert broker.stop() == 0
+        broker.restart()
+        t.join(WAIT_S)
+        assert out and out[0] >= 1, "the publish cut by the restart was not made again"
+        with tc.subscriber("p").acquire() as v:
+            assert v.step == 2

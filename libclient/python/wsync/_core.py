@@ -999,11 +999,12 @@ class Publisher(_Child):
     def _publish(self, weights, step, timeout, threads, commit, spread=None):
         step = _uint(step, "step")
         _copy_opts(threads, spread)         # checked before the begin
-        deadline = _deadline(_timeout_s(timeout))   # one timeout for every attempt
         src = _module.state_of(weights)
         for attempt in range(3):
+            begun = False
             try:
-                with self.begin(timeout if attempt == 0 else _left(deadline)) as slab:
+                with self.begin(timeout) as slab:
+                    begun = True
                     if self.parts is not None:
                         slab.copy_parts(_shard.sources(self, src))   # a publisher_shard rank
                     else:
@@ -1011,9 +1012,9 @@ class Publisher(_Child):
                     return commit(slab, step)
             except NotConnectedError:
                 # the broker went away between begin and commit: the next
-                # begin follows it (the weights are still the caller's)
-                if not self.client.reconnect or self._closed or attempt == 2 or \
-                        (deadline is not None and time.monotonic() >= deadline):
+                # begin follows it (the weights are still the caller's). A
+                # begin that failed so waited its timeout for a broker already
+                if not begun or not self.client.reconnect or self._closed or attempt == 2:
                     raise
 
 
