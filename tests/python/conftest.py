@@ -171,6 +171,14 @@ def broker(monkeypatch):
     yield from running_broker(monkeypatch)
 
 
+@pytest.fixture
+def client(broker):
+    """A client of the test's broker (session name "test"), closed at the
+    end of the test."""
+    with wsync.connect(broker.sock, "test") as c:
+        yield c
+
+
 def running_broker(monkeypatch, args=()):
     """The broker fixture's body, for fixtures that start one with args or
     in another environment: yields a started Broker, checks its clean stop."""

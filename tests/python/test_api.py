@@ -22,12 +22,6 @@ def publish_numpy(pub, step):
 
 
 @pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "test") as c:
-        yield c
-
-
-@pytest.fixture
 def pub(client):
     return client.publisher_like("p", procs.numpy_weights(0))
 

@@ -15,12 +15,6 @@ from conftest import ROOT, WAIT_S
 LAYOUT = [("w", "f32", (256,)), ("b", "i64", ())]
 
 
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "args") as c:
-        yield c
-
-
 def publish(pub, step):
     with pub.begin(timeout=WAIT_S) as slab:
         slab.numpy("w")[:] = step

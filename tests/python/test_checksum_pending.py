@@ -5,16 +5,9 @@ publish after publish."""
 import numpy as np
 import pytest
 
-import wsync
 from conftest import WAIT_S
 
 MIB = 1 << 20
-
-
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "test") as c:
-        yield c
 
 
 def weights(step):

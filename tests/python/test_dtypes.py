@@ -16,12 +16,6 @@ ADDED = [("u16", "u16", (3, 4)), ("u32", np.uint32, (5,)), ("u64", "uint64", (2,
          ("e4m3", "f8_e4m3fn", (256,)), ("e5m2", "float8_e5m2", (2, 128))]
 
 
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "dtypes") as c:
-        yield c
-
-
 def added_weights():
     """Values at the ends of each range, and every byte for the 8-bit floats
     (NaNs, infinities and negative zero included)."""

@@ -9,12 +9,6 @@ import wsync
 LAYOUT = [("w", "f32", (256,))]
 
 
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, name="lifecycle") as c:
-        yield c
-
-
 def publish(pub, step, value):
     with pub.begin(timeout=5) as slab:
         slab.numpy("w")[:] = value

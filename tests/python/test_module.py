@@ -16,12 +16,6 @@ torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 nn = torch.nn
 
 
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "module-test") as c:
-        yield c
-
-
 def small_net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))

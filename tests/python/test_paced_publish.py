@@ -19,12 +19,6 @@ from conftest import ROOT, WAIT_S
 MIB = 1 << 20
 
 
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "test") as c:
-        yield c
-
-
 def weights(step):
     return {"a": np.full((6 * MIB,), step, np.float32),          # 24 MiB
             "b": np.arange(2 * MIB, dtype=np.float32) + step}     # 8 MiB

@@ -17,12 +17,6 @@ REFUSED_READONLY = "refused: ReadOnlyError"
 ARRAY_REFUSED = "refused: ValueError"        # numpy: cannot set WRITEABLE to True
 NOT_HERE = "refused: n/a"                    # a call this torch or numpy lacks
 
-@pytest.fixture
-def client(broker):
-    with wsync.connect(broker.sock, "readonly-test") as c:
-        yield c
-
-
 EXPECTED = {
     "view.numpy() made writeable": ARRAY_REFUSED,
     "np.asarray(view.numpy())": ARRAY_REFUSED,

@@ -1001,8 +1001,10 @@ class Publisher(_Child):
         _copy_opts(threads, spread)         # checked before the begin
         src = _module.state_of(weights)
         for attempt in range(3):
+            begun = False
             try:
                 with self.begin(timeout) as slab:
+                    begun = True
                     if self.parts is not None:
                         slab.copy_parts(_shard.sources(self, src))   # a publisher_shard rank
                     else:
@@ -1010,8 +1012,9 @@ class Publisher(_Child):
                     return commit(slab, step)
             except NotConnectedError:
                 # the broker went away between begin and commit: the next
-                # begin follows it (the weights are still the caller's)
-                if not self.client.reconnect or self._closed or attempt == 2:
+                # begin follows it (the weights are still the caller's). A
+                # begin that failed so waited its timeout for a broker already
+                if not begun or not self.client.reconnect or self._closed or attempt == 2:
                     raise
 
 
@@ -1307,6 +1310,9 @@ class Slab(SlabLife):
         end = max((s.offset + s.nbytes for s in layout), default=0)
         if _dtypes.is_torch_tensor(src):
             t = src.detach()
+            if t.device.type == "meta":
+                raise _module.NoStorageError("wsync: copy_from: the buffer is on the meta "
+                                             "device: it has no values to publish")
             if t.device.type != "cpu":
                 t = t.cpu()
             t = t.contiguous()
@@ -1395,6 +1401,10 @@ def _source(spec, x):
     code = _dtypes.CODE[spec.dtype]
     if _dtypes.is_torch_tensor(x):
         t = x.detach()
+        if t.device.type == "meta":
+            raise _module.NoStorageError(
+                "wsync: tensor %r is on the meta device: it has no values to publish "
+                "(publish the trainer's module, not a meta copy of it)" % (spec.name,))
         if t.device.type != "cpu":
             t = t.cpu()
         _dtypes.check_torch(spec, t)
@@ -1584,6 +1594,12 @@ class Subscriber(_Child):
         without taking a view (nothing is pinned, no system call).
         NoDataError if nothing was published yet, RemovedError if the model
         was deleted; after a restart as acquire()."""
+        return self._latest(_DEFAULT)
+
+    def _latest(self, deadline):
+        """latest(), waiting for a broker that went away until deadline (a
+        time.monotonic() value, one already past: one try; _DEFAULT: the
+        client's reconnect_timeout)."""
         cell = self._call()
         try:
             v, st, ns = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int64()
@@ -1592,7 +1608,10 @@ class Subscriber(_Child):
                                           ctypes.byref(ns))
                 if rc >= 0:
                     break
-                cell = self._recover(cell, rc)
+                if deadline is _DEFAULT:
+                    cell = self._recover(cell, rc)
+                else:
+                    cell = self._recover(cell, rc, deadline, _left(deadline))
             check(rc)
             return LatestVersion(v.value, st.value, ns.value)
         finally:
@@ -1628,13 +1647,17 @@ class Subscriber(_Child):
         a newer one, then raises TimeoutError naming the trainer's last
         commit. seconds=None (or 0) turns it off. LivePolicy has its own
         max_lag, which also bounds versions."""
+        if seconds is not None and (isinstance(seconds, bool) or
+                                    not isinstance(seconds, numbers.Real)):
+            raise TypeError("wsync: max_lag seconds must be None or a number of seconds > 0, "
+                            "not %s" % type(seconds).__name__)
         if seconds is None or seconds == 0:
             bound = (0, 0)
         else:
-            s = _timeout_s(seconds)
-            if s is None or s <= 0:
-                raise ValueError("wsync: max_lag seconds must be a number > 0, not %r"
-                                 % (seconds,))
+            s = float(seconds)
+            if not 0 < s < 2 ** 63 / 1e9:          # NaN fails too
+                raise ValueError("wsync: max_lag seconds must be None or a finite number "
+                                 "of seconds > 0, not %r" % (seconds,))
             bound = (_timeout_ns(s), _timeout_ns(_timeout_s(timeout)))
         cell = self._call()
         try:

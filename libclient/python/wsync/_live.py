@@ -44,7 +44,9 @@ Design (docs/LIVE.md):
   is a MismatchError when the version is first taken.
 """
 import collections
+import collections.abc
 import copy
+import math
 import operator
 import sys
 import threading
@@ -222,23 +224,31 @@ def _park(view, tensors, cache):
     cache[key] = tensors
 
 
+_MAX_VERSIONS = 2 ** 32          # what wsync_sub_declare_max_lag takes
+_MAX_SECONDS = 2 ** 63 / 1e9
+
+
 def _bound(max_lag):
+    """(versions, seconds) of a max_lag, each None or in what the monitors'
+    declaration (Subscriber.declare_max_lag) takes."""
     if max_lag is None:
         return None, None
     try:
+        if isinstance(max_lag, (str, bytes, collections.abc.Mapping)):
+            raise TypeError
         versions, seconds = max_lag
     except (TypeError, ValueError):
         raise TypeError("wsync: max_lag must be (versions, seconds), either None, not %r"
                         % (max_lag,)) from None
     if versions is not None and (isinstance(versions, bool) or not isinstance(versions, int)
-                                 or versions < 0):
-        raise ValueError("wsync: max_lag versions must be an int >= 0 or None, not %r"
-                         % (versions,))
+                                 or not 0 <= versions < _MAX_VERSIONS):
+        raise ValueError("wsync: max_lag versions must be an int in [0, 2**32) or None, "
+                         "not %r" % (versions,))
     if seconds is not None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
-                not seconds > 0:
-            raise ValueError("wsync: max_lag seconds must be a number > 0 or None, not %r"
-                             % (seconds,))
+                not 0 < seconds < _MAX_SECONDS:
+            raise ValueError("wsync: max_lag seconds must be a finite number > 0 or None, "
+                             "not %r" % (seconds,))
         seconds = float(seconds)
     return versions, seconds
 
@@ -259,7 +269,8 @@ class LivePolicy:
     version is more than `seconds` old (its commit's wall-clock time) or
     more than `versions` behind the newest committed one waits for a newer
     version up to `timeout` seconds (default: the seconds bound, else 1 s),
-    then raises LagError naming the trainer's last commit.
+    then raises LagError naming the trainer's last commit. timeout:
+    seconds, math.inf for no limit.
 
     device=: the GPU (ordinal, "cuda:N", UUID or torch.device) whose device
     views to run over, for a model published with devices; None runs over
@@ -267,21 +278,32 @@ class LivePolicy:
 
     Before the first version is published a call raises NoDataError, as
     Subscriber.acquire does; MismatchError if the model does not fit the
-    module (checked once per layout, nothing runs).
+    module (checked once per layout, nothing runs). While the broker is
+    away a call runs over the version held, without waiting for one.
+    subscriber must be a wsync.Subscriber and module an nn.Module
+    (TypeError); max_lag and timeout are checked here.
     """
 
     def __init__(self, subscriber, module, max_lag=None, device=None, timeout=None):
         import torch
+        from ._core import Subscriber, _timeout_s
+        if not isinstance(subscriber, Subscriber):
+            raise TypeError("wsync: LivePolicy needs a wsync.Subscriber (client.subscriber("
+                            "model)), not %s" % type(subscriber).__name__)
         if not isinstance(module, torch.nn.Module):
             raise TypeError("wsync: LivePolicy needs a torch.nn.Module, not %s"
                             % type(module).__name__)
+        if device is not None:
+            from ._gpu import _parse_device
+            _parse_device(device)         # its form, now: the GPU is looked up per swap
         self.subscriber = subscriber
         self.module = module
         self.device = device
         self._max_versions, self._max_seconds = _bound(max_lag)
         if timeout is None:
             timeout = self._max_seconds if self._max_seconds is not None else 1.0
-        self.timeout = float(timeout)
+        timeout = _timeout_s(timeout)
+        self.timeout = math.inf if timeout is None else timeout
         # shown by wsync-top and wsyncctl beside this collector's lag
         # (docs/LIVE.md); the policy enforces the bound itself
         self._declared = max_lag is not None
@@ -351,7 +373,7 @@ class LivePolicy:
         if not held:
             return Lag(0, 0.0)
         try:
-            newest = self.subscriber.latest()
+            newest = self.subscriber._latest(time.monotonic())
         except WsyncError:
             return Lag(0, 0.0)
         if newest.version <= held:
@@ -429,10 +451,11 @@ class LivePolicy:
 
     def _newest(self):
         """The newest committed version, or None while it cannot be known
-        (the broker went away and no other came back in time): the call
-        then runs over the held version rather than fail."""
+        (the broker went away and no other answers at once: one try, not
+        the client's reconnect_timeout, which every call would wait): the
+        call then runs over the held version rather than fail."""
         try:
-            return self.subscriber.latest()
+            return self.subscriber._latest(time.monotonic())
         except (ClosedError, RemovedError):
             raise
         except WsyncError:

@@ -57,7 +57,8 @@ def _rebuild(msg, missing, unexpected, mismatched):
 class NoStorageError(RuntimeError):
     """A copy into a tensor that has no storage (a parameter on the "meta"
     device, as TorchRL sends a policy to its workers): such a copy would do
-    nothing, so it is refused. Load the weights without copying (a zero-copy
+    nothing, so it is refused. Also a publish from such a tensor, which
+    has no values to copy. Load the weights without copying (a zero-copy
     swap: WsyncWeightSyncScheme's receivers do, or swap_into), or give the
     module real tensors first (module.to_empty(device="cpu"))."""
 

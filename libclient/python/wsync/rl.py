@@ -42,7 +42,7 @@ from collections import namedtuple
 from collections.abc import Mapping
 from typing import Any, Dict, Optional
 
-from ._core import Client, ModelRef, View, _timeout_s, _uint, default_endpoint
+from ._core import Client, ModelRef, View, _enc, _timeout_s, _uint, default_endpoint
 from . import _module
 from ._errors import (ClosedError, NoDataError, NotConnectedError, RemovedError, WsyncError,
                       WsyncTimeoutError)
@@ -220,6 +220,11 @@ class WsyncWeightStrategy:
                 weights.load_into(_destination(destination, set(weights.tensors)),
                                   strict=strict)
             return
+        if not (_is_module(weights) or isinstance(weights, Mapping) or
+                _is_tensordict(weights)):
+            raise TypeError("wsync.rl: weights to apply must be a module, a mapping of "
+                            "tensors, a TensorDict or a wsync.View, not %s"
+                            % type(weights).__name__)
         src = _flatten(weights) if not _is_module(weights) else _module_tensors(weights)
         if _is_module(destination):
             _put(destination, src, inplace)
@@ -713,6 +718,7 @@ class WsyncWeightSyncScheme(_Base):
                                 % (what, type(val).__name__))
         if name is not None and not isinstance(name, str):
             raise TypeError("wsync.rl: name must be a str, not %s" % type(name).__name__)
+        _enc(endpoint, "endpoint")          # a TypeError now, not in a worker later
         if _TorchRLScheme is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # its state_dict strategy "is experimental"
@@ -1229,6 +1235,10 @@ class WsyncWeightSyncScheme(_Base):
         (TorchRL's scheme does both; its transports leave them to it).
         initial: connect()'s first wait, whose TimeoutError is raised."""
         end = self._end
+        if end is None:
+            raise ClosedError("wsync.rl: worker %s was shut down (shutdown()): nothing to "
+                              "receive" % ("?" if self._worker_idx is None
+                                           else self._worker_idx))
         model = self.model
         if model is None:
             raise ValueError("wsync.rl: no model registered")
@@ -1459,14 +1469,15 @@ class WsyncWeightSyncScheme(_Base):
 
     # ---- a live policy for a worker (docs/LIVE.md) -------------------------------------
 
-    def live_policy(self, module: Any = None, max_lag: Any = None, device: Any = None):
+    def live_policy(self, module: Any = None, max_lag: Any = None, device: Any = None,
+                    timeout: Optional[float] = None):
         """A wsync.LivePolicy for this worker, after connect(): module's (by
         default the registered model's) forward over the newest version in
         place, swapped only between two calls, instead of receive() copying
-        versions in. It reads through a subscription of its own on the
-        worker's client, without explicit acknowledgement: a version it
-        takes counts as applied for a synchronous send(). It ends with the
-        scheme's shutdown()."""
+        versions in. max_lag, device and timeout are LivePolicy's. It reads
+        through a subscription of its own on the worker's client, without
+        explicit acknowledgement: a version it takes counts as applied for
+        a synchronous send(). It ends with the scheme's shutdown()."""
         from ._live import LivePolicy
         self._check_receiver("live_policy")
         end = self._end
@@ -1474,7 +1485,7 @@ class WsyncWeightSyncScheme(_Base):
             raise RuntimeError("wsync.rl: connect() before live_policy()")
         module = self.model if module is None else module
         return LivePolicy(end.client.subscriber(self.wsync_name), module, max_lag=max_lag,
-                          device=device)
+                          device=device, timeout=timeout)
 
 
 def _fmt(t):
@@ -1490,9 +1501,16 @@ def _deprecated(what, instead):
 def _lag(sub, version, step, published_ns):
     now = time.time_ns()
     try:
-        latest = sub.latest()
+        # one try at a broker that went away, not the client's
+        # reconnect_timeout: a rollout asks this every step
+        latest = sub._latest(time.monotonic())
     except NoDataError:
         return PolicyLag(0, 0, 0.0, 0.0, version, 0)
+    except NotConnectedError:
+        # no broker now: nothing newer than what this worker holds can be
+        # published until one is back
+        return PolicyLag(0, 0, 0.0, max(0, now - published_ns) / 1e9 if version else math.inf,
+                         version, version)
     if version == 0:
         return PolicyLag(latest.version, latest.step, math.inf, math.inf, 0, latest.version)
     behind = max(0, latest.version - version)
