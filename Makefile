@@ -292,14 +292,21 @@ PYTHON ?= /usr/bin/python3
 # into a fresh venv. iproute2: the relay's tests shape a link between two
 # network namespaces. python3-prometheus-client: the metrics test parses the
 # exposition with the Prometheus project's own parser too.
+# python3-pytest-xdist: the suite runs on PYTEST_JOBS processes, a file's
+# tests on one of them (most of its time is process starts and waits).
 PY_PKGS := python3-numpy python3-pytest python3-torch tmux python3-venv python3-pip iproute2 \
-	python3-prometheus-client
+	python3-prometheus-client python3-pytest-xdist
 # PYTEST_ARGS: which tests (default all of them), e.g. tests/python/test_cli.py
 PYTEST_ARGS ?= tests/python
+# PYTEST_JOBS: pytest processes (default one per CPU, at most 4; 1 runs the
+# suite in this process, as without xdist)
+PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
 test-python: all
 	$(Q)sh .ci/deps.sh $(PY_PKGS)
-	$(Q)BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
-		$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(Q)par=; if [ "$(PYTEST_JOBS)" -gt 1 ] && $(PYTHON) -c 'import xdist' 2>/dev/null; then \
+		par="-n $(PYTEST_JOBS) --dist loadfile"; fi; \
+	BUILD=$(BUILD) PYTHONPATH=libclient/python WSYNC_LIBRARY=$(BUILD)/lib/libwsync.so WSYNC_WSYNCD=$(WSYNCD) \
+		$(PYTHON) -m pytest -q -p no:cacheprovider $$par $(PYTEST_ARGS)
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=asan CC=clang test
