@@ -750,6 +750,23 @@ static int move_submit(struct broker *b, struct model_move *mv)
 	return 0;
 }
 
+/* Submits mv, prepared, and makes it its model's move; on failure mv is
+ * freed and why says so. */
+static int move_begin(struct broker *b, struct model_move *mv, char *why, size_t whylen)
+{
+	struct model *m = mv->m;
+	int err = move_submit(b, mv);
+
+	if (err) {
+		snprintf(why, whylen, "model '%s': cannot start its move: %s", m->name,
+		         strerror(-err));
+		model_move_free(mv);
+		return err;
+	}
+	m->move = mv;
+	return 0;
+}
+
 int model_move_start(struct broker *b, struct model *m, const char *reason, char *why,
                      size_t whylen)
 {
@@ -769,15 +786,7 @@ int model_move_start(struct broker *b, struct model *m, const char *reason, char
 		         "own: %s", m->name, strerror(-err));
 		return err;
 	}
-	err = move_submit(b, mv);
-	if (err) {
-		model_move_free(mv);
-		snprintf(why, whylen, "model '%s': cannot start its move: %s", m->name,
-		         strerror(-err));
-		return err;
-	}
-	m->move = mv;
-	return 0;
+	return move_begin(b, mv, why, whylen);
 }
 
 int model_move_leave(struct broker *b, struct model *m, uid_t uid, const char *reason,
@@ -801,15 +810,7 @@ int model_move_leave(struct broker *b, struct model *m, uid_t uid, const char *r
 	mv->for_leave = true;
 	mv->left_uid = uid;
 	if (!b->move && !b->move_queue && !mover_busy(b->mover)) {
-		err = move_submit(b, mv);
-		if (err) {
-			model_move_free(mv);
-			snprintf(why, whylen, "model '%s': cannot start its move: %s", m->name,
-			         strerror(-err));
-			return err;
-		}
-		m->move = mv;
-		return 0;
+		return move_begin(b, mv, why, whylen);
 	}
 	/* The worker is busy: this one waits its turn, its old memory served
 	 * meanwhile, rather than being copied here while every other client
